@@ -1,0 +1,255 @@
+// The Node-API boundary: JS values become plain engine structs here, and nowhere else.
+//
+// The contract with the JS side is ts/native.ts. A Communicator object wraps one engine communicator.
+// Completions travel from the communication thread to the JS thread through one thread-safe function per
+// communicator, which is referenced only while work is outstanding so an idle communicator never keeps
+// the process alive. wait() blocks the JS thread on the engine's condition variable for callers that must
+// be synchronous (framework hooks); the later asynchronous completion of the same work is then ignored.
+#include <napi.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/log.h"
+#include "engine/communicator.h"
+
+namespace {
+
+using hora::Code;
+using hora::Status;
+using hora::Work;
+
+template <typename T>
+T enumFrom(const Napi::Object& o, const char* key, int limit) {
+  int v = o.Has(key) ? o.Get(key).As<Napi::Number>().Int32Value() : 0;
+  if (v < 0 || v >= limit) {
+    throw Napi::RangeError::New(o.Env(), std::string("native: ") + key + " out of range: " + std::to_string(v));
+  }
+  return static_cast<T>(v);
+}
+
+// Pointer and byte length of a TypedArray, DataView or ArrayBuffer view (any byteOffset).
+void viewOf(const Napi::Value& v, uint8_t** data, size_t* bytes) {
+  if (v.IsTypedArray()) {
+    Napi::TypedArray ta = v.As<Napi::TypedArray>();
+    *data = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+    *bytes = ta.ByteLength();
+    return;
+  }
+  throw Napi::TypeError::New(v.Env(), "native: expected a TypedArray");
+}
+
+class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Communicator",
+                       {InstanceMethod("listen", &CommunicatorWrap::Listen),
+                        InstanceMethod("connect", &CommunicatorWrap::Connect),
+                        InstanceMethod("submit", &CommunicatorWrap::Submit),
+                        InstanceMethod("wait", &CommunicatorWrap::Wait),
+                        InstanceMethod("abort", &CommunicatorWrap::Abort),
+                        InstanceMethod("close", &CommunicatorWrap::Close)});
+  }
+
+  CommunicatorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CommunicatorWrap>(info) {
+    Napi::Env env = info.Env();
+    Napi::Object o = info[0].As<Napi::Object>();
+    hora::CommunicatorOptions opts;
+    opts.rank = o.Get("rank").As<Napi::Number>().Int32Value();
+    opts.size = o.Get("size").As<Napi::Number>().Int32Value();
+    opts.timeoutMs = o.Get("timeoutMs").As<Napi::Number>().Int64Value();
+    opts.fusionBytes = static_cast<size_t>(o.Get("fusionBytes").As<Napi::Number>().Int64Value());
+    opts.algorithm = enumFrom<hora::Algorithm>(o, "algorithm", 3);
+    opts.transport = enumFrom<hora::TransportChoice>(o, "transport", 2);
+    opts.bindHost = o.Get("bindHost").As<Napi::String>().Utf8Value();
+    if (o.Has("logLevel")) hora::setLogLevel(enumFrom<hora::LogLevel>(o, "logLevel", 3));
+    if (opts.size < 1 || opts.rank < 0 || opts.rank >= opts.size) {
+      throw Napi::RangeError::New(env, "native: rank " + std::to_string(opts.rank) + " outside world of " +
+                                           std::to_string(opts.size));
+    }
+    tsfn_ = Napi::ThreadSafeFunction::New(env, info[1].As<Napi::Function>(), "hora.completion", 0, 1);
+    tsfn_.Unref(env);
+    Napi::ThreadSafeFunction tsfn = tsfn_;
+    comm_ = std::make_unique<hora::Communicator>(opts, [tsfn](const std::shared_ptr<Work>& w) mutable {
+      auto* copy = new std::shared_ptr<Work>(w);
+      napi_status s = tsfn.NonBlockingCall(copy, [](Napi::Env env, Napi::Function cb, std::shared_ptr<Work>* data) {
+        std::unique_ptr<std::shared_ptr<Work>> owned(data);
+        if (env == nullptr) return;
+        cb.Call({Napi::Number::New(env, static_cast<double>((*owned)->id))});
+      });
+      if (s != napi_ok) delete copy;
+    });
+  }
+
+  ~CommunicatorWrap() override { Shutdown(); }
+
+ private:
+  void Shutdown() {
+    if (comm_ != nullptr) {
+      comm_->abort(Status(Code::kShutdown, "the process is exiting"));
+      comm_.reset();
+    }
+    if (!released_) {
+      released_ = true;
+      tsfn_.Release();
+    }
+  }
+
+  Napi::Value Listen(const Napi::CallbackInfo& info) {
+    int port = 0;
+    Status st = comm_->listen(&port);
+    if (!st.isOk()) ThrowStatus(info.Env(), st);
+    return Napi::Number::New(info.Env(), port);
+  }
+
+  // connect(id, peers: [{rank, hostId, addr, port, localRank}], jobId)
+  Napi::Value Connect(const Napi::CallbackInfo& info) {
+    auto w = Track(info.Env(), info[0]);
+    Napi::Array arr = info[1].As<Napi::Array>();
+    std::vector<hora::PeerInfo> peers(arr.Length());
+    for (uint32_t i = 0; i < arr.Length(); ++i) {
+      Napi::Object p = arr.Get(i).As<Napi::Object>();
+      peers[i].rank = p.Get("rank").As<Napi::Number>().Int32Value();
+      peers[i].hostId = p.Get("hostId").As<Napi::String>().Utf8Value();
+      peers[i].addr = p.Get("addr").As<Napi::String>().Utf8Value();
+      peers[i].port = p.Get("port").As<Napi::Number>().Int32Value();
+      peers[i].localRank = p.Get("localRank").As<Napi::Number>().Int32Value();
+    }
+    comm_->connect(w, std::move(peers), info[2].As<Napi::String>().Utf8Value());
+    return info.Env().Undefined();
+  }
+
+  // submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}])
+  Napi::Value Submit(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Napi::Array arr = info[0].As<Napi::Array>();
+    std::vector<std::shared_ptr<Work>> batch;
+    batch.reserve(arr.Length());
+    for (uint32_t i = 0; i < arr.Length(); ++i) {
+      Napi::Object it = arr.Get(i).As<Napi::Object>();
+      auto w = Track(env, it.Get("id"));
+      w->kind = enumFrom<hora::Kind>(it, "kind", 6);
+      w->op = enumFrom<hora::ReduceOp>(it, "op", hora::kNumReduceOps);
+      w->dtype = enumFrom<hora::DType>(it, "dtype", hora::kNumDTypes);
+      w->root = it.Has("root") ? it.Get("root").As<Napi::Number>().Int32Value() : 0;
+      w->algorithm = enumFrom<hora::Algorithm>(it, "algorithm", 3);
+      if (it.Has("name")) w->name = it.Get("name").As<Napi::String>().Utf8Value();
+      if (it.Has("invalidReason")) w->invalidReason = it.Get("invalidReason").As<Napi::String>().Utf8Value();
+      Napi::Value data = it.Get("data");
+      if (!data.IsUndefined() && !data.IsNull()) {
+        size_t bytes = 0;
+        viewOf(data, &w->data, &bytes);
+        w->count = bytes / hora::dtypeSize(w->dtype);
+      }
+      Napi::Value out = it.Get("out");
+      if (!out.IsUndefined() && !out.IsNull()) {
+        size_t bytes = 0;
+        viewOf(out, &w->out, &bytes);
+      }
+      batch.push_back(std::move(w));
+    }
+    comm_->submit(std::move(batch));
+    return env.Undefined();
+  }
+
+  // wait(id): blocks until that work completes; then returns its result like take() would.
+  Napi::Value Wait(const Napi::CallbackInfo& info) {
+    uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return info.Env().Null();
+    comm_->waitFor(it->second);
+    return Take(info.Env(), id);
+  }
+
+  // Called by the JS completion callback (through the internal take) and by wait().
+  Napi::Value Take(Napi::Env env, uint64_t id) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return env.Null();
+    std::shared_ptr<Work> w = it->second;
+    pending_.erase(it);
+    if (pending_.empty()) tsfn_.Unref(env);
+    Napi::Object r = Napi::Object::New(env);
+    if (!w->status.isOk()) {
+      r.Set("code", hora::codeName(w->status.code()));
+      r.Set("message", w->status.message());
+      r.Set("peer", w->status.peer());
+    }
+    if (w->kind == hora::Kind::kAllgather && w->status.isOk()) {
+      auto* storage = new std::vector<uint8_t>(std::move(w->gathered));
+      Napi::ArrayBuffer ab = storage->empty()
+                                 ? Napi::ArrayBuffer::New(env, 0)
+                                 : Napi::ArrayBuffer::New(env, storage->data(), storage->size(),
+                                                          [](Napi::Env, void*, std::vector<uint8_t>* v) { delete v; },
+                                                          storage);
+      if (storage->empty()) delete storage;
+      r.Set("gathered", ab);
+      Napi::Array counts = Napi::Array::New(env, w->gatheredCounts.size());
+      for (size_t i = 0; i < w->gatheredCounts.size(); ++i) {
+        counts.Set(static_cast<uint32_t>(i), Napi::Number::New(env, static_cast<double>(w->gatheredCounts[i])));
+      }
+      r.Set("counts", counts);
+    }
+    if (w->fused) r.Set("fused", true);
+    return r;
+  }
+
+  Napi::Value Abort(const Napi::CallbackInfo& info) {
+    std::string code = info[0].As<Napi::String>().Utf8Value();
+    std::string message = info[1].As<Napi::String>().Utf8Value();
+    Code c = code == "ERR_PEER_LOST" ? Code::kPeerLost : code == "ERR_SHUTDOWN" ? Code::kShutdown
+           : code == "ERR_TIMEOUT" ? Code::kTimeout : Code::kInternal;
+    comm_->abort(Status(c, message));
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    if (comm_ != nullptr) comm_->close();
+    comm_.reset();
+    if (!released_) {
+      released_ = true;
+      tsfn_.Release();
+    }
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<Work> Track(Napi::Env env, const Napi::Value& idValue) {
+    if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
+    auto w = std::make_shared<Work>();
+    w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
+    if (pending_.empty()) tsfn_.Ref(env);
+    pending_[w->id] = w;
+    return w;
+  }
+
+  void ThrowStatus(Napi::Env env, const Status& st) {
+    Napi::Error e = Napi::Error::New(env, st.message());
+    e.Set("code", hora::codeName(st.code()));
+    throw e;
+  }
+
+  friend Napi::Value TakeResult(const Napi::CallbackInfo& info);
+
+  std::unique_ptr<hora::Communicator> comm_;
+  Napi::ThreadSafeFunction tsfn_;
+  bool released_ = false;
+  std::unordered_map<uint64_t, std::shared_ptr<Work>> pending_;
+};
+
+// take(communicator, id): the result of a completed work, once; null if already taken (e.g. by wait()).
+Napi::Value TakeResult(const Napi::CallbackInfo& info) {
+  CommunicatorWrap* c = CommunicatorWrap::Unwrap(info[0].As<Napi::Object>());
+  return c->Take(info.Env(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("Communicator", CommunicatorWrap::Define(env));
+  exports.Set("take", Napi::Function::New(env, TakeResult));
+  exports.Set("abiVersion", Napi::Number::New(env, 1));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(hora, Init)

@@ -1,0 +1,61 @@
+// The collectives, one options struct and one entry function each (the engine calls these on its thread).
+//
+// All buffers are plain memory owned by the caller for the duration of the call. Every function returns
+// the same result bytes on every rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/types.h"
+#include "transport/context.h"
+
+namespace hora {
+
+enum class Algorithm : uint8_t {
+  kAuto = 0,
+  kRing = 1,               // reduce-scatter + allgather around a ring, segmented; bandwidth-optimal
+  kRecursiveDoubling = 2,  // latency-optimal, for small messages
+};
+
+const char* algorithmName(Algorithm a);
+
+// Below this many bytes per rank, kAuto picks recursive doubling for allreduce.
+constexpr size_t kSmallAllreduceBytes = 64 * 1024;
+
+struct AllreduceOptions {
+  uint8_t* data = nullptr;   // in: this rank's values; out: the reduction over all ranks
+  size_t count = 0;          // elements
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;
+};
+Status allreduce(Context& ctx, const AllreduceOptions& opts);
+Algorithm chooseAllreduceAlgorithm(const Context& ctx, const AllreduceOptions& opts);
+
+struct ReduceScatterOptions {
+  uint8_t* data = nullptr;   // in: this rank's values (all blocks); out: block `rank` holds the reduction
+  size_t count = 0;          // elements in the whole buffer; blocks as in blocks.h
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+};
+Status reduceScatter(Context& ctx, const ReduceScatterOptions& opts);
+
+struct AllgatherOptions {
+  uint8_t* output = nullptr;            // concatenation of every rank's block, rank order
+  std::vector<size_t> bytesPerRank;     // size of each rank's block; this rank's block is already in place
+};
+Status allgather(Context& ctx, const AllgatherOptions& opts);
+
+struct BroadcastOptions {
+  uint8_t* data = nullptr;  // root: the bytes to send; others: where they land
+  size_t bytes = 0;
+  int root = 0;
+};
+Status broadcast(Context& ctx, const BroadcastOptions& opts);
+
+// Scratch memory for the calling thread, grown on demand and kept for the next collective.
+uint8_t* threadScratch(size_t bytes);
+
+}  // namespace hora

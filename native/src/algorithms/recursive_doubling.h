@@ -1,0 +1,63 @@
+// Recursive doubling: the latency-optimal exchange for small messages, for any world size.
+//
+// How it works. Let pof2 be the largest power of two <= size and rem = size - pof2. First the ranks below
+// 2*rem pair up: each even one hands its buffer to the odd one above it and sits out. The remaining pof2
+// ranks then run lg(pof2) rounds; in round k a rank swaps its whole buffer with the rank whose (renumbered)
+// index differs in bit k, and both combine the two. Finally each odd rank below 2*rem hands the result back
+// to the even rank that sat out. Cost: lg(p) alpha + lg(p) n beta, plus two steps when p is not a power of two.
+//
+// Identical results on every rank: combine() always receives the lower-numbered group's data as its first
+// operand, so both sides of a swap compute exactly the same thing, whatever the operator's rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "transport/context.h"
+
+namespace hora {
+
+// combine(out, lower, higher) writes the combination of two buffers of `bytes` each; out may alias either.
+template <typename Combine>
+Status recursiveDoubling(Context& ctx, uint8_t* data, size_t bytes, uint8_t* scratch, Combine&& combine) {
+  const int size = ctx.size();
+  const int rank = ctx.rank();
+  if (size == 1) return Status::ok();
+  int pof2 = 1;
+  while (pof2 * 2 <= size) pof2 *= 2;
+  const int rem = size - pof2;
+
+  int newRank;
+  if (rank < 2 * rem) {
+    if (rank % 2 == 0) {
+      SendOp give{ctx.pair(rank + 1), data, bytes};
+      HORA_RETURN_IF_ERROR(ctx.progress(&give, 1, nullptr, 0));
+      RecvOp result{ctx.pair(rank + 1), data, bytes};
+      return ctx.progress(nullptr, 0, &result, 1);
+    }
+    RecvOp take{ctx.pair(rank - 1), scratch, bytes};
+    HORA_RETURN_IF_ERROR(ctx.progress(nullptr, 0, &take, 1));
+    combine(data, scratch, data);
+    newRank = rank / 2;
+  } else {
+    newRank = rank - rem;
+  }
+
+  for (int mask = 1; mask < pof2; mask <<= 1) {
+    const int newPartner = newRank ^ mask;
+    const int partner = newPartner < rem ? newPartner * 2 + 1 : newPartner + rem;
+    HORA_RETURN_IF_ERROR(ctx.sendRecv(partner, data, bytes, partner, scratch, bytes));
+    if (newPartner < newRank) {
+      combine(data, scratch, data);
+    } else {
+      combine(data, data, scratch);
+    }
+  }
+
+  if (rank < 2 * rem) {
+    SendOp back{ctx.pair(rank - 1), data, bytes};
+    HORA_RETURN_IF_ERROR(ctx.progress(&back, 1, nullptr, 0));
+  }
+  return Status::ok();
+}
+
+}  // namespace hora

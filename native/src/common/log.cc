@@ -1,0 +1,73 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/status.h"
+
+namespace hora {
+namespace {
+
+LogLevel levelFromEnv() {
+  const char* v = std::getenv("HORA_DEBUG");
+  if (v == nullptr) return LogLevel::kWarn;
+  if (strcasecmp(v, "TRACE") == 0) return LogLevel::kTrace;
+  if (strcasecmp(v, "INFO") == 0) return LogLevel::kInfo;
+  return LogLevel::kWarn;
+}
+
+std::atomic<int> gLevel{static_cast<int>(levelFromEnv())};
+std::atomic<int> gRank{-1};
+
+const char* levelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kWarn: return "WARN";
+    case LogLevel::kInfo: return "INFO";
+    case LogLevel::kTrace: return "TRACE";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void setLogLevel(LogLevel level) { gLevel.store(static_cast<int>(level)); }
+bool logEnabled(LogLevel level) { return static_cast<int>(level) <= gLevel.load(std::memory_order_relaxed); }
+void setLogRank(int rank) { gRank.store(rank); }
+
+void logf(LogLevel level, const char* fmt, ...) {
+  char host[64] = "?";
+  gethostname(host, sizeof(host) - 1);
+  char line[2048];
+  int n = snprintf(line, sizeof(line), "%s:%d rank %d hora %s ", host, static_cast<int>(getpid()), gRank.load(),
+                   levelName(level));
+  va_list ap;
+  va_start(ap, fmt);
+  if (n > 0 && n < static_cast<int>(sizeof(line))) vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+  va_end(ap);
+  // One write per line so lines from the communication thread and the JS thread do not interleave.
+  size_t len = strnlen(line, sizeof(line) - 2);
+  line[len] = '\n';
+  ssize_t ignored = write(STDERR_FILENO, line, len + 1);
+  (void)ignored;
+}
+
+const char* codeName(Code code) {
+  switch (code) {
+    case Code::kOk: return "OK";
+    case Code::kTimeout: return "ERR_TIMEOUT";
+    case Code::kPeerLost: return "ERR_PEER_LOST";
+    case Code::kMismatch: return "ERR_MISMATCH";
+    case Code::kInvalidArgument: return "ERR_INVALID_ARGUMENT";
+    case Code::kNotInitialized: return "ERR_NOT_INITIALIZED";
+    case Code::kShutdown: return "ERR_SHUTDOWN";
+    case Code::kAuth: return "ERR_AUTH";
+    case Code::kInternal: return "ERR_INTERNAL";
+  }
+  return "ERR_INTERNAL";
+}
+
+}  // namespace hora

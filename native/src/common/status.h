@@ -1,0 +1,52 @@
+// Status: the outcome of every fallible operation in the core.
+//
+// The codes are the closed set that users see as HoraError.code (ARCHITECTURE.md). A Status names the
+// rank it happened on and, where one is involved, the peer rank, so the message that reaches JavaScript
+// can say "rank 2 lost rank 3 during allreduce 'grad/fc1'".
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace hora {
+
+enum class Code : int {
+  kOk = 0,
+  kTimeout,          // ERR_TIMEOUT: a wait passed its deadline (HORA_TIMEOUT_S)
+  kPeerLost,         // ERR_PEER_LOST: a connection to a peer closed or failed
+  kMismatch,         // ERR_MISMATCH: ranks submitted different collectives at the same position
+  kInvalidArgument,  // ERR_INVALID_ARGUMENT: bad input, here or on another rank
+  kNotInitialized,   // ERR_NOT_INITIALIZED
+  kShutdown,         // ERR_SHUTDOWN: the communicator was closed before the work ran
+  kAuth,             // ERR_AUTH: a connection failed the job's handshake
+  kInternal,         // ERR_INTERNAL: a system call or invariant failed
+};
+
+const char* codeName(Code code);
+
+class Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message, int peer = -1)
+      : code_(code), message_(std::move(message)), peer_(peer) {}
+
+  static Status ok() { return Status(); }
+  bool isOk() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+  int peer() const { return peer_; }
+
+ private:
+  Code code_ = Code::kOk;
+  std::string message_;
+  int peer_ = -1;
+};
+
+// Propagates a failed Status to the caller.
+#define HORA_RETURN_IF_ERROR(expr)            \
+  do {                                        \
+    ::hora::Status hora_status_ = (expr);     \
+    if (!hora_status_.isOk()) return hora_status_; \
+  } while (0)
+
+}  // namespace hora

@@ -1,0 +1,325 @@
+#include "engine/communicator.h"
+
+#include <cstring>
+
+#include "algorithms/blocks.h"
+#include "common/log.h"
+#include "engine/agreement.h"
+
+namespace hora {
+namespace {
+
+constexpr int64_t kQueueSpinMicros = 100;
+
+// Failures after which the connections can no longer be trusted to be in step.
+bool isFatal(Code c) {
+  return c == Code::kTimeout || c == Code::kPeerLost || c == Code::kInternal || c == Code::kAuth ||
+         c == Code::kShutdown;
+}
+
+std::string describeWork(const Work& w) {
+  std::string s = kindName(w.kind);
+  if (!w.name.empty()) s += " '" + w.name + "'";
+  return s;
+}
+
+}  // namespace
+
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::kAllreduce: return "allreduce";
+    case Kind::kBroadcast: return "broadcast";
+    case Kind::kAllgather: return "allgather";
+    case Kind::kReduceScatter: return "reducescatter";
+    case Kind::kBarrier: return "barrier";
+    case Kind::kInvalid: return "invalid call";
+  }
+  return "unknown collective";
+}
+
+Communicator::Communicator(const CommunicatorOptions& options, Completion onComplete)
+    : options_(options), onComplete_(std::move(onComplete)), ctx_(options.rank, options.size, options.timeoutMs) {
+  setLogRank(options.rank);
+  thread_ = std::thread([this] { run(); });
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    Task stop;
+    stop.stop = true;
+    queue_.push_back(std::move(stop));
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  queueCv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status Communicator::listen(int* port) { return ctx_.listen(options_.bindHost, port); }
+
+void Communicator::connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId) {
+  Task t;
+  t.batch.push_back(std::move(work));
+  t.peers = std::move(peers);
+  t.jobId = std::move(jobId);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(t));
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  queueCv_.notify_one();
+}
+
+void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
+  Task t;
+  t.batch = std::move(batch);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(t));
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  queueCv_.notify_one();
+}
+
+void Communicator::waitFor(const std::shared_ptr<Work>& work) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  doneCv_.wait(lock, [&] { return work->completed; });
+}
+
+bool Communicator::isDone(const std::shared_ptr<Work>& work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return work->completed;
+}
+
+void Communicator::abort(const Status& reason) { ctx_.abort(reason); }
+
+void Communicator::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Task stop;
+    stop.stop = true;
+    queue_.push_back(std::move(stop));
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  queueCv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Communicator::run() {
+  for (;;) {
+    Task task;
+    // Training loops submit the next collective a few microseconds after the last one completes;
+    // spinning briefly for it saves a futex wake-up on the critical path of small collectives.
+    auto spinUntil = Clock::now() + std::chrono::microseconds(kQueueSpinMicros);
+    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < spinUntil) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      queueCv_.wait(lock, [&] { return !queue_.empty(); });
+      queued_.fetch_sub(1, std::memory_order_relaxed);
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (task.stop) break;
+    if (!task.peers.empty()) {
+      runConnect(task);
+    } else {
+      runBatch(task.batch);
+    }
+  }
+  // Whatever is still queued never runs.
+  std::deque<Task> rest;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rest.swap(queue_);
+    queued_.store(0);
+  }
+  for (Task& t : rest) {
+    for (auto& w : t.batch) {
+      complete(w, Status(Code::kShutdown, "the communicator was shut down before this ran"), describeWork(*w));
+    }
+  }
+  ctx_.hangUp();
+}
+
+void Communicator::runConnect(Task& task) {
+  Status st = ctx_.connect(task.peers, task.jobId, options_.transport);
+  if (st.isOk()) connected_ = true;
+  else broken_ = st;
+  complete(task.batch.front(), st, "connecting the data plane");
+}
+
+bool Communicator::fusable(const Work& w) const {
+  return w.kind == Kind::kAllreduce && options_.fusionBytes > 0 && w.count > 0 &&
+         w.count * dtypeSize(w.dtype) < options_.fusionBytes;
+}
+
+void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
+  size_t i = 0;
+  while (i < batch.size()) {
+    Work& first = *batch[i];
+    size_t j = i + 1;
+    if (fusable(first) && broken_.isOk()) {
+      size_t total = first.count * dtypeSize(first.dtype);
+      while (j < batch.size()) {
+        const Work& w = *batch[j];
+        size_t bytes = w.count * dtypeSize(w.dtype);
+        if (!fusable(w) || w.op != first.op || w.dtype != first.dtype || w.algorithm != first.algorithm ||
+            total + bytes > options_.fusionBytes) {
+          break;
+        }
+        total += bytes;
+        ++j;
+      }
+    }
+    if (j - i >= 2) {
+      runFused(batch, i, j);
+    } else {
+      Status st = broken_;
+      if (st.isOk()) {
+        ctx_.startDeadline();
+        st = execute(first);
+      }
+      complete(batch[i], st, describeWork(first));
+    }
+    i = j;
+  }
+}
+
+// Tensor fusion: pack the run of allreduces into one buffer, reduce it once, unpack. Every rank fuses the
+// same runs because batches are formed by program order (see ts/work.ts), and the agreement checks the
+// number of tensors and the total count, so a rank that batched differently gets ERR_MISMATCH, not garbage.
+void Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end) {
+  const Work& first = *batch[begin];
+  const size_t elem = dtypeSize(first.dtype);
+  size_t total = 0;
+  for (size_t k = begin; k < end; ++k) total += batch[k]->count;
+  if (fusionBuffer_.size() < total * elem) fusionBuffer_.resize(total * elem);
+  uint8_t* buf = fusionBuffer_.data();
+  size_t off = 0;
+  for (size_t k = begin; k < end; ++k) {
+    memcpy(buf + off, batch[k]->data, batch[k]->count * elem);
+    off += batch[k]->count * elem;
+  }
+  ctx_.startDeadline();
+  Status st = agree(ctx_, proposalFor(first, seq_++, end - begin, total), "");
+  if (st.isOk()) {
+    AllreduceOptions o;
+    o.data = buf;
+    o.count = total;
+    o.dtype = first.dtype;
+    o.op = first.op;
+    o.algorithm = first.algorithm;
+    st = allreduce(ctx_, o);
+  }
+  off = 0;
+  for (size_t k = begin; k < end; ++k) {
+    Work& w = *batch[k];
+    if (st.isOk()) memcpy(w.data, buf + off, w.count * elem);
+    off += w.count * elem;
+    w.fused = true;
+    complete(batch[k], st,
+             describeWork(w) + " (fused with " + std::to_string(end - begin - 1) + " other tensors)");
+  }
+}
+
+Status Communicator::execute(Work& w) {
+  const int p = options_.size, r = options_.rank;
+  uint64_t count = w.kind == Kind::kBarrier ? 0 : w.count;
+  HORA_RETURN_IF_ERROR(agree(ctx_, proposalFor(w, seq_++, 1, count), w.invalidReason));
+  switch (w.kind) {
+    case Kind::kAllreduce: {
+      AllreduceOptions o;
+      o.data = w.data;
+      o.count = w.count;
+      o.dtype = w.dtype;
+      o.op = w.op;
+      o.algorithm = w.algorithm;
+      HORA_TRACE("allreduce '%s' %zu x %s with %s", w.name.c_str(), w.count, dtypeName(w.dtype),
+                 algorithmName(chooseAllreduceAlgorithm(ctx_, o)));
+      return allreduce(ctx_, o);
+    }
+    case Kind::kBroadcast: {
+      BroadcastOptions o;
+      o.data = w.data;
+      o.bytes = w.count * dtypeSize(w.dtype);
+      o.root = w.root;
+      return broadcast(ctx_, o);
+    }
+    case Kind::kReduceScatter: {
+      const size_t elem = dtypeSize(w.dtype);
+      uint8_t* scratch = threadScratch(w.count * elem);
+      memcpy(scratch, w.data, w.count * elem);
+      ReduceScatterOptions o;
+      o.data = scratch;
+      o.count = w.count;
+      o.dtype = w.dtype;
+      o.op = w.op;
+      HORA_RETURN_IF_ERROR(reduceScatter(ctx_, o));
+      memcpy(w.out, scratch + blockStart(w.count, p, r) * elem, blockCount(w.count, p, r) * elem);
+      return Status::ok();
+    }
+    case Kind::kAllgather: {
+      const size_t elem = dtypeSize(w.dtype);
+      // First the counts (every rank may contribute a different number of elements), then the data.
+      w.gatheredCounts.assign(p, 0);
+      w.gatheredCounts[r] = w.count;
+      AllgatherOptions counts;
+      counts.output = reinterpret_cast<uint8_t*>(w.gatheredCounts.data());
+      counts.bytesPerRank.assign(p, sizeof(uint64_t));
+      HORA_RETURN_IF_ERROR(allgather(ctx_, counts));
+      // Counts come from the network: bound them before allocating.
+      uint64_t total = 0;
+      for (int i = 0; i < p; ++i) {
+        if (w.gatheredCounts[i] > (uint64_t(1) << 40) / elem) {
+          return Status(Code::kInternal, "rank " + std::to_string(i) + " announced an implausible allgather count " +
+                                             std::to_string(w.gatheredCounts[i]), i);
+        }
+        total += w.gatheredCounts[i];
+      }
+      w.gathered.resize(total * elem);
+      AllgatherOptions o;
+      o.bytesPerRank.resize(p);
+      size_t before = 0;
+      for (int i = 0; i < p; ++i) {
+        o.bytesPerRank[i] = w.gatheredCounts[i] * elem;
+        if (i < r) before += o.bytesPerRank[i];
+      }
+      if (w.count > 0) memcpy(w.gathered.data() + before, w.data, w.count * elem);
+      o.output = w.gathered.data();
+      return allgather(ctx_, o);
+    }
+    case Kind::kBarrier:
+    case Kind::kInvalid:
+      return Status::ok();
+  }
+  return Status(Code::kInternal, "unknown collective kind");
+}
+
+void Communicator::complete(const std::shared_ptr<Work>& w, Status st, const std::string& what) {
+  if (!st.isOk()) {
+    bool fatal = isFatal(st.code());
+    std::string prefix = "rank " + std::to_string(options_.rank) + ": " + what + ": ";
+    if (fatal && broken_.isOk()) {
+      broken_ = Status(st.code(), "earlier failure: " + st.message(), st.peer());
+      // Peers blocked on this rank should hear at once rather than wait for their own timeout.
+      ctx_.hangUp();
+      HORA_WARN("%s%s", prefix.c_str(), st.message().c_str());
+    }
+    w->status = Status(st.code(), prefix + st.message(), st.peer());
+  } else {
+    w->status = st;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    w->completed = true;
+  }
+  doneCv_.notify_all();
+  if (onComplete_) onComplete_(w);
+}
+
+}  // namespace hora

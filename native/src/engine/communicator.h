@@ -1,0 +1,93 @@
+// Communicator: one rank's membership in a job, and the thread that runs its collectives.
+//
+// Why one thread: collectives must run in the same order on every rank (the agreement checks it), and a
+// single thread per communicator gives that order for free; it also keeps blocking waits off the JS event
+// loop and off libuv's pool, where a collective waiting on a slow peer would starve file and DNS work.
+// The JS thread submits batches (all the calls made in one turn of the event loop); the thread fuses runs
+// of small allreduces within a batch into one collective (tensor fusion), and reports each Work through
+// the completion callback.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/work.h"
+#include "transport/context.h"
+
+namespace hora {
+
+struct CommunicatorOptions {
+  int rank = 0;                      // this process, 0 <= rank < size
+  int size = 1;                      // world size
+  int64_t timeoutMs = 300000;        // deadline of every collective (HORA_TIMEOUT_S)
+  size_t fusionBytes = 0;            // fusion buffer size; 0 turns fusion off (HORA_FUSION_MB)
+  Algorithm algorithm = Algorithm::kAuto;               // HORA_ALGO
+  TransportChoice transport = TransportChoice::kAuto;   // HORA_TRANSPORT
+  std::string bindHost;              // data-plane listen address (HORA_IFACE); empty: all interfaces
+};
+
+class Communicator {
+ public:
+  using Completion = std::function<void(const std::shared_ptr<Work>&)>;
+
+  // onComplete runs on the communication thread, once per Work, after its status and results are set.
+  Communicator(const CommunicatorOptions& options, Completion onComplete);
+  ~Communicator();
+
+  const CommunicatorOptions& options() const { return options_; }
+
+  // Opens the data-plane listener (synchronously: it is quick) and returns its port.
+  Status listen(int* port);
+  // Queues the mesh connection; completes `work` (kind ignored) when connected.
+  void connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId);
+  // Queues collectives that were submitted together; they run in order.
+  void submit(std::vector<std::shared_ptr<Work>> batch);
+  // Blocks the caller until work has completed.
+  void waitFor(const std::shared_ptr<Work>& work);
+  bool isDone(const std::shared_ptr<Work>& work);
+  // Fails everything queued and everything later with reason; wakes a blocked collective.
+  void abort(const Status& reason);
+  // Lets the queue drain, then stops the thread and closes every connection.
+  void close();
+
+ private:
+  struct Task {
+    std::vector<std::shared_ptr<Work>> batch;
+    std::vector<PeerInfo> peers;  // non-empty: a connect task
+    std::string jobId;
+    bool stop = false;
+  };
+
+  void run();
+  void runConnect(Task& task);
+  void runBatch(std::vector<std::shared_ptr<Work>>& batch);
+  void runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
+  Status execute(Work& w);
+  void complete(const std::shared_ptr<Work>& w, Status st, const std::string& what);
+  bool fusable(const Work& w) const;
+
+  CommunicatorOptions options_;
+  Completion onComplete_;
+  Context ctx_;
+  bool connected_ = false;
+  uint64_t seq_ = 0;
+  Status broken_;  // the first fatal failure; every later Work fails with it
+  std::vector<uint8_t> fusionBuffer_;
+
+  std::mutex mutex_;
+  std::condition_variable queueCv_;
+  std::condition_variable doneCv_;
+  std::deque<Task> queue_;
+  std::atomic<int> queued_{0};  // tasks in queue_, readable without the lock
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace hora

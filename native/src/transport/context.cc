@@ -1,0 +1,339 @@
+#include "transport/context.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <ctime>
+
+#include "common/log.h"
+#include "reduce/reduce.h"
+#include "transport/shm/pair.h"
+#include "transport/shm/segment.h"
+#include "transport/tcp/connect.h"
+#include "transport/tcp/pair.h"
+
+namespace hora {
+namespace {
+
+// How long an idle wait spins before it gives the core away. Spinning keeps small-message latency in
+// microseconds; giving the core away keeps a rank that waits for a slower peer from stealing cycles the
+// peer needs (two ranks on a two-core machine). Shared memory can only be polled, so after spinning it
+// sleeps in short naps that grow to kMaxNapMicros; TCP sleeps in poll() and wakes when data arrives.
+constexpr int64_t kSpinMicros = 50;
+constexpr int64_t kYieldMicros = 1000;
+constexpr int kMaxNapMicros = 500;
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+uint64_t jobTagOf(const std::string& jobId) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : jobId) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string segmentName(const std::string& jobId, int rank) {
+  std::string safe;
+  for (char c : jobId) safe += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+  return "/hora-" + safe + "-" + std::to_string(rank);
+}
+
+}  // namespace
+
+Context::Context(int rank, int size, int64_t timeoutMs)
+    : rank_(rank), size_(size), timeoutMs_(timeoutMs), deadline_(timeoutMs) {
+  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  pairs_.resize(size);
+}
+
+Context::~Context() {
+  pairs_.clear();
+  segments_.clear();
+  if (listenFd_ >= 0) close(listenFd_);
+  if (wakeFd_ >= 0) close(wakeFd_);
+}
+
+Status Context::listen(const std::string& bindHost, int* port) {
+  return tcp::listenOn(bindHost, size_ + 16, &listenFd_, port);
+}
+
+Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& jobId, TransportChoice transport) {
+  if (static_cast<int>(peers.size()) != size_) {
+    return Status(Code::kInvalidArgument, "peer table has " + std::to_string(peers.size()) +
+                                              " entries for a world of " + std::to_string(size_));
+  }
+  Deadline deadline(timeoutMs_);
+  std::vector<tcp::PeerAddress> addrs(size_);
+  for (int r = 0; r < size_; ++r) addrs[r] = {peers[r].addr, peers[r].port};
+  std::vector<int> fds;
+  HORA_RETURN_IF_ERROR(tcp::connectMesh(listenFd_, rank_, size_, addrs, jobTagOf(jobId), deadline, &fds));
+  close(listenFd_);
+  listenFd_ = -1;
+
+  std::vector<int> shmPeers;
+  int localSize = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (peers[r].hostId != peers[rank_].hostId) continue;
+    ++localSize;
+    if (r != rank_ && transport == TransportChoice::kAuto) shmPeers.push_back(r);
+  }
+  auto fail = [&](Status st) {
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+    return st;
+  };
+
+  std::vector<shm::Ring*> peerRingsForMe(size_, nullptr);
+  shm::Ring* myRings = nullptr;
+  if (!shmPeers.empty()) {
+    auto mine = std::make_unique<shm::Segment>();
+    Status st = shm::Segment::create(segmentName(jobId, rank_), shm::kRingBytes * localSize, mine.get());
+    if (!st.isOk()) return fail(st);
+    myRings = static_cast<shm::Ring*>(mine->data());
+    for (int i = 0; i < localSize; ++i) {
+      new (&myRings[i].control.head) std::atomic<uint64_t>(0);
+      new (&myRings[i].control.tail) std::atomic<uint64_t>(0);
+    }
+    // Two rounds over the TCP connections: "my segment exists", then "I have mapped yours".
+    char token = 'S';
+    for (int p : shmPeers) {
+      st = tcp::sendAll(fds[p], &token, 1, deadline, p);
+      if (!st.isOk()) return fail(st);
+    }
+    for (int p : shmPeers) {
+      char got = 0;
+      st = tcp::recvAll(fds[p], &got, 1, deadline, p);
+      if (!st.isOk()) return fail(st);
+      auto theirs = std::make_unique<shm::Segment>();
+      st = shm::Segment::open(segmentName(jobId, p), shm::kRingBytes * localSize, theirs.get());
+      if (!st.isOk()) return fail(st);
+      peerRingsForMe[p] = static_cast<shm::Ring*>(theirs->data()) + peers[rank_].localRank;
+      segments_.push_back(std::move(theirs));
+    }
+    token = 'M';
+    for (int p : shmPeers) {
+      st = tcp::sendAll(fds[p], &token, 1, deadline, p);
+      if (!st.isOk()) return fail(st);
+    }
+    for (int p : shmPeers) {
+      char got = 0;
+      st = tcp::recvAll(fds[p], &got, 1, deadline, p);
+      if (!st.isOk()) return fail(st);
+    }
+    mine->unlink();
+    segments_.push_back(std::move(mine));
+  }
+
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    Status st = tcp::configureForDataPlane(fds[r]);
+    if (!st.isOk()) return fail(st);
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (peerRingsForMe[r] != nullptr) {
+      pairs_[r] = std::make_unique<shm::ShmPair>(r, peerRingsForMe[r], myRings + peers[r].localRank, fds[r]);
+    } else {
+      pairs_[r] = std::make_unique<tcp::TcpPair>(r, fds[r]);
+    }
+    fds[r] = -1;
+  }
+  HORA_INFO("connected to %d peers (%zu over shared memory)", size_ - 1, shmPeers.size());
+  return Status::ok();
+}
+
+void Context::abort(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(abortMutex_);
+    if (aborted_.load()) return;
+    abortReason_ = reason;
+    aborted_.store(true, std::memory_order_release);
+  }
+  uint64_t one = 1;
+  ssize_t ignored = write(wakeFd_, &one, sizeof(one));
+  (void)ignored;
+}
+
+void Context::hangUp() {
+  for (auto& p : pairs_) {
+    if (p != nullptr) shutdown(p->livenessFd(), SHUT_RDWR);
+  }
+}
+
+Status Context::abortReason() const {
+  std::lock_guard<std::mutex> lock(abortMutex_);
+  return abortReason_;
+}
+
+Status Context::sendRecv(int to, const void* sendData, size_t sendLen, int from, void* recvData, size_t recvLen) {
+  SendOp s{pairs_[to].get(), static_cast<const uint8_t*>(sendData), sendLen};
+  RecvOp r{pairs_[from].get(), static_cast<uint8_t*>(recvData), recvLen};
+  return progress(&s, 1, &r, 1);
+}
+
+Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) {
+  int idle = 0;
+  Clock::time_point idleSince;
+  for (;;) {
+    bool moved = false;
+    bool pending = false;
+    for (int i = 0; i < numSends; ++i) {
+      SendOp& s = sends[i];
+      if (s.done == s.len) continue;
+      size_t taken = 0;
+      HORA_RETURN_IF_ERROR(s.pair->trySend(s.data + s.done, s.len - s.done, &taken));
+      s.done += taken;
+      moved |= taken > 0;
+      pending |= s.done < s.len;
+    }
+    for (int i = 0; i < numRecvs; ++i) {
+      RecvOp& r = recvs[i];
+      if (r.done == r.len) continue;
+      if (!r.reduce) {
+        size_t got = 0;
+        HORA_RETURN_IF_ERROR(r.pair->tryRecvInto(r.dst + r.done, r.len - r.done, &got));
+        r.done += got;
+        moved |= got > 0;
+      } else {
+        const size_t elem = dtypeSize(r.dtype);
+        for (;;) {
+          const uint8_t* src = nullptr;
+          size_t avail = 0;
+          HORA_RETURN_IF_ERROR(r.pair->peek(r.len - r.done, &src, &avail));
+          size_t n = avail - avail % elem;
+          if (n == 0) break;
+          if (reinterpret_cast<uintptr_t>(src) % elem != 0) {
+            // A read-ahead buffer can hold a message at any byte offset; the kernels want aligned elements.
+            alignas(64) static thread_local uint8_t aligned[16384];
+            n = n < sizeof(aligned) ? n : sizeof(aligned);
+            memcpy(aligned, src, n);
+            src = aligned;
+          }
+          reduceInto(r.op, r.dtype, r.dst + r.done, src, n / elem);
+          r.pair->consume(n);
+          r.done += n;
+          moved = true;
+          if (r.done == r.len) break;
+        }
+      }
+      pending |= r.done < r.len;
+    }
+    if (!pending) return Status::ok();
+    if (moved) {
+      idle = 0;
+      continue;
+    }
+    if (idle++ == 0) idleSince = Clock::now();
+    HORA_RETURN_IF_ERROR(waitForProgress(sends, numSends, recvs, numRecvs, idle, idleSince));
+  }
+}
+
+Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs, int idleRounds,
+                                 Clock::time_point idleSince) {
+  if (aborted_.load(std::memory_order_acquire)) return abortReason();
+  // Reading the clock costs little next to a round, but not nothing: spin a few rounds between reads.
+  if (idleRounds % 16 != 0) {
+    cpuRelax();
+    return Status::ok();
+  }
+  const int64_t idleMicros =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
+  if (idleMicros < kSpinMicros) {
+    cpuRelax();
+    return Status::ok();
+  }
+  if (deadline_.expired()) return timeoutStatus(sends, numSends, recvs, numRecvs);
+
+  // Gather what poll() can watch: TCP sockets with pending work, plus the abort eventfd.
+  pollfd fds[64];
+  int n = 0;
+  bool spinning = false;
+  fds[n++] = {wakeFd_, POLLIN, 0};
+  for (int i = 0; i < numSends && n < 64; ++i) {
+    if (sends[i].done == sends[i].len) continue;
+    int fd = sends[i].pair->pollFd();
+    if (fd >= 0) fds[n++] = {fd, POLLOUT, 0};
+    else spinning = true;
+  }
+  for (int i = 0; i < numRecvs && n < 64; ++i) {
+    if (recvs[i].done == recvs[i].len) continue;
+    int fd = recvs[i].pair->pollFd();
+    if (fd >= 0) fds[n++] = {fd, POLLIN, 0};
+    else spinning = true;
+  }
+  if (!spinning) {
+    int r = poll(fds, n, deadline_.remainingMs(200));
+    if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + strerror(errno));
+    return Status::ok();
+  }
+  // Shared memory has no descriptor to sleep on: yield for a while, then nap, looking at the peers'
+  // sockets for a hang-up on the way.
+  HORA_RETURN_IF_ERROR(checkLiveness(sends, numSends, recvs, numRecvs));
+  if (idleMicros < kYieldMicros) {
+    if (n > 1) poll(fds, n, 0);
+    sched_yield();
+    return Status::ok();
+  }
+  int nap = static_cast<int>((idleMicros - kYieldMicros) / 8);
+  nap = nap < 20 ? 20 : (nap > kMaxNapMicros ? kMaxNapMicros : nap);
+  timespec ts{0, nap * 1000L};
+  nanosleep(&ts, nullptr);
+  return Status::ok();
+}
+
+Status Context::checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) {
+  auto check = [&](Pair* p) -> Status {
+    if (p->pollFd() >= 0) return Status::ok();
+    pollfd pf{p->livenessFd(), POLLIN | POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) <= 0) return Status::ok();
+    char c;
+    ssize_t r = recv(pf.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (pf.revents & (POLLHUP | POLLERR))) {
+      return Status(Code::kPeerLost,
+                    "rank " + std::to_string(p->peer()) + " is gone (its connection closed while it shared memory with rank " +
+                        std::to_string(rank_) + ")",
+                    p->peer());
+    }
+    return Status::ok();
+  };
+  for (int i = 0; i < numSends; ++i) HORA_RETURN_IF_ERROR(check(sends[i].pair));
+  for (int i = 0; i < numRecvs; ++i) HORA_RETURN_IF_ERROR(check(recvs[i].pair));
+  return Status::ok();
+}
+
+Status Context::timeoutStatus(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const {
+  for (int i = 0; i < numRecvs; ++i) {
+    if (recvs[i].done < recvs[i].len) {
+      int peer = recvs[i].pair->peer();
+      return Status(Code::kTimeout,
+                    "timed out after " + std::to_string(timeoutMs_ / 1000.0).substr(0, 6) + " s waiting for rank " +
+                        std::to_string(peer) + " (received " + std::to_string(recvs[i].done) + " of " +
+                        std::to_string(recvs[i].len) + " bytes)",
+                    peer);
+    }
+  }
+  for (int i = 0; i < numSends; ++i) {
+    if (sends[i].done < sends[i].len) {
+      int peer = sends[i].pair->peer();
+      return Status(Code::kTimeout,
+                    "timed out sending to rank " + std::to_string(peer) + " (sent " + std::to_string(sends[i].done) +
+                        " of " + std::to_string(sends[i].len) + " bytes)",
+                    peer);
+    }
+  }
+  return Status(Code::kTimeout, "timed out", -1);
+}
+
+}  // namespace hora

@@ -1,0 +1,107 @@
+// Context: this rank's connections to every peer, and the progress engine that drives them.
+//
+// The algorithms describe one step as a few sends and receives (SendOp / RecvOp) and call progress(),
+// which moves bytes on all of them at once until every one is complete, reducing received data into the
+// destination as it arrives when a RecvOp asks for it. It never blocks on a single socket: it polls the
+// TCP descriptors (and spins on shared-memory rings), checks the deadline of the current collective and
+// the abort flag, and notices at once when a connection to any involved peer hangs up.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/types.h"
+#include "transport/pair.h"
+
+namespace hora {
+
+namespace shm {
+class Segment;
+}
+
+struct PeerInfo {
+  int rank = 0;
+  std::string hostId;  // ranks with equal host ids share memory (decided by the rendezvous, not hostname)
+  std::string addr;    // data-plane address
+  int port = 0;
+  int localRank = 0;   // index among the ranks with this host id
+};
+
+enum class TransportChoice : uint8_t {
+  kAuto = 0,  // shared memory between ranks on one host, TCP otherwise
+  kTcp = 1,   // TCP for every pair (HORA_TRANSPORT=tcp)
+};
+
+struct SendOp {
+  Pair* pair;
+  const uint8_t* data;
+  size_t len;
+  size_t done = 0;
+};
+
+struct RecvOp {
+  Pair* pair;
+  uint8_t* dst;
+  size_t len;
+  size_t done = 0;
+  bool reduce = false;  // combine into dst with op/dtype instead of copying
+  ReduceOp op = ReduceOp::kSum;
+  DType dtype = DType::kUint8;
+};
+
+class Context {
+ public:
+  Context(int rank, int size, int64_t timeoutMs);
+  ~Context();
+
+  // Opens the data-plane listener; call before the rendezvous so the port can be published.
+  Status listen(const std::string& bindHost, int* port);
+  // Connects to every peer (table indexed by rank) and sets up shared memory with same-host peers.
+  Status connect(const std::vector<PeerInfo>& peers, const std::string& jobId, TransportChoice transport);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Pair* pair(int peer) const { return pairs_[peer].get(); }
+  bool usesSharedMemory(int peer) const { return pairs_[peer] != nullptr && pairs_[peer]->pollFd() < 0; }
+  int64_t timeoutMs() const { return timeoutMs_; }
+
+  // Starts the deadline of the next collective.
+  void startDeadline() { deadline_ = Deadline(timeoutMs_); }
+  Status progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs);
+
+  // Convenience: one send and one receive that progress together.
+  Status sendRecv(int to, const void* sendData, size_t sendLen, int from, void* recvData, size_t recvLen);
+
+  // Thread-safe: every current and later progress() fails with this status.
+  void abort(const Status& reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // Shuts every connection down so that peers blocked on this rank see a hang-up at once, not a timeout.
+  void hangUp();
+  Status abortReason() const;
+
+ private:
+  Status waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs, int idleRounds,
+                         Clock::time_point idleSince);
+  Status checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs);
+  Status timeoutStatus(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const;
+
+  int rank_;
+  int size_;
+  int64_t timeoutMs_;
+  Deadline deadline_;
+  int listenFd_ = -1;
+  int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
+  std::vector<std::unique_ptr<Pair>> pairs_;
+  std::vector<std::unique_ptr<shm::Segment>> segments_;  // outlive the pairs that point into them
+
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex abortMutex_;
+  Status abortReason_;
+};
+
+}  // namespace hora

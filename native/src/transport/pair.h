@@ -1,0 +1,42 @@
+// Pair: the connection between this rank and one peer, as the algorithms see it.
+//
+// Every call is non-blocking. The progress engine (transport/context.h) drives a set of pairs at once, so
+// a rank can send to its right neighbour while it receives from its left and reduces what has arrived.
+// Both transports present the same byte stream per direction; the shared-memory transport hands out
+// received bytes in place (peek/consume) so they can be reduced straight out of the shared segment.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace hora {
+
+class Pair {
+ public:
+  explicit Pair(int peer) : peer_(peer) {}
+  virtual ~Pair() = default;
+  Pair(const Pair&) = delete;
+  Pair& operator=(const Pair&) = delete;
+
+  int peer() const { return peer_; }
+
+  // Takes as many bytes of [data, data + len) as fit now; *taken says how many (possibly 0).
+  virtual Status trySend(const uint8_t* data, size_t len, size_t* taken) = 0;
+  // Copies up to len received bytes into dst; *got says how many (possibly 0).
+  virtual Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) = 0;
+  // Exposes received bytes in place, contiguous, at most max; *avail may be 0. consume() releases them.
+  virtual Status peek(size_t max, const uint8_t** data, size_t* avail) = 0;
+  virtual void consume(size_t n) = 0;
+
+  // The descriptor poll() watches for this pair's traffic, or -1 when the transport is polled by spinning.
+  virtual int pollFd() const = 0;
+  // A socket whose hang-up means the peer is gone (for shared memory, the idle TCP connection kept for this).
+  virtual int livenessFd() const = 0;
+
+ private:
+  int peer_;
+};
+
+}  // namespace hora

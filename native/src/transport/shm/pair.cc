@@ -1,0 +1,72 @@
+#include "transport/shm/pair.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+namespace hora {
+namespace shm {
+
+ShmPair::ShmPair(int peer, Ring* tx, Ring* rx, int tcpFd) : Pair(peer), tx_(tx), rx_(rx), tcpFd_(tcpFd) {}
+
+ShmPair::~ShmPair() {
+  if (tcpFd_ >= 0) close(tcpFd_);
+}
+
+Status ShmPair::trySend(const uint8_t* data, size_t len, size_t* taken) {
+  *taken = 0;
+  while (*taken < len) {
+    if (txHead_ - txTailSeen_ >= kSlots) {
+      txTailSeen_ = tx_->control.tail.load(std::memory_order_acquire);
+      if (txHead_ - txTailSeen_ >= kSlots) break;
+    }
+    size_t slot = txHead_ % kSlots;
+    size_t n = len - *taken < kSlotBytes ? len - *taken : kSlotBytes;
+    memcpy(tx_->slots[slot], data + *taken, n);
+    tx_->control.lengths[slot] = static_cast<uint32_t>(n);
+    ++txHead_;
+    tx_->control.head.store(txHead_, std::memory_order_release);
+    *taken += n;
+  }
+  return Status::ok();
+}
+
+Status ShmPair::peek(size_t max, const uint8_t** data, size_t* avail) {
+  *avail = 0;
+  if (rxTail_ == rxHeadSeen_) {
+    rxHeadSeen_ = rx_->control.head.load(std::memory_order_acquire);
+    if (rxTail_ == rxHeadSeen_) return Status::ok();
+  }
+  size_t slot = rxTail_ % kSlots;
+  size_t left = rx_->control.lengths[slot] - rxOffset_;
+  *data = rx_->slots[slot] + rxOffset_;
+  *avail = left < max ? left : max;
+  return Status::ok();
+}
+
+void ShmPair::consume(size_t n) {
+  size_t slot = rxTail_ % kSlots;
+  rxOffset_ += n;
+  if (rxOffset_ >= rx_->control.lengths[slot]) {
+    rxOffset_ = 0;
+    ++rxTail_;
+    rx_->control.tail.store(rxTail_, std::memory_order_release);
+  }
+}
+
+Status ShmPair::tryRecvInto(uint8_t* dst, size_t len, size_t* got) {
+  *got = 0;
+  while (*got < len) {
+    const uint8_t* src;
+    size_t n;
+    peek(len - *got, &src, &n);
+    if (n == 0) break;
+    memcpy(dst + *got, src, n);
+    consume(n);
+    *got += n;
+  }
+  return Status::ok();
+}
+
+}  // namespace shm
+}  // namespace hora

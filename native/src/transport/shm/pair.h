@@ -1,0 +1,37 @@
+// Shared-memory pair between two ranks on the same host: a ring each way (see ring.h). The TCP connection
+// made at init stays open beside it, idle, so that a peer that dies is seen at once as a hang-up.
+#pragma once
+
+#include "transport/pair.h"
+#include "transport/shm/ring.h"
+
+namespace hora {
+namespace shm {
+
+class ShmPair : public Pair {
+ public:
+  // tx: the ring in the peer's segment that this rank fills; rx: the ring in this rank's segment that the
+  // peer fills. tcpFd is owned by this pair from now on.
+  ShmPair(int peer, Ring* tx, Ring* rx, int tcpFd);
+  ~ShmPair() override;
+
+  Status trySend(const uint8_t* data, size_t len, size_t* taken) override;
+  Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) override;
+  Status peek(size_t max, const uint8_t** data, size_t* avail) override;
+  void consume(size_t n) override;
+  int pollFd() const override { return -1; }
+  int livenessFd() const override { return tcpFd_; }
+
+ private:
+  Ring* tx_;
+  Ring* rx_;
+  int tcpFd_;
+  uint64_t txHead_ = 0;       // producer's own copy of tx_->head
+  uint64_t txTailSeen_ = 0;   // last tail read from the consumer, to avoid touching its cache line
+  uint64_t rxTail_ = 0;       // consumer's own copy of rx_->tail
+  uint64_t rxHeadSeen_ = 0;
+  size_t rxOffset_ = 0;       // bytes already consumed from the current slot
+};
+
+}  // namespace shm
+}  // namespace hora

@@ -1,0 +1,40 @@
+// A single-producer, single-consumer ring of fixed-size slots in shared memory.
+//
+// The ring lives in the *receiver's* segment, so data already published stays readable after the sender
+// exits. The producer copies a chunk into the next free slot and publishes it by advancing `head`; the
+// consumer reads (or reduces) the slot in place and frees it by advancing `tail`. Slots hold at most
+// kSlotBytes, a multiple of 8, and a message always starts at a fresh slot, so an element never
+// straddles two slots. Several slots give several chunks in flight: while the consumer reduces one slot,
+// the producer fills the next, which is the compute/communication overlap on shared memory.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace hora {
+namespace shm {
+
+constexpr size_t kSlotBytes = 64 * 1024;
+constexpr size_t kSlots = 8;
+
+struct alignas(64) RingControl {
+  std::atomic<uint64_t> head;  // slots published by the producer
+  char padHead[64 - sizeof(std::atomic<uint64_t>)];
+  std::atomic<uint64_t> tail;  // slots released by the consumer
+  char padTail[64 - sizeof(std::atomic<uint64_t>)];
+  uint32_t lengths[kSlots];    // bytes used in each slot
+};
+
+struct Ring {
+  RingControl control;
+  alignas(64) uint8_t slots[kSlots][kSlotBytes];
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free 64-bit atomics");
+static_assert(kSlotBytes % 8 == 0, "an element must never straddle two slots");
+
+constexpr size_t kRingBytes = (sizeof(Ring) + 4095) & ~size_t(4095);
+
+}  // namespace shm
+}  // namespace hora

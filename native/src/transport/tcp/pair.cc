@@ -1,0 +1,100 @@
+#include "transport/tcp/pair.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+namespace hora {
+namespace tcp {
+
+constexpr size_t kBounceBytes = 256 * 1024;
+
+TcpPair::TcpPair(int peer, int fd) : Pair(peer), fd_(fd), bounce_(kBounceBytes) {}
+
+TcpPair::~TcpPair() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status TcpPair::lost(const char* what, int err) {
+  std::string msg = std::string("connection to rank ") + std::to_string(peer()) + " " + what;
+  if (err != 0) msg += std::string(" (") + strerror(err) + ")";
+  return Status(Code::kPeerLost, msg, peer());
+}
+
+Status TcpPair::trySend(const uint8_t* data, size_t len, size_t* taken) {
+  *taken = 0;
+  while (*taken < len) {
+    ssize_t n = ::send(fd_, data + *taken, len - *taken, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      *taken += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
+    return lost("failed while sending", n < 0 ? errno : 0);
+  }
+  return Status::ok();
+}
+
+Status TcpPair::tryRecvInto(uint8_t* dst, size_t len, size_t* got) {
+  *got = 0;
+  size_t buffered = bounceEnd_ - bounceBegin_;
+  if (buffered > 0) {
+    size_t n = buffered < len ? buffered : len;
+    memcpy(dst, bounce_.data() + bounceBegin_, n);
+    consume(n);
+    *got = n;
+  }
+  while (*got < len) {
+    ssize_t n = ::recv(fd_, dst + *got, len - *got, MSG_DONTWAIT);
+    if (n > 0) {
+      *got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
+    return lost(n == 0 ? "was closed by the peer" : "failed while receiving", n < 0 ? errno : 0);
+  }
+  return Status::ok();
+}
+
+Status TcpPair::peek(size_t max, const uint8_t** data, size_t* avail) {
+  // Move a short tail to the front when the buffer's end is near, so reads stay large.
+  if (bounceBegin_ > 0 && bounceBegin_ == bounceEnd_) bounceBegin_ = bounceEnd_ = 0;
+  if (bounce_.size() - bounceEnd_ < bounce_.size() / 4 && bounceBegin_ > 0) {
+    memmove(bounce_.data(), bounce_.data() + bounceBegin_, bounceEnd_ - bounceBegin_);
+    bounceEnd_ -= bounceBegin_;
+    bounceBegin_ = 0;
+  }
+  size_t buffered = bounceEnd_ - bounceBegin_;
+  if (buffered < max && bounceEnd_ < bounce_.size()) {
+    size_t room = bounce_.size() - bounceEnd_;
+    // Read no further than asked beyond what is buffered: bytes of a later message wait in the kernel.
+    size_t want = max - buffered < room ? max - buffered : room;
+    for (;;) {
+      ssize_t n = ::recv(fd_, bounce_.data() + bounceEnd_, want, MSG_DONTWAIT);
+      if (n > 0) {
+        bounceEnd_ += static_cast<size_t>(n);
+        break;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      return lost(n == 0 ? "was closed by the peer" : "failed while receiving", n < 0 ? errno : 0);
+    }
+  }
+  buffered = bounceEnd_ - bounceBegin_;
+  *data = bounce_.data() + bounceBegin_;
+  *avail = buffered < max ? buffered : max;
+  return Status::ok();
+}
+
+void TcpPair::consume(size_t n) {
+  bounceBegin_ += n;
+  if (bounceBegin_ == bounceEnd_) bounceBegin_ = bounceEnd_ = 0;
+}
+
+}  // namespace tcp
+}  // namespace hora

@@ -1,0 +1,36 @@
+// TCP pair: one non-blocking, TCP_NODELAY stream socket per peer, connected once at init.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "transport/pair.h"
+
+namespace hora {
+namespace tcp {
+
+class TcpPair : public Pair {
+ public:
+  TcpPair(int peer, int fd);
+  ~TcpPair() override;
+
+  Status trySend(const uint8_t* data, size_t len, size_t* taken) override;
+  Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) override;
+  Status peek(size_t max, const uint8_t** data, size_t* avail) override;
+  void consume(size_t n) override;
+  int pollFd() const override { return fd_; }
+  int livenessFd() const override { return fd_; }
+
+ private:
+  Status lost(const char* what, int err);
+
+  int fd_;
+  // Bytes read ahead for peek(); tryRecvInto drains these before it reads the socket, so the stream
+  // stays in order. Sized to stay in L2 while a segment is reduced out of it.
+  std::vector<uint8_t> bounce_;
+  size_t bounceBegin_ = 0;
+  size_t bounceEnd_ = 0;
+};
+
+}  // namespace tcp
+}  // namespace hora

@@ -1,0 +1,239 @@
+/**
+ * `hora bench`: bandwidth and latency of one collective over a range of sizes, in the table format of
+ * nccl-tests (and of the peer baselines), with a correctness check of every result. Run it under
+ * `hora run -np N`; rank 0 prints.
+ *
+ *   algbw = bytes / time;  busbw = algbw * factor, where factor is 2(n-1)/n for allreduce,
+ *   (n-1)/n for allgather and reducescatter, and 1 for broadcast (nccl-tests' definitions).
+ */
+import * as hora from '../index';
+import type { DType, ReduceOp, Tensor } from '../types';
+
+const OPS = ['allreduce', 'broadcast', 'allgather', 'reducescatter'] as const;
+type BenchOp = (typeof OPS)[number];
+
+interface BenchArgs {
+  op: BenchOp;
+  min: number;
+  max: number;
+  factor: number;
+  dtype: DType;
+  reduceOp: ReduceOp;
+  iters?: number;
+  warmup: number;
+  sync: boolean;
+  check: boolean;
+}
+
+const USAGE = `usage: hora run -np N hora bench [options]
+
+  --op allreduce|broadcast|allgather|reducescatter   collective to measure (allreduce)
+  --min SIZE          smallest message in bytes, suffixes K M G (4)
+  --max SIZE          largest message (256M)
+  --factor F          size multiplier between rows (4)
+  --dtype T           float32|float64|float16|bfloat16|int32|int64|uint8 (float32)
+  --reduce-op OP      sum|avg|min|max|prod for allreduce/reducescatter (sum)
+  --iters N           timed iterations per size (default: 200 below 1 MiB, 20 below 16 MiB, else 5)
+  --warmup N          untimed iterations per size (2)
+  --sync              block with Work.wait() instead of awaiting
+  --no-check          skip the correctness check`;
+
+export class UsageError extends Error {}
+
+function parseSize(flag: string, v: string | undefined): number {
+  const m = v === undefined ? null : /^(\d+(?:\.\d+)?)([kKmMgG]?)$/.exec(v);
+  if (!m) throw new UsageError(`${flag} expects a size such as 4, 64K or 256M; received ${JSON.stringify(v)}`);
+  const mult = { '': 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[m[2].toLowerCase() as '' | 'k' | 'm' | 'g'];
+  return Math.round(Number(m[1]) * mult);
+}
+
+function parseInteger(flag: string, v: string | undefined, min: number): number {
+  const n = v === undefined ? NaN : Number(v);
+  if (!Number.isInteger(n) || n < min) throw new UsageError(`${flag} expects an integer >= ${min}; received ${JSON.stringify(v)}`);
+  return n;
+}
+
+export function parseArgs(argv: string[]): BenchArgs {
+  const a: BenchArgs = {
+    op: 'allreduce', min: 4, max: 256 * 1024 * 1024, factor: 4, dtype: 'float32', reduceOp: 'sum', warmup: 2, sync: false, check: true,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i];
+    const next = () => argv[++i];
+    switch (flag) {
+      case '--op': {
+        const v = next();
+        if (!OPS.includes(v as BenchOp)) throw new UsageError(`--op expects one of ${OPS.join(', ')}; received ${JSON.stringify(v)}`);
+        a.op = v as BenchOp;
+        break;
+      }
+      case '--min': a.min = parseSize(flag, next()); break;
+      case '--max': a.max = parseSize(flag, next()); break;
+      case '--factor': a.factor = parseInteger(flag, next(), 2); break;
+      case '--dtype': {
+        const v = next();
+        if (!(v in ELEMENT)) throw new UsageError(`--dtype expects one of ${Object.keys(ELEMENT).join(', ')}; received ${JSON.stringify(v)}`);
+        a.dtype = v as DType;
+        break;
+      }
+      case '--reduce-op': {
+        const v = next();
+        if (!['sum', 'avg', 'min', 'max', 'prod'].includes(v)) throw new UsageError(`--reduce-op expects sum, avg, min, max or prod; received ${JSON.stringify(v)}`);
+        a.reduceOp = v as ReduceOp;
+        break;
+      }
+      case '--iters': a.iters = parseInteger(flag, next(), 1); break;
+      case '--warmup': a.warmup = parseInteger(flag, next(), 0); break;
+      case '--sync': a.sync = true; break;
+      case '--no-check': a.check = false; break;
+      case '-h': case '--help': throw new UsageError('');
+      default: throw new UsageError(`unknown option ${JSON.stringify(flag)}`);
+    }
+  }
+  if (a.min > a.max) throw new UsageError(`--min (${a.min}) is larger than --max (${a.max})`);
+  return a;
+}
+
+const ELEMENT: Record<DType, { bytes: number; make: (n: number) => Tensor; set: (x: Tensor, i: number, v: number) => void; get: (x: Tensor, i: number) => number }> = {
+  float32: { bytes: 4, make: (n) => new Float32Array(n), set: (x, i, v) => { (x as Float32Array)[i] = v; }, get: (x, i) => (x as Float32Array)[i] },
+  float64: { bytes: 8, make: (n) => new Float64Array(n), set: (x, i, v) => { (x as Float64Array)[i] = v; }, get: (x, i) => (x as Float64Array)[i] },
+  int32: { bytes: 4, make: (n) => new Int32Array(n), set: (x, i, v) => { (x as Int32Array)[i] = v; }, get: (x, i) => (x as Int32Array)[i] },
+  int64: { bytes: 8, make: (n) => new BigInt64Array(n), set: (x, i, v) => { (x as BigInt64Array)[i] = BigInt(v); }, get: (x, i) => Number((x as BigInt64Array)[i]) },
+  uint8: { bytes: 1, make: (n) => new Uint8Array(n), set: (x, i, v) => { (x as Uint8Array)[i] = v; }, get: (x, i) => (x as Uint8Array)[i] },
+  // Small integers are exact in both 16-bit formats: float16 1 = 0x3c00, bfloat16 1 = 0x3f80 (and k = the bits of k).
+  float16: { bytes: 2, make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = halfOf(v); }, get: (x, i) => halfValue((x as Uint16Array)[i]) },
+  bfloat16: { bytes: 2, make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = bf16Of(v); }, get: (x, i) => bf16Value((x as Uint16Array)[i]) },
+};
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+function bf16Of(v: number): number { f32[0] = v; return u32[0] >>> 16; }
+function bf16Value(h: number): number { u32[0] = h << 16; return f32[0]; }
+function halfOf(v: number): number {
+  // Only small non-negative integers are used here, which float16 represents exactly.
+  if (v === 0) return 0;
+  const e = Math.floor(Math.log2(v));
+  return ((e + 15) << 10) | Math.round((v / 2 ** e - 1) * 1024);
+}
+function halfValue(h: number): number {
+  const e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  return e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15);
+}
+
+function busFactor(op: BenchOp, n: number): number {
+  if (op === 'allreduce') return (2 * (n - 1)) / n;
+  if (op === 'broadcast') return 1;
+  return (n - 1) / n;
+}
+
+function defaultIters(bytes: number): number {
+  return bytes < 1 << 20 ? 200 : bytes < 16 << 20 ? 20 : 5;
+}
+
+/** Input of rank r at element i: small integers, so every dtype and op has an exact expected result. */
+function valueAt(r: number, i: number): number {
+  return 1 + ((r + i) % 3);
+}
+
+function expected(a: BenchArgs, n: number, i: number, root: number): number {
+  if (a.op === 'broadcast') return valueAt(root, i);
+  if (a.op === 'allgather') return valueAt(Math.floor(i / 1) % n, i);
+  const vals = Array.from({ length: n }, (_, r) => valueAt(r, i));
+  switch (a.reduceOp) {
+    case 'sum': return vals.reduce((s, v) => s + v, 0);
+    case 'avg': return vals.reduce((s, v) => s + v, 0) / n;
+    case 'min': return Math.min(...vals);
+    case 'max': return Math.max(...vals);
+    case 'prod': return vals.reduce((s, v) => s * v, 1);
+  }
+}
+
+async function runOnce(a: BenchArgs, x: Tensor): Promise<Tensor | void> {
+  const opts = { dtype: a.dtype, inplace: true } as const;
+  let w: hora.Work<Tensor>;
+  switch (a.op) {
+    case 'allreduce': w = hora.allreduce(x, { ...opts, op: a.reduceOp }); break;
+    case 'broadcast': w = hora.broadcast(x, { ...opts, root: 0 }); break;
+    case 'allgather': w = hora.allgather(x, { dtype: a.dtype }); break;
+    case 'reducescatter': w = hora.reduceScatter(x, { dtype: a.dtype, op: a.reduceOp }); break;
+  }
+  return a.sync ? w.wait() : await w;
+}
+
+/** Checks one result; returns the number of wrong elements. */
+function check(a: BenchArgs, input: Tensor, result: Tensor, count: number): number {
+  const n = hora.size(), r = hora.rank(), el = ELEMENT[a.dtype];
+  let wrong = 0;
+  const tol = a.reduceOp === 'avg' && (a.dtype === 'float16' || a.dtype === 'bfloat16') ? 0.01 : 1e-6;
+  const want = (i: number, k: number) => {
+    if (a.op === 'allgather') return valueAt(Math.floor(k / count), k % count);
+    if (a.op === 'reducescatter') {
+      const base = Math.floor(count / n), extra = count % n;
+      return expected(a, n, r * base + Math.min(r, extra) + i, 0);
+    }
+    return expected(a, n, i, 0);
+  };
+  void input;
+  for (let k = 0; k < result.length; k++) {
+    let w = want(k, k);
+    if (a.reduceOp === 'avg' && (a.dtype === 'int32' || a.dtype === 'int64' || a.dtype === 'uint8') && a.op !== 'broadcast' && a.op !== 'allgather') w = Math.trunc(w);
+    const got = el.get(result, k);
+    if (Math.abs(got - w) > tol * Math.max(1, Math.abs(w))) wrong++;
+  }
+  return wrong;
+}
+
+function fill(a: BenchArgs, x: Tensor, r: number): void {
+  const el = ELEMENT[a.dtype];
+  for (let i = 0; i < x.length; i++) el.set(x, i, valueAt(r, i));
+}
+
+export async function main(argv: string[]): Promise<number> {
+  let a: BenchArgs;
+  try {
+    a = parseArgs(argv);
+  } catch (e) {
+    if (e instanceof UsageError) {
+      if (e.message) process.stderr.write(`hora bench: ${e.message}\n\n`);
+      process.stderr.write(USAGE + '\n');
+      return e.message ? 2 : 0;
+    }
+    throw e;
+  }
+  await hora.init();
+  const n = hora.size(), r = hora.rank(), el = ELEMENT[a.dtype];
+  const header = ['bytes', 'count', 'type', 'iters', 'time_us', 'algbw_GBs', 'busbw_GBs', '#wrong'];
+  if (r === 0) {
+    console.log(`# hora bench: ${a.op} (${a.op === 'allreduce' || a.op === 'reducescatter' ? a.reduceOp : 'n/a'}), ${n} ranks, ${hora.localSize()} on this host, ${a.sync ? 'wait()' : 'await'}`);
+    console.log(header.map((h, i) => (i === 2 ? h.padStart(9) : h.padStart(12))).join(' '));
+  }
+  let anyWrong = 0;
+  for (let bytes = a.min; bytes <= a.max; bytes *= a.factor) {
+    const count = Math.max(1, Math.floor(bytes / el.bytes));
+    const x = el.make(count);
+    const iters = a.iters ?? defaultIters(bytes);
+    fill(a, x, r);
+    let wrong = 0;
+    if (a.check) {
+      const result = await runOnce({ ...a, sync: false }, x);
+      wrong = check(a, x, (result ?? x) as Tensor, count);
+      fill(a, x, r);
+    }
+    for (let i = 0; i < a.warmup; i++) await runOnce(a, x);
+    await hora.barrier();
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < iters; i++) await runOnce(a, x);
+    const seconds = Number(process.hrtime.bigint() - t0) / 1e9 / iters;
+    // The slowest rank defines the time, as in nccl-tests.
+    const slowest = (await hora.allreduce(new Float64Array([seconds]), { op: 'max' }))[0];
+    const totalWrong = (await hora.allreduce(new Float64Array([wrong]), { op: 'sum' }))[0];
+    anyWrong += totalWrong;
+    if (r === 0) {
+      const algbw = (count * el.bytes) / slowest / 1e9;
+      const row = [count * el.bytes, count, a.dtype, iters, (slowest * 1e6).toFixed(1), algbw.toFixed(3), (algbw * busFactor(a.op, n)).toFixed(3), a.check ? totalWrong : 'n/a'];
+      console.log(row.map((v, i) => (i === 2 ? String(v).padStart(9) : String(v).padStart(12))).join(' '));
+    }
+  }
+  await hora.shutdown();
+  return anyWrong > 0 ? 1 : 0;
+}

@@ -1,0 +1,382 @@
+/**
+ * The public API: joining a job, the topology, and the collectives.
+ *
+ * Validation happens here, on the calling rank, and an invalid call is still sent to the engine as a
+ * placeholder so that the other ranks fail the same collective with ERR_INVALID_ARGUMENT instead of
+ * waiting for it: the order of collectives stays aligned and nothing after it is lost.
+ */
+import { advertiseAddress, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
+import { register, RendezvousConnection } from './control/client';
+import { RendezvousServer } from './control/server';
+import { CallSite, HoraError, describeValue, invalidArgument } from './errors';
+import { loadNative } from './loader';
+import {
+  NativeAlgorithm, NativeCommunicator, NativeDType, NativeItem, NativeKind, NativeOp, NativeResult, NativeTransport,
+} from './native';
+import type {
+  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, DType, InitOptions, ReduceOp,
+  ReduceScatterOptions, Tensor,
+} from './types';
+import { Dispatcher, Work } from './work';
+
+interface Topology {
+  rank: number;
+  size: number;
+  localRank: number;
+  localSize: number;
+  crossRank: number;
+  crossSize: number;
+}
+
+interface World extends Topology {
+  /** null for a world of one: collectives return their input without touching native code. */
+  dispatcher: Dispatcher | null;
+  control: RendezvousConnection | null;
+  server: RendezvousServer | null;
+}
+
+let world: World | null = null;
+let initializing: Promise<void> | null = null;
+let shutDown = false;
+
+const OPS: Record<ReduceOp, NativeOp> = { sum: NativeOp.Sum, avg: NativeOp.Avg, min: NativeOp.Min, max: NativeOp.Max, prod: NativeOp.Prod };
+const ALGORITHMS: Record<string, NativeAlgorithm> = {
+  auto: NativeAlgorithm.Auto, ring: NativeAlgorithm.Ring, recursive_doubling: NativeAlgorithm.RecursiveDoubling,
+};
+const LOG_LEVELS: Record<string, number> = { WARN: 0, INFO: 1, TRACE: 2 };
+
+/**
+ * Joins the job described by the environment: `hora run` (HORA_*), mpirun (OMPI_COMM_WORLD_*, PMI_*),
+ * Slurm, or torchrun-style variables (rank 0 then hosts the rendezvous). With none of them the process
+ * is a world of one, where every collective returns its input. Calling it again is harmless.
+ */
+export function init(options: InitOptions = {}): Promise<void> {
+  if (world) return Promise.resolve();
+  if (shutDown) return Promise.reject(new HoraError('ERR_SHUTDOWN', 'hora.init: hora was shut down in this process; it cannot be initialized again'));
+  if (!initializing) {
+    initializing = join(options).finally(() => {
+      initializing = null;
+    });
+  }
+  return initializing;
+}
+
+async function join(options: InitOptions): Promise<void> {
+  if (options === null || typeof options !== 'object') {
+    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: argument 'options' must be an object; received ${describeValue(options)}`);
+  }
+  let launch: LaunchInfo;
+  let settings: HoraSettings;
+  try {
+    launch = resolveLaunch(process.env);
+    settings = readSettings(process.env);
+  } catch (e) {
+    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: ${(e as Error).message}`);
+  }
+  if (launch.size === 1) {
+    world = { rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, dispatcher: null, control: null, server: null };
+    return;
+  }
+  const timeoutMs = Math.round(1000 * (options.timeoutSeconds ?? settings.timeoutS));
+  const fusionBytes = Math.round((options.fusionMB ?? settings.fusionMb) * 1024 * 1024);
+  const algorithmName = options.algorithm ?? settings.algo;
+  const algorithm = ALGORITHMS[algorithmName];
+  if (algorithm === undefined) {
+    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: algorithm '${algorithmName}' is not available; use auto, ring or recursive_doubling`);
+  }
+  const transportName = options.transport ?? settings.transport;
+  const transport = transportName === 'tcp' ? NativeTransport.Tcp : NativeTransport.Auto;
+
+  const addon = loadNative();
+  const dataAddr = advertiseAddress(settings, launch.rendezvousAddr);
+  const dispatcher = new Dispatcher(addon, (onComplete) => new addon.Communicator({
+    rank: launch.rank, size: launch.size, timeoutMs, fusionBytes, algorithm, transport,
+    bindHost: dataAddr, logLevel: LOG_LEVELS[settings.debug] ?? 0,
+  }, onComplete), launch.rank, fusionBytes);
+  const comm = dispatcher.comm;
+  let server: RendezvousServer | null = null;
+  let control: RendezvousConnection | null = null;
+  try {
+    const dataPort = comm.listen();
+    if (launch.isRendezvousHost) {
+      server = new RendezvousServer({
+        size: launch.size, secret: launch.secret as string, host: launch.rendezvousAddr, port: launch.rendezvousPort,
+        timeoutMs, jobId: launch.jobId,
+      });
+      await server.listen();
+    }
+    const reg = await register({
+      addr: launch.rendezvousAddr as string, port: launch.rendezvousPort as number, secret: launch.secret as string,
+      rank: launch.rank, hostId: settings.hostId, dataAddr, dataPort, timeoutMs,
+    });
+    control = reg.connection;
+    const peers = reg.table.peers.map((p) => ({
+      rank: p.rank, hostId: p.hostId, addr: p.dataAddr, port: p.dataPort, localRank: p.localRank,
+    }));
+    await dispatcher.track((r: NativeResult) => r, new CallSite(join), (id) => comm.connect(id, peers, reg.table.jobId));
+    const self = reg.self;
+    world = {
+      rank: self.rank, size: reg.table.size, localRank: self.localRank, localSize: self.localSize,
+      crossRank: self.crossRank, crossSize: self.crossSize, dispatcher, control, server,
+    };
+    watchControl(world, launch);
+  } catch (e) {
+    control?.close();
+    if (server) await server.close().catch(() => undefined);
+    try { comm.close(); } catch { /* already closed */ }
+    if (e instanceof HoraError) throw e;
+    const err = e as Error & { code?: string };
+    throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora.init on rank ${launch.rank}: ${err.message}`, launch.rank);
+  }
+}
+
+/** Aborts in-flight collectives when the launcher says the job is over, or when the launcher is gone. */
+function watchControl(w: World, launch: LaunchInfo): void {
+  const comm = w.dispatcher?.comm;
+  if (!w.control || !comm) return;
+  w.control.onAbort((a) => {
+    comm.abort(a.code || 'ERR_PEER_LOST', `the job was aborted${a.rank >= 0 ? ` because of rank ${a.rank}` : ''}: ${a.reason}`);
+  });
+  if (launch.source === 'hora') {
+    w.control.onClose(() => comm.abort('ERR_PEER_LOST', 'lost the connection to the hora launcher'));
+  }
+}
+
+/**
+ * Leaves the job: waits for outstanding collectives, stops the communication thread and closes every
+ * connection. A process that exits without calling it leaves nothing behind either.
+ */
+export async function shutdown(): Promise<void> {
+  if (initializing) await initializing.catch(() => undefined);
+  const w = world;
+  world = null;
+  shutDown = true;
+  if (!w) return;
+  if (w.dispatcher) {
+    w.dispatcher.flush();
+    w.dispatcher.comm.close();
+  }
+  w.control?.close();
+  if (w.server) await w.server.close();
+}
+
+function current(collective: string): World {
+  if (world) return world;
+  if (shutDown) throw new HoraError('ERR_SHUTDOWN', `hora.${collective}: hora was shut down`);
+  throw new HoraError('ERR_NOT_INITIALIZED', `hora.${collective}: call 'await hora.init()' first`);
+}
+
+/** This process's rank in the job, 0 <= rank() < size(). */
+export function rank(): number { return current('rank').rank; }
+/** Number of processes in the job. */
+export function size(): number { return current('size').size; }
+/** Rank among the processes on this host. */
+export function localRank(): number { return current('localRank').localRank; }
+/** Number of processes on this host. */
+export function localSize(): number { return current('localSize').localSize; }
+/** Index of this host among the job's hosts. */
+export function crossRank(): number { return current('crossRank').crossRank; }
+/** Number of hosts in the job. */
+export function crossSize(): number { return current('crossSize').crossSize; }
+/** True once init() has completed and shutdown() has not been called. */
+export function isInitialized(): boolean { return world !== null; }
+
+// ---------------------------------------------------------------------------------------------------
+// Validation helpers.
+
+const TYPE_LIST = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16)';
+
+function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): NativeDType {
+  let natural: NativeDType | undefined;
+  if (x instanceof Float32Array) natural = NativeDType.Float32;
+  else if (x instanceof Float64Array) natural = NativeDType.Float64;
+  else if (x instanceof Int32Array) natural = NativeDType.Int32;
+  else if (x instanceof BigInt64Array) natural = NativeDType.Int64;
+  else if (x instanceof Uint8Array) natural = NativeDType.Uint8;
+  else if (x instanceof Uint16Array) {
+    if (dtype === 'float16') return NativeDType.Float16;
+    if (dtype === 'bfloat16') return NativeDType.BFloat16;
+    throw invalidArgument(collective, 'options.dtype', "'float16' or 'bfloat16' for a Uint16Array", dtype, rank);
+  } else {
+    throw invalidArgument(collective, 'x', TYPE_LIST, x, rank);
+  }
+  if (dtype !== undefined && DTYPE_OF_NAME[dtype as DType] !== natural) {
+    throw invalidArgument(collective, 'options.dtype', `undefined or the array's own type`, dtype, rank);
+  }
+  const view = x as ArrayBufferView;
+  if (view.byteLength === 0 && view.buffer.byteLength === 0) {
+    try {
+      new Uint8Array(view.buffer);
+    } catch {
+      throw invalidArgument(collective, 'x', 'an array whose buffer is not detached', 'an array with a detached buffer', rank);
+    }
+  }
+  return natural;
+}
+
+const DTYPE_OF_NAME: Record<DType, NativeDType> = {
+  float32: NativeDType.Float32, float64: NativeDType.Float64, float16: NativeDType.Float16,
+  bfloat16: NativeDType.BFloat16, int32: NativeDType.Int32, int64: NativeDType.Int64, uint8: NativeDType.Uint8,
+};
+
+function optionsObject<T extends object>(collective: string, options: unknown, rank: number): Partial<T> {
+  if (options === undefined) return {};
+  if (options === null || typeof options !== 'object') throw invalidArgument(collective, 'options', 'an object', options, rank);
+  return options as Partial<T>;
+}
+
+function opOf(collective: string, op: unknown, fallback: ReduceOp, rank: number): NativeOp {
+  const name = op === undefined ? fallback : op;
+  const v = OPS[name as ReduceOp];
+  if (v === undefined || typeof name !== 'string') throw invalidArgument(collective, 'options.op', "one of 'sum', 'avg', 'min', 'max', 'prod'", op, rank);
+  return v;
+}
+
+function nameOf(collective: string, name: unknown, rank: number): string {
+  if (name === undefined) return '';
+  if (typeof name !== 'string') throw invalidArgument(collective, 'options.name', 'a string', name, rank);
+  return name;
+}
+
+function booleanOf(collective: string, key: string, v: unknown, rank: number): boolean {
+  if (v === undefined) return false;
+  if (typeof v !== 'boolean') throw invalidArgument(collective, `options.${key}`, 'a boolean', v, rank);
+  return v;
+}
+
+function copyOf<T extends Tensor>(x: T): T {
+  return x.slice() as T;
+}
+
+function blockRange(count: number, size: number, block: number): [number, number] {
+  const base = Math.floor(count / size), extra = count % size;
+  const start = (b: number) => b * base + Math.min(b, extra);
+  return [start(block), start(block + 1)];
+}
+
+type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) => T; keep: unknown[]; local: () => T };
+
+/**
+ * Runs one collective: validates through `plan` (which throws HoraError on bad input), then either
+ * answers locally (world of one) or submits to the engine. Invalid input still reaches the engine as a
+ * placeholder so every rank fails this collective together.
+ */
+function run<T>(collective: string, callee: Function, plan: (w: World) => Plan<T>): Work<T> {
+  const w = current(collective);
+  const site = new CallSite(callee);
+  let p: Plan<T>;
+  try {
+    p = plan(w);
+  } catch (e) {
+    const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.rank);
+    site.attach(err);
+    if (w.dispatcher) {
+      w.dispatcher.submit({
+        kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
+        name: '', data: null, out: null, invalidReason: err.message,
+      }, () => undefined, site, []);
+    }
+    const failed = new Work<T>(null);
+    failed.reject(err);
+    return failed;
+  }
+  if (!w.dispatcher) {
+    const done = new Work<T>(null);
+    done.fulfil(p.local());
+    return done;
+  }
+  return w.dispatcher.submit(p.item, p.finish, site, p.keep);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Collectives. Each returns a Work: await it, or call wait() to block until it completes.
+
+/**
+ * Reduces x element-wise across all ranks (default op 'avg'). Returns a new array with the result, or x
+ * itself with `inplace: true`. Every rank receives identical bytes.
+ */
+export function allreduce<T extends Tensor>(x: T, options?: AllreduceOptions): Work<T> {
+  return run('allreduce', allreduce, (w) => {
+    const o = optionsObject<AllreduceOptions>('allreduce', options, w.rank);
+    const dtype = dtypeOf('allreduce', x, o.dtype, w.rank);
+    const op = opOf('allreduce', o.op, 'avg', w.rank);
+    const name = nameOf('allreduce', o.name, w.rank);
+    const out = booleanOf('allreduce', 'inplace', o.inplace, w.rank) ? x : copyOf(x);
+    return {
+      item: { kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out, out: null },
+      finish: () => out, keep: [out], local: () => out,
+    };
+  });
+}
+
+/** Sends root's x to every rank. Returns a new array (or x itself with `inplace: true`). */
+export function broadcast<T extends Tensor>(x: T, options?: BroadcastOptions): Work<T> {
+  return run('broadcast', broadcast, (w) => {
+    const o = optionsObject<BroadcastOptions>('broadcast', options, w.rank);
+    const dtype = dtypeOf('broadcast', x, o.dtype, w.rank);
+    const root = o.root === undefined ? 0 : o.root;
+    if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= w.size) {
+      throw invalidArgument('broadcast', 'options.root', `an integer rank from 0 to ${w.size - 1}`, o.root, w.rank);
+    }
+    const name = nameOf('broadcast', o.name, w.rank);
+    const out = booleanOf('broadcast', 'inplace', o.inplace, w.rank) ? x : copyOf(x);
+    return {
+      item: { kind: NativeKind.Broadcast, op: NativeOp.Sum, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: out, out: null },
+      finish: () => out, keep: [out], local: () => out,
+    };
+  });
+}
+
+/**
+ * Concatenates every rank's x in rank order. Ranks may contribute different lengths. Returns a new array
+ * of the same type.
+ */
+export function allgather<T extends Tensor>(x: T, options?: AllgatherOptions): Work<T> {
+  return run('allgather', allgather, (w) => {
+    const o = optionsObject<AllgatherOptions>('allgather', options, w.rank);
+    const dtype = dtypeOf('allgather', x, o.dtype, w.rank);
+    const name = nameOf('allgather', o.name, w.rank);
+    const Ctor = x.constructor as new (buffer: ArrayBuffer) => T;
+    return {
+      item: { kind: NativeKind.Allgather, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x, out: null },
+      finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x),
+    };
+  });
+}
+
+/**
+ * Reduces x element-wise across ranks (default op 'sum') and returns this rank's block of the result:
+ * x is cut into size() blocks, the first x.length % size() of them one element longer.
+ */
+export function reduceScatter<T extends Tensor>(x: T, options?: ReduceScatterOptions): Work<T> {
+  return run('reduceScatter', reduceScatter, (w) => {
+    const o = optionsObject<ReduceScatterOptions>('reduceScatter', options, w.rank);
+    const dtype = dtypeOf('reduceScatter', x, o.dtype, w.rank);
+    const op = opOf('reduceScatter', o.op, 'sum', w.rank);
+    const name = nameOf('reduceScatter', o.name, w.rank);
+    const [begin, end] = blockRange(x.length, w.size, w.rank);
+    const Ctor = x.constructor as new (length: number) => T;
+    const out = new Ctor(end - begin);
+    return {
+      item: { kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x, out },
+      finish: () => out, keep: [x, out], local: () => copyOf(x),
+    };
+  });
+}
+
+/** Completes once every rank has called it. */
+export function barrier(options?: BarrierOptions): Work<void> {
+  return run('barrier', barrier, (w) => {
+    const o = optionsObject<BarrierOptions>('barrier', options, w.rank);
+    const name = nameOf('barrier', o.name, w.rank);
+    return {
+      item: { kind: NativeKind.Barrier, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto, name, data: null, out: null },
+      finish: () => undefined, keep: [], local: () => undefined,
+    };
+  });
+}
+
+/** @internal For hora bench and tests: the engine's communicator (null in a world of one). */
+export function nativeCommunicator(): NativeCommunicator | null {
+  return world?.dispatcher?.comm ?? null;
+}

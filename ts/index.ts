@@ -1,0 +1,12 @@
+/** hora: distributed data-parallel training for JavaScript. */
+export {
+  init, shutdown, isInitialized, rank, size, localRank, localSize, crossRank, crossSize,
+  allreduce, broadcast, allgather, reduceScatter, barrier,
+} from './hora';
+export { Work } from './work';
+export { HoraError } from './errors';
+export type { HoraErrorCode } from './errors';
+export type {
+  ReduceOp, DType, Tensor, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
+  ReduceScatterOptions, BarrierOptions,
+} from './types';

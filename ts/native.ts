@@ -1,0 +1,83 @@
+/**
+ * The contract between the TypeScript layer and the native addon (native/binding/addon.cc).
+ *
+ * The JS side validates every argument and owns promises; the addon is a flat set of calls on a
+ * Communicator object. A collective is submitted as a plain item; the addon keeps a pointer into the
+ * item's TypedArray until the work completes, so the JS side must keep that array referenced and
+ * untouched until then. Completion arrives as `onComplete(id)` on the JS thread; the JS side then
+ * calls `take(comm, id)` once to collect the result. `wait(id)` blocks the JS thread until the work is
+ * done and returns the same result (a later `take` for that id returns null).
+ *
+ * Enum values below are shared with the C++ side (and, for kinds, dtypes and ops, with other ranks on
+ * the wire): never renumber them.
+ */
+
+export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5 }
+export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6 }
+export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
+export const enum NativeAlgorithm { Auto = 0, Ring = 1, RecursiveDoubling = 2 }
+export const enum NativeTransport { Auto = 0, Tcp = 1 }
+
+export interface NativeCommOptions {
+  rank: number;
+  size: number;
+  timeoutMs: number;
+  fusionBytes: number;
+  algorithm: NativeAlgorithm;
+  transport: NativeTransport;
+  /** IPv4 address the data-plane listener binds; '' for all interfaces. */
+  bindHost: string;
+  /** 0 WARN, 1 INFO, 2 TRACE */
+  logLevel: number;
+}
+
+export interface NativePeer {
+  rank: number;
+  hostId: string;
+  addr: string;
+  port: number;
+  localRank: number;
+}
+
+export interface NativeItem {
+  id: number;
+  kind: NativeKind;
+  op: NativeOp;
+  dtype: NativeDType;
+  root: number;
+  algorithm: NativeAlgorithm;
+  name: string;
+  /** allreduce/broadcast: reduced or received in place; allgather/reducescatter: input. */
+  data: ArrayBufferView | null;
+  /** reducescatter: this rank's block of the result. */
+  out: ArrayBufferView | null;
+  /** kind Invalid: why this rank's call was rejected. */
+  invalidReason?: string;
+}
+
+export interface NativeResult {
+  code?: string;
+  message?: string;
+  peer?: number;
+  gathered?: ArrayBuffer;
+  counts?: number[];
+  fused?: boolean;
+}
+
+export interface NativeCommunicator {
+  /** Opens the data-plane listener and returns its port. */
+  listen(): number;
+  /** Connects to every peer; completes work `id`. */
+  connect(id: number, peers: NativePeer[], jobId: string): void;
+  submit(items: NativeItem[]): void;
+  wait(id: number): NativeResult | null;
+  abort(code: string, message: string): void;
+  /** Stops the communication thread after the queue drains and closes every connection. */
+  close(): void;
+}
+
+export interface NativeAddon {
+  Communicator: new (options: NativeCommOptions, onComplete: (id: number) => void) => NativeCommunicator;
+  take(comm: NativeCommunicator, id: number): NativeResult | null;
+  abiVersion: number;
+}

@@ -1,0 +1,57 @@
+/** Public types of the hora API: one doc line per option. */
+
+/** Reduction operators. 'avg' sums on the wire and divides by the world size once. */
+export type ReduceOp = 'sum' | 'avg' | 'min' | 'max' | 'prod';
+
+/** Element types. float16 and bfloat16 travel in Uint16Array and are reduced in float32. */
+export type DType = 'float32' | 'float64' | 'float16' | 'bfloat16' | 'int32' | 'int64' | 'uint8';
+
+/** The arrays collectives accept, at any byteOffset. */
+export type Tensor = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array;
+
+export interface InitOptions {
+  /** Deadline of every collective in seconds (default HORA_TIMEOUT_S or 300). */
+  timeoutSeconds?: number;
+  /** Fusion buffer size in MiB; 0 disables fusion (default HORA_FUSION_MB). */
+  fusionMB?: number;
+  /** Force an allreduce algorithm: 'auto' | 'ring' | 'recursive_doubling' (default HORA_ALGO). */
+  algorithm?: 'auto' | 'ring' | 'recursive_doubling';
+  /** 'auto' uses shared memory between ranks on one host; 'tcp' forces TCP (default HORA_TRANSPORT). */
+  transport?: 'auto' | 'tcp';
+}
+
+export interface AllreduceOptions {
+  /** Reduction operator (default 'avg', as for gradients). */
+  op?: ReduceOp;
+  /** Name shown in errors; ranks must agree on it. */
+  name?: string;
+  /** Write the result into x itself instead of a new array (default false). */
+  inplace?: boolean;
+  /** Element type of a Uint16Array: 'float16' or 'bfloat16' (required for Uint16Array). */
+  dtype?: DType;
+}
+
+export interface BroadcastOptions {
+  /** Rank whose values everyone receives (default 0). */
+  root?: number;
+  name?: string;
+  /** Receive into x itself instead of a new array (default false). */
+  inplace?: boolean;
+  dtype?: DType;
+}
+
+export interface AllgatherOptions {
+  name?: string;
+  dtype?: DType;
+}
+
+export interface ReduceScatterOptions {
+  /** Reduction operator (default 'sum'). */
+  op?: ReduceOp;
+  name?: string;
+  dtype?: DType;
+}
+
+export interface BarrierOptions {
+  name?: string;
+}

@@ -1,0 +1,174 @@
+/**
+ * Work: the handle a collective returns, and the dispatcher that hands calls to the native engine.
+ *
+ * A Work can be awaited (it is a thenable) or waited for with wait(), which blocks the JS thread; the
+ * latter is for synchronous framework hooks such as tfjs's applyGradients. Until a Work settles, the
+ * arrays passed to the collective belong to the communication thread: do not read or write them.
+ *
+ * Batching. Calls made in one synchronous run of JavaScript are collected and submitted together at the
+ * end of it (a microtask), when their bytes reach the fusion buffer size, or when wait() needs them. The
+ * engine fuses runs of small allreduces inside a batch. Because batches follow program order and sizes,
+ * every rank running the same program forms the same batches; the engine's agreement step turns any
+ * difference into ERR_MISMATCH rather than wrong numbers.
+ */
+import { CallSite, HoraError } from './errors';
+import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
+
+type Finish<T> = (r: NativeResult) => T;
+
+export class Work<T = unknown> implements PromiseLike<T> {
+  private state: 'pending' | 'fulfilled' | 'rejected' = 'pending';
+  private value?: T;
+  private error?: HoraError;
+  private listeners: Array<() => void> = [];
+
+  /** @internal */
+  constructor(private readonly waitNative: (() => void) | null) {}
+
+  /** True once the collective has completed, successfully or not. */
+  get done(): boolean {
+    return this.state !== 'pending';
+  }
+
+  then<R1 = T, R2 = never>(
+    onFulfilled?: ((value: T) => R1 | PromiseLike<R1>) | null,
+    onRejected?: ((reason: any) => R2 | PromiseLike<R2>) | null,
+  ): Promise<R1 | R2> {
+    return new Promise<T>((resolve, reject) => {
+      const settle = () => (this.state === 'fulfilled' ? resolve(this.value as T) : reject(this.error));
+      if (this.state !== 'pending') settle();
+      else this.listeners.push(settle);
+    }).then(onFulfilled, onRejected);
+  }
+
+  catch<R = never>(onRejected?: ((reason: any) => R | PromiseLike<R>) | null): Promise<T | R> {
+    return this.then(undefined, onRejected);
+  }
+
+  /** Blocks the JS thread until the collective completes; returns its result or throws its HoraError. */
+  wait(): T {
+    if (this.state === 'pending' && this.waitNative) this.waitNative();
+    if (this.state === 'fulfilled') return this.value as T;
+    if (this.state === 'rejected') throw this.error;
+    throw new HoraError('ERR_INTERNAL', 'hora: wait() returned before the collective completed');
+  }
+
+  /** @internal */
+  fulfil(value: T): void {
+    if (this.state !== 'pending') return;
+    this.state = 'fulfilled';
+    this.value = value;
+    this.flushListeners();
+  }
+
+  /** @internal */
+  reject(error: HoraError): void {
+    if (this.state !== 'pending') return;
+    this.state = 'rejected';
+    this.error = error;
+    this.flushListeners();
+  }
+
+  private flushListeners(): void {
+    const ls = this.listeners;
+    this.listeners = [];
+    for (const l of ls) l();
+  }
+}
+
+interface Outstanding {
+  work: Work<any>;
+  finish: Finish<any>;
+  site: CallSite;
+  /** Arrays the native side points into, kept referenced until completion. */
+  keep: unknown[];
+}
+
+export class Dispatcher {
+  private nextId = 1;
+  private outstanding = new Map<number, Outstanding>();
+  private batch: NativeItem[] = [];
+  private batchBytes = 0;
+  private flushScheduled = false;
+  readonly comm: NativeCommunicator;
+
+  constructor(
+    private readonly addon: NativeAddon,
+    createComm: (onComplete: (id: number) => void) => NativeCommunicator,
+    private readonly rank: number,
+    private readonly fusionBytes: number,
+  ) {
+    this.comm = createComm((id) => this.onComplete(id));
+  }
+
+  get pending(): number {
+    return this.outstanding.size;
+  }
+
+  /** Queues one item; returns its Work. */
+  submit<T>(item: Omit<NativeItem, 'id'>, finish: Finish<T>, site: CallSite, keep: unknown[]): Work<T> {
+    const id = this.nextId++;
+    const work = new Work<T>(() => this.waitFor(id));
+    this.outstanding.set(id, { work, finish, site, keep });
+    this.batch.push({ ...item, id });
+    this.batchBytes += item.data ? item.data.byteLength : 0;
+    if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes) {
+      this.flush();
+    } else if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      queueMicrotask(() => this.flush());
+    }
+    return work;
+  }
+
+  /** Registers a work whose native side is started by `start(id)` (connect). */
+  track<T>(finish: Finish<T>, site: CallSite, start: (id: number) => void): Work<T> {
+    const id = this.nextId++;
+    const work = new Work<T>(() => this.waitFor(id));
+    this.outstanding.set(id, { work, finish, site, keep: [] });
+    start(id);
+    return work;
+  }
+
+  flush(): void {
+    this.flushScheduled = false;
+    if (this.batch.length === 0) return;
+    const items = this.batch;
+    this.batch = [];
+    this.batchBytes = 0;
+    this.comm.submit(items);
+  }
+
+  /** Rejects every outstanding work without waiting on the native side (the process is going away). */
+  failAll(error: HoraError): void {
+    for (const [, o] of this.outstanding) o.work.reject(error);
+    this.outstanding.clear();
+    this.batch = [];
+  }
+
+  private waitFor(id: number): void {
+    this.flush();
+    const result = this.comm.wait(id);
+    if (result) this.settle(id, result);
+  }
+
+  private onComplete(id: number): void {
+    const result = this.addon.take(this.comm, id);
+    if (result) this.settle(id, result);
+  }
+
+  private settle(id: number, result: NativeResult): void {
+    const o = this.outstanding.get(id);
+    if (!o) return;
+    this.outstanding.delete(id);
+    if (result.code) {
+      o.work.reject(o.site.attach(new HoraError(result.code, result.message ?? result.code, this.rank, result.peer ?? -1)));
+      return;
+    }
+    try {
+      o.work.fulfil(o.finish(result));
+    } catch (e) {
+      o.work.reject(o.site.attach(new HoraError('ERR_INTERNAL', `hora: could not unpack a result: ${(e as Error).message}`, this.rank)));
+    }
+  }
+}
