@@ -2,7 +2,8 @@
 
 #include <cstring>
 
-#include "algorithms/recursive_doubling.h"
+#include "algorithms/collectives.h"
+#include "reduce/reduce.h"
 
 namespace hora {
 namespace {
@@ -15,6 +16,7 @@ struct Message {
   int32_t proposer = 0;  // rank whose proposal this is
   uint8_t state = 0;
   int32_t culprit = 0;   // lowest rank involved in the disagreement; orders verdicts deterministically
+  uint32_t payloadBytes = 0;  // bytes of reduced data that follow this message on the wire
   char text[400] = {};
 };
 
@@ -29,6 +31,7 @@ uint64_t hashName(const std::string& s) {
 
 bool sameCollective(const Proposal& a, const Proposal& b) {
   return a.seq == b.seq && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.root == b.root &&
+         a.algorithm == b.algorithm &&
          a.numTensors == b.numTensors && a.nameHash == b.nameHash && (!a.compareCount || a.count == b.count);
 }
 
@@ -96,32 +99,126 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   p.count = w.kind == Kind::kBarrier ? 0 : totalCount;
   p.compareCount = w.kind == Kind::kAllgather ? 0 : 1;
   p.numTensors = static_cast<uint32_t>(numTensors);
+  p.algorithm = static_cast<uint8_t>(w.algorithm);
   p.nameHash = numTensors > 1 ? 0 : hashName(w.name);
   std::string shown = numTensors > 1 ? "fused:" + w.name : w.name;
   strncpy(p.name, shown.c_str(), sizeof(p.name) - 1);
   return p;
 }
 
-Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason) {
+namespace {
+
+// One step of the exchange: send [message | payload] and receive the partner's, whose payload length
+// comes from its message and is bounds-checked before anything is read into scratch.
+Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* payload, Message* in,
+                uint8_t* inPayload, bool send, bool recv) {
+  SendOp sends[2] = {{ctx.pair(partner), reinterpret_cast<const uint8_t*>(&out), sizeof(Message)},
+                     {ctx.pair(partner), payload, out.payloadBytes}};
+  int numSends = send ? (out.payloadBytes > 0 ? 2 : 1) : 0;
+  RecvOp head{ctx.pair(partner), reinterpret_cast<uint8_t*>(in), sizeof(Message)};
+  // Both parts go down one stream in order; progress the message first, then the payload.
+  HORA_RETURN_IF_ERROR(ctx.progress(sends, numSends > 0 ? 1 : 0, &head, recv ? 1 : 0));
+  size_t inBytes = 0;
+  if (recv) {
+    inBytes = in->payloadBytes;
+    if (inBytes > kSmallAllreduceBytes) {
+      return Status(Code::kInternal, "rank " + std::to_string(partner) + " sent a malformed agreement message (" +
+                                         std::to_string(inBytes) + " payload bytes)", partner);
+    }
+  }
+  RecvOp body{ctx.pair(partner), inPayload, inBytes};
+  return ctx.progress(sends + 1, numSends == 2 ? 1 : 0, &body, recv && inBytes > 0 ? 1 : 0);
+}
+
+// Recursive doubling (see algorithms/recursive_doubling.h for how it works) over a message whose payload
+// length may differ between ranks that disagree.
+Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DType dtype) {
+  const int size = ctx.size(), rank = ctx.rank();
+  if (size == 1) return Status::ok();
+  int pof2 = 1;
+  while (pof2 * 2 <= size) pof2 *= 2;
+  const int rem = size - pof2;
+  Message theirs;
+  uint8_t* theirPayload = threadScratch(kSmallAllreduceBytes);
+  auto merge = [&](bool theyAreLower) {
+    const bool bothAgreed = msg->state == 0 && theirs.state == 0;
+    Message* lower = theyAreLower ? &theirs : msg;
+    Message* higher = theyAreLower ? msg : &theirs;
+    const uint8_t* lowerData = theyAreLower ? theirPayload : payload;
+    const uint8_t* higherData = theyAreLower ? payload : theirPayload;
+    uint32_t bytes = msg->payloadBytes;
+    Message combined;
+    combine(&combined, lower, higher);
+    if (bothAgreed && combined.state == 0 && bytes > 0 && theirs.payloadBytes == bytes) {
+      reduceTwo(op, dtype, payload, lowerData, higherData, bytes / dtypeSize(dtype));
+    }
+    combined.payloadBytes = bytes;
+    *msg = combined;
+  };
+
+  int newRank;
+  if (rank < 2 * rem) {
+    if (rank % 2 == 0) {
+      HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, theirPayload, true, false));
+      HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, theirPayload, false, true));
+      // The result is taken only when everyone agreed, which implies it has this rank's size.
+      if (theirs.state == 0 && theirs.payloadBytes == msg->payloadBytes && payload != nullptr) {
+        memcpy(payload, theirPayload, theirs.payloadBytes);
+      }
+      uint32_t mine = msg->payloadBytes;
+      *msg = theirs;
+      msg->payloadBytes = mine;
+      return Status::ok();
+    }
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, theirPayload, false, true));
+    merge(true);
+    newRank = rank / 2;
+  } else {
+    newRank = rank - rem;
+  }
+  for (int mask = 1; mask < pof2; mask <<= 1) {
+    const int newPartner = newRank ^ mask;
+    const int partner = newPartner < rem ? newPartner * 2 + 1 : newPartner + rem;
+    HORA_RETURN_IF_ERROR(exchange(ctx, partner, *msg, payload, &theirs, theirPayload, true, true));
+    merge(newPartner < newRank);
+  }
+  if (rank < 2 * rem) {
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, theirPayload, true, false));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool carriesPayload(const Proposal& p) {
+  if (p.kind != static_cast<uint8_t>(Kind::kAllreduce) || p.count == 0) return false;
+  if (p.algorithm == static_cast<uint8_t>(Algorithm::kRing)) return false;
+  return p.count * dtypeSize(static_cast<DType>(p.dtype)) <= kSmallAllreduceBytes;
+}
+
+Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload) {
   Message msg;
   msg.proposal = mine;
   msg.proposer = ctx.rank();
   msg.culprit = ctx.rank();
-  Message scratch;
+  // Reduce a private copy: if a later step finds a disagreement, the caller's buffer is left untouched.
+  alignas(64) static thread_local uint8_t work[kSmallAllreduceBytes];
+  uint8_t* userPayload = payload;
+  if (payload != nullptr) {
+    msg.payloadBytes = static_cast<uint32_t>(mine.count * dtypeSize(static_cast<DType>(mine.dtype)));
+    memcpy(work, payload, msg.payloadBytes);
+    payload = work;
+  }
   if (mine.kind == static_cast<uint8_t>(Kind::kInvalid)) {
     msg.state = static_cast<uint8_t>(VerdictState::kInvalid);
     setText(&msg, "rank " + std::to_string(ctx.rank()) + " made an invalid call: " + invalidReason);
   }
-  HORA_RETURN_IF_ERROR(recursiveDoubling(ctx, reinterpret_cast<uint8_t*>(&msg), sizeof(msg),
-                                         reinterpret_cast<uint8_t*>(&scratch),
-                                         [](uint8_t* out, const uint8_t* lower, const uint8_t* higher) {
-                                           combine(reinterpret_cast<Message*>(out),
-                                                   reinterpret_cast<const Message*>(lower),
-                                                   reinterpret_cast<const Message*>(higher));
-                                         }));
+  HORA_RETURN_IF_ERROR(disseminate(ctx, &msg, payload, static_cast<ReduceOp>(mine.op), static_cast<DType>(mine.dtype)));
   msg.text[sizeof(msg.text) - 1] = '\0';
   switch (static_cast<VerdictState>(msg.state)) {
-    case VerdictState::kAgreed: return Status::ok();
+    case VerdictState::kAgreed:
+      if (userPayload != nullptr) memcpy(userPayload, work, msg.payloadBytes);
+      return Status::ok();
     case VerdictState::kInvalid: return Status(Code::kInvalidArgument, msg.text, msg.culprit);
     default: return Status(Code::kMismatch, msg.text, -1);
   }

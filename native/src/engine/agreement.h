@@ -27,6 +27,7 @@ struct Proposal {
   uint8_t op = 0;
   uint8_t dtype = 0;
   uint8_t compareCount = 1;
+  uint8_t algorithm = 0;    // Algorithm forced for this collective (kAuto unless HORA_ALGO)
   char name[32] = {};
 };
 
@@ -37,6 +38,11 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
 // Runs the agreement. invalidReason is non-empty when this rank's own call was invalid (kind kInvalid).
 // Returns a transport failure as is; on disagreement returns kMismatch or kInvalidArgument with a message
 // that names the ranks.
-Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason);
+//
+// Small allreduces ride along: when carriesPayload(mine), pass the data as payload and it comes back
+// reduced over all ranks (not yet divided for avg), in the same single pass, halving the latency of the
+// collectives that are pure latency.
+Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr);
+bool carriesPayload(const Proposal& p);
 
 }  // namespace hora

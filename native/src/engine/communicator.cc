@@ -5,6 +5,7 @@
 #include "algorithms/blocks.h"
 #include "common/log.h"
 #include "engine/agreement.h"
+#include "reduce/reduce.h"
 
 namespace hora {
 namespace {
@@ -206,8 +207,15 @@ void Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t be
     off += batch[k]->count * elem;
   }
   ctx_.startDeadline();
-  Status st = agree(ctx_, proposalFor(first, seq_++, end - begin, total), "");
-  if (st.isOk()) {
+  Proposal proposal = proposalFor(first, seq_++, end - begin, total);
+  Status st;
+  if (carriesPayload(proposal)) {
+    st = agree(ctx_, proposal, "", buf);
+    if (st.isOk() && first.op == ReduceOp::kAvg) scaleForAvg(first.dtype, buf, total, options_.size);
+  } else {
+    st = agree(ctx_, proposal, "");
+  }
+  if (st.isOk() && !carriesPayload(proposal)) {
     AllreduceOptions o;
     o.data = buf;
     o.count = total;
@@ -230,7 +238,13 @@ void Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t be
 Status Communicator::execute(Work& w) {
   const int p = options_.size, r = options_.rank;
   uint64_t count = w.kind == Kind::kBarrier ? 0 : w.count;
-  HORA_RETURN_IF_ERROR(agree(ctx_, proposalFor(w, seq_++, 1, count), w.invalidReason));
+  Proposal proposal = proposalFor(w, seq_++, 1, count);
+  if (carriesPayload(proposal)) {
+    HORA_RETURN_IF_ERROR(agree(ctx_, proposal, w.invalidReason, w.data));
+    if (w.op == ReduceOp::kAvg) scaleForAvg(w.dtype, w.data, w.count, p);
+    return Status::ok();
+  }
+  HORA_RETURN_IF_ERROR(agree(ctx_, proposal, w.invalidReason));
   switch (w.kind) {
     case Kind::kAllreduce: {
       AllreduceOptions o;
