@@ -208,7 +208,8 @@ function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): 
     try {
       new Uint8Array(view.buffer);
     } catch {
-      throw invalidArgument(collective, 'x', 'an array whose buffer is not detached', 'an array with a detached buffer', rank);
+      throw new HoraError('ERR_INVALID_ARGUMENT',
+        `hora.${collective}: argument 'x' must be an array whose buffer is not detached; received ${x.constructor.name} over a detached ArrayBuffer`, rank);
     }
   }
   return natural;

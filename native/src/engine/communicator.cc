@@ -178,7 +178,7 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
       }
     }
     if (j - i >= 2) {
-      runFused(batch, i, j);
+      j = runFused(batch, i, j);
     } else {
       Status st = broken_;
       if (st.isOk()) {
@@ -193,8 +193,13 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
 
 // Tensor fusion: pack the run of allreduces into one buffer, reduce it once, unpack. Every rank fuses the
 // same runs because batches are formed by program order (see ts/work.ts), and the agreement checks the
-// number of tensors and the total count, so a rank that batched differently gets ERR_MISMATCH, not garbage.
-void Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end) {
+// number of tensors and the total count.
+//
+// When the agreement fails (another rank's call at this position was invalid, or differs), the ranks may
+// have grouped different numbers of calls, so the group cannot fail as a whole: every rank fails only the
+// first call of its group, the one all ranks were checking at this position, and takes the rest up again.
+// That keeps the ranks in step call by call. Returns the index of the first call not yet completed.
+size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end) {
   const Work& first = *batch[begin];
   const size_t elem = dtypeSize(first.dtype);
   size_t total = 0;
@@ -215,6 +220,10 @@ void Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t be
   } else {
     st = agree(ctx_, proposal, "");
   }
+  if (!st.isOk() && !isFatal(st.code())) {
+    complete(batch[begin], st, describeWork(first));
+    return begin + 1;
+  }
   if (st.isOk() && !carriesPayload(proposal)) {
     AllreduceOptions o;
     o.data = buf;
@@ -233,6 +242,7 @@ void Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t be
     complete(batch[k], st,
              describeWork(w) + " (fused with " + std::to_string(end - begin - 1) + " other tensors)");
   }
+  return end;
 }
 
 Status Communicator::execute(Work& w) {

@@ -68,7 +68,7 @@ class Communicator {
   void run();
   void runConnect(Task& task);
   void runBatch(std::vector<std::shared_ptr<Work>>& batch);
-  void runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
+  size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
   Status execute(Work& w);
   void complete(const std::shared_ptr<Work>& w, Status st, const std::string& what);
   bool fusable(const Work& w) const;

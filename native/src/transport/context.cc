@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include "common/log.h"
 #include "reduce/reduce.h"
@@ -24,8 +25,12 @@ namespace {
 // microseconds; giving the core away keeps a rank that waits for a slower peer from stealing cycles the
 // peer needs (two ranks on a two-core machine). Shared memory can only be polled, so after spinning it
 // sleeps in short naps that grow to kMaxNapMicros; TCP sleeps in poll() and wakes when data arrives.
+// When more ranks share the host than it has cores, a spinning rank takes the core from the very peer it
+// waits for, so waits give the core away almost at once (as MPI does when oversubscribed).
 constexpr int64_t kSpinMicros = 50;
 constexpr int64_t kYieldMicros = 1000;
+constexpr int64_t kOversubscribedSpinMicros = 2;
+constexpr int64_t kOversubscribedYieldMicros = 100;
 constexpr int kMaxNapMicros = 500;
 
 inline void cpuRelax() {
@@ -150,7 +155,10 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
     }
     fds[r] = -1;
   }
-  HORA_INFO("connected to %d peers (%zu over shared memory)", size_ - 1, shmPeers.size());
+  const unsigned cores = std::thread::hardware_concurrency();
+  oversubscribed_ = cores > 0 && static_cast<unsigned>(localSize) > cores;
+  HORA_INFO("connected to %d peers (%zu over shared memory)%s", size_ - 1, shmPeers.size(),
+            oversubscribed_ ? "; more local ranks than cores: waits yield early" : "");
   return Status::ok();
 }
 
@@ -250,7 +258,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   }
   const int64_t idleMicros =
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
-  if (idleMicros < kSpinMicros) {
+  if (idleMicros < (oversubscribed_ ? kOversubscribedSpinMicros : kSpinMicros)) {
     cpuRelax();
     return Status::ok();
   }
@@ -281,12 +289,13 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   // Shared memory has no descriptor to sleep on: yield for a while, then nap, looking at the peers'
   // sockets for a hang-up on the way.
   HORA_RETURN_IF_ERROR(checkLiveness(sends, numSends, recvs, numRecvs));
-  if (idleMicros < kYieldMicros) {
+  const int64_t yieldMicros = oversubscribed_ ? kOversubscribedYieldMicros : kYieldMicros;
+  if (idleMicros < yieldMicros) {
     if (n > 1) poll(fds, n, 0);
     sched_yield();
     return Status::ok();
   }
-  int nap = static_cast<int>((idleMicros - kYieldMicros) / 8);
+  int nap = static_cast<int>((idleMicros - yieldMicros) / 8);
   nap = nap < 20 ? 20 : (nap > kMaxNapMicros ? kMaxNapMicros : nap);
   timespec ts{0, nap * 1000L};
   nanosleep(&ts, nullptr);

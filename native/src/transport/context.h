@@ -96,6 +96,7 @@ class Context {
   Deadline deadline_;
   int listenFd_ = -1;
   int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
+  bool oversubscribed_ = false;  // more ranks on this host than cores
   std::vector<std::unique_ptr<Pair>> pairs_;
   std::vector<std::unique_ptr<shm::Segment>> segments_;  // outlive the pairs that point into them
 

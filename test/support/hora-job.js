@@ -1,0 +1,53 @@
+'use strict';
+// Runs a worker script under `hora run -np N` and collects what each rank reported.
+//
+// Workers write one JSON line per rank to $<resultVar>/rank-<rank>.json; runJob returns those reports
+// with the launcher's exit code and output, so tests can assert on behaviour of every rank.
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { spawn } = require('node:child_process');
+
+const ROOT = path.join(__dirname, '..', '..');
+const HORA = path.join(ROOT, 'dist', 'ts', 'cli', 'main.js');
+const NODE = process.execPath;
+
+/**
+ * Resolves {code, signal, stdout, stderr, reports (by rank, null where none), seconds, resultDir}.
+ * env is added to the environment of the launcher (and so of the workers); timeoutMs kills the launcher.
+ */
+function runJob(np, script, { env = {}, args = [], timeoutMs = 120000, resultVar = 'HORA_TEST_RESULT_DIR', launcherArgs = [] } = {}) {
+  const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-test-'));
+  const started = process.hrtime.bigint();
+  return new Promise((resolve) => {
+    const child = spawn(NODE, [HORA, 'run', '-np', String(np), ...launcherArgs, '--', NODE, script, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, HORA_TIMEOUT_S: '60', ...env, [resultVar]: resultDir },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      const reports = [];
+      for (let r = 0; r < np; r++) {
+        const file = path.join(resultDir, `rank-${r}.json`);
+        reports.push(fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : null);
+      }
+      fs.rmSync(resultDir, { recursive: true, force: true });
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      resolve({ code, signal, stdout, stderr, reports, seconds });
+    });
+  });
+}
+
+/** The last `n` characters of a job's output, for assertion messages. */
+function tail(job, n = 3000) {
+  const text = `${job.stdout}\n--- stderr ---\n${job.stderr}`;
+  return text.length > n ? text.slice(-n) : text;
+}
+
+module.exports = { runJob, tail, ROOT, HORA, NODE };

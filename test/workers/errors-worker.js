@@ -1,0 +1,225 @@
+'use strict';
+// Error behaviour, observed from inside each rank. Usage: node errors-worker.js <scenario>
+//   invalid   one rank (or every rank) passes bad input; later collectives must still work
+//   invalid-same-tick  the same, with the next collective issued in the same synchronous run
+//   mismatch  ranks disagree on count, dtype, op, root or collective; later collectives must still work
+//   kill      rank $KILL_RANK SIGKILLs itself during a loop of 64 MiB allreduces; the others must see
+//             ERR_PEER_LOST quickly
+//   solo      no launcher: collectives before init, then a world of one, then after shutdown
+// Each rank records what it saw and writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json (the test
+// asserts on it), and exits 0 whatever it saw.
+const fs = require('node:fs');
+const path = require('node:path');
+const hora = require('../../dist/ts/index.js');
+
+function report(rank, data) {
+  const line = JSON.stringify({ rank, ...data });
+  if (process.env.HORA_TEST_RESULT_DIR) fs.writeFileSync(path.join(process.env.HORA_TEST_RESULT_DIR, `rank-${rank}.json`), line + '\n');
+  else process.stdout.write(line + '\n');
+}
+
+/** What a call did: {sync} when it threw synchronously, else the settled outcome of its Work. */
+async function outcome(call) {
+  let work;
+  try {
+    work = call();
+  } catch (e) {
+    return { sync: true, ...describeError(e) };
+  }
+  try {
+    const value = await work;
+    return { ok: true, value: value === undefined ? null : Array.from(value, String) };
+  } catch (e) {
+    return describeError(e);
+  }
+}
+
+function describeError(e) {
+  return {
+    ok: false, isHoraError: e instanceof hora.HoraError, code: e && e.code, message: e && e.message, rank: e && e.rank, peer: e && e.peer,
+  };
+}
+
+/** A collective every rank can run afterwards: sum of rank+1 over ranks, in two dtypes. */
+async function followUp() {
+  const r = hora.rank();
+  const a = await outcome(() => hora.allreduce(new Int32Array([r + 1, 1]), { op: 'sum' }));
+  const b = await outcome(() => hora.allreduce(new Float64Array(100000).fill(r + 1), { op: 'max' }));
+  return { sum: a.ok ? a.value : a, max: b.ok ? b.value[b.value.length - 1] : b };
+}
+
+function detachedFloat32Array() {
+  const buf = new ArrayBuffer(16);
+  const x = new Float32Array(buf);
+  structuredClone(buf, { transfer: [buf] });
+  return x;
+}
+
+// [name, argument the bad rank's error must name, bad call, the valid call the other ranks make]
+function invalidCases(p) {
+  const f32 = (n) => new Float32Array(n).fill(1);
+  return [
+    ['plain Array', 'x', () => hora.allreduce([1, 2, 3], { op: 'sum' }), () => hora.allreduce(f32(3), { op: 'sum' })],
+    ['string', 'x', () => hora.allreduce('abc'), () => hora.allreduce(f32(3))],
+    ['detached buffer', 'x', () => hora.allreduce(detachedFloat32Array()), () => hora.allreduce(f32(4))],
+    ['unknown op', 'options.op', () => hora.allreduce(f32(4), { op: 'median' }), () => hora.allreduce(f32(4), { op: 'sum' })],
+    ['root out of range', 'options.root', () => hora.broadcast(f32(4), { root: p }), () => hora.broadcast(f32(4), { root: 0 })],
+    ['negative root', 'options.root', () => hora.broadcast(f32(4), { root: -1 }), () => hora.broadcast(f32(4), { root: 0 })],
+    ['Uint16Array without dtype', 'options.dtype', () => hora.allreduce(new Uint16Array(4)), () => hora.allreduce(new Uint16Array(4), { dtype: 'float16' })],
+    ['options not an object', 'options', () => hora.allreduce(f32(4), 5), () => hora.allreduce(f32(4))],
+    ['allgather of a string', 'x', () => hora.allgather('abc'), () => hora.allgather(f32(2))],
+    ['reduceScatter unknown op', 'options.op', () => hora.reduceScatter(f32(6), { op: 'mean' }), () => hora.reduceScatter(f32(6))],
+    ['large valid call elsewhere', 'x', () => hora.allreduce({ length: 300001 }), () => hora.allreduce(f32(300001))],
+  ];
+}
+
+async function invalidScenario() {
+  const r = hora.rank();
+  const p = hora.size();
+  const results = [];
+  const cases = invalidCases(p);
+  for (let k = 0; k < cases.length; k++) {
+    const [name, argument, bad, good] = cases[k];
+    for (const who of ['one', 'all']) {
+      if (who === 'all' && k % 3 !== 0) continue; // a few cases where every rank is wrong
+      const badRank = who === 'all' ? -1 : k % p;
+      const isBad = who === 'all' || badRank === r;
+      const got = await outcome(isBad ? bad : good);
+      results.push({ name: `${name} (${who === 'all' ? 'every rank' : `rank ${badRank}`})`, badRank, isBad, argument, got, after: await followUp() });
+    }
+  }
+  return { results };
+}
+
+// The bad call and the next collective in one synchronous run, as gradient hooks issue them: the other
+// ranks' valid call must not be fused with the next one, or the ranks fall out of step for good.
+async function invalidSameTickScenario() {
+  const r = hora.rank();
+  const p = hora.size();
+  const badRank = p - 1;
+  const first = r === badRank ? hora.allreduce('bad', { op: 'sum' }) : hora.allreduce(new Float32Array(8).fill(1), { op: 'sum' });
+  const second = hora.allreduce(new Float32Array(8).fill(r + 1), { op: 'sum' });
+  const got = await outcome(() => first);
+  const next = await outcome(() => second);
+  return { results: [{ name: 'bad call then a valid one in the same tick', badRank, isBad: r === badRank, argument: 'x', got, next, after: await followUp() }] };
+}
+
+async function mismatchScenario() {
+  const r = hora.rank();
+  const p = hora.size();
+  const last = p - 1;
+  const f32 = (n) => new Float32Array(n).fill(1);
+  const cases = [
+    ['count differs on the last rank', () => hora.allreduce(f32(r === last ? 11 : 10), { op: 'sum' })],
+    ['count differs on every rank', () => hora.allreduce(f32(10 + r), { op: 'sum' })],
+    ['large count differs by one', () => hora.allreduce(f32(r === 0 ? 300002 : 300001), { op: 'sum' })],
+    ['reduceScatter count differs', () => hora.reduceScatter(f32(r === last ? 8 : 9))],
+    ['broadcast count differs', () => hora.broadcast(f32(r === 0 ? 5 : 6))],
+    ['dtype differs', () => hora.allreduce(r === last ? new Int32Array(4) : new Float32Array(4), { op: 'sum' })],
+    ['op differs', () => hora.allreduce(f32(4), { op: r === last ? 'max' : 'sum' })],
+    ['root differs', () => hora.broadcast(f32(4), { root: r === last ? 0 : last })],
+    ['allgather on rank 0, allreduce elsewhere', () => (r === 0 ? hora.allgather(f32(4)) : hora.allreduce(f32(4)))],
+    ['allreduce on rank 0, allgather elsewhere', () => (r === 0 ? hora.allreduce(f32(4)) : hora.allgather(f32(4)))],
+    ['barrier on the last rank, allreduce elsewhere', () => (r === last ? hora.barrier() : hora.allreduce(f32(4)))],
+  ];
+  const results = [];
+  for (const [name, call] of cases) results.push({ name, got: await outcome(call), after: await followUp() });
+  return { results };
+}
+
+async function killScenario() {
+  const r = hora.rank();
+  const victim = Number(process.env.KILL_RANK || 1);
+  const x = new Float32Array(16 * 1024 * 1024).fill(1); // 64 MiB
+  const started = Date.now();
+  for (let i = 0; i < 1000; i++) {
+    const work = hora.allreduce(x, { op: 'max', inplace: true });
+    if (r === victim && i === 2) {
+      // Die while this allreduce is in flight on every rank.
+      setTimeout(() => {
+        report(r, { killedAt: Date.now(), iteration: i });
+        process.kill(process.pid, 'SIGKILL');
+      }, 30);
+    }
+    try {
+      await work;
+    } catch (e) {
+      const rejectedAt = Date.now();
+      const t0 = Date.now();
+      const after = await outcome(() => hora.allreduce(new Float32Array(4)));
+      return { rejectedAt, iteration: i, error: describeError(e), after, afterMs: Date.now() - t0, startedAt: started };
+    }
+  }
+  return { rejectedAt: null, iteration: 1000 };
+}
+
+async function soloScenario() {
+  const f32 = new Float32Array([1.5, -2, 3]);
+  const before = {};
+  const calls = {
+    allreduce: () => hora.allreduce(f32),
+    broadcast: () => hora.broadcast(f32),
+    allgather: () => hora.allgather(f32),
+    reduceScatter: () => hora.reduceScatter(f32),
+    barrier: () => hora.barrier(),
+    rank: () => hora.rank(),
+    size: () => hora.size(),
+  };
+  for (const [name, call] of Object.entries(calls)) before[name] = await outcome(call);
+  before.isInitialized = hora.isInitialized();
+
+  await hora.init();
+  const world = { rank: hora.rank(), size: hora.size(), localRank: hora.localRank(), localSize: hora.localSize(), crossRank: hora.crossRank(), crossSize: hora.crossSize() };
+  const arrays = {
+    float32: new Float32Array([1.5, -2.25, 3e30, -0]),
+    float64: new Float64Array([Math.PI, -1e300, 5e-324]),
+    int32: new Int32Array([7, -7, 2 ** 31 - 1, -(2 ** 31)]),
+    int64: new BigInt64Array([2n ** 62n, -5n, 3n]),
+    uint8: new Uint8Array([0, 255, 7]),
+    float16: new Uint16Array([0x3c00, 0xc000, 0x7bff]),
+    bfloat16: new Uint16Array([0x3f80, 0xc040, 0x7f7f]),
+  };
+  const same = (a, b) => a.constructor === b.constructor && Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+  const single = [];
+  for (const [dtype, x] of Object.entries(arrays)) {
+    const options = dtype === 'float16' || dtype === 'bfloat16' ? { dtype } : {};
+    const keep = x.slice();
+    const record = (what, y, inplace) => single.push({ what: `${what} ${dtype}`, equal: same(y, keep), copy: inplace ? y === x : y !== x });
+    for (const op of ['sum', 'avg', 'min', 'max', 'prod']) {
+      record(`allreduce op=${op}`, await hora.allreduce(x, { ...options, op }), false);
+      record(`reduceScatter op=${op}`, await hora.reduceScatter(x, { ...options, op }), false);
+    }
+    record('allreduce default op (wait)', hora.allreduce(x, options).wait(), false);
+    record('broadcast', await hora.broadcast(x, options), false);
+    record('allgather', await hora.allgather(x, options), false);
+    const y = x.slice();
+    const z = await hora.allreduce(y, { ...options, op: 'sum', inplace: true });
+    single.push({ what: `allreduce inplace ${dtype}`, equal: same(z, keep), copy: z === y });
+    single.push({ what: `input untouched ${dtype}`, equal: same(x, keep), copy: true });
+  }
+  const barrier = await outcome(() => hora.barrier());
+  const invalid = await outcome(() => hora.allreduce([1, 2]));
+  await hora.shutdown();
+  const after = await outcome(() => hora.allreduce(f32));
+  return { before, world, single, barrier, invalid, after };
+}
+
+const SCENARIOS = { invalid: invalidScenario, 'invalid-same-tick': invalidSameTickScenario, mismatch: mismatchScenario, kill: killScenario, solo: soloScenario };
+
+async function main() {
+  const scenario = SCENARIOS[process.argv[2]];
+  if (!scenario) throw new Error(`unknown scenario ${process.argv[2]}`);
+  if (process.argv[2] === 'solo') {
+    report(0, await scenario());
+    return;
+  }
+  await hora.init();
+  const rank = hora.rank();
+  report(rank, { size: hora.size(), ...(await scenario()) });
+  await hora.shutdown();
+}
+
+main().catch((e) => {
+  process.stderr.write(`errors-worker: ${e && e.stack ? e.stack : String(e)}\n`);
+  process.exit(1);
+});
