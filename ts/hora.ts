@@ -104,6 +104,7 @@ async function join(options: InitOptions): Promise<void> {
         timeoutMs, jobId: launch.jobId,
       });
       await server.listen();
+      server.unref();
     }
     const reg = await register({
       addr: launch.rendezvousAddr as string, port: launch.rendezvousPort as number, secret: launch.secret as string,

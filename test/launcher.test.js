@@ -1,0 +1,195 @@
+'use strict';
+// `hora run` and the other CLI commands, driven as a user would: as child processes.
+const t = require('tap');
+const fs = require('node:fs');
+const path = require('node:path');
+const { spawn } = require('node:child_process');
+
+const dist = path.join(__dirname, '..', 'dist', 'ts');
+const HORA = path.join(dist, 'cli', 'main.js');
+const NODE = process.execPath;
+
+// Runs `hora ...args`; resolves {code, signal, stdout, stderr}. onSpawn(child) may signal it.
+function hora(args, { env = {}, timeoutMs = 30000, onSpawn } = {}) {
+  return new Promise((resolve) => {
+    const child = spawn(NODE, [HORA, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    if (onSpawn) onSpawn(child, () => stdout);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+function isAlive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+t.test('prefixes every line with the rank and flushes a partial last line', async (t) => {
+  const script = 'console.log("hello from", process.env.HORA_RANK); console.error("to stderr"); process.stdout.write("no newline")';
+  const r = await hora(['run', '-np', '3', NODE, '-e', script]);
+  t.equal(r.code, 0);
+  const out = r.stdout.split('\n').filter(Boolean).sort();
+  t.same(out, ['[0] hello from 0', '[0] no newline', '[1] hello from 1', '[1] no newline', '[2] hello from 2', '[2] no newline']);
+  t.same(r.stderr.split('\n').filter(Boolean).sort(), ['[0] to stderr', '[1] to stderr', '[2] to stderr']);
+});
+
+t.test('workers get the HORA_* contract and can register with the launcher', async (t) => {
+  const script = `
+    const { resolveLaunch, readSettings, advertiseAddress } = require(${JSON.stringify(path.join(dist, 'config.js'))});
+    const { register } = require(${JSON.stringify(path.join(dist, 'control', 'client.js'))});
+    const l = resolveLaunch();
+    const s = readSettings();
+    register({ addr: l.rendezvousAddr, port: l.rendezvousPort, secret: l.secret, rank: l.rank, hostId: s.hostId,
+               dataAddr: advertiseAddress(s, l.rendezvousAddr), dataPort: 0, timeoutMs: 10000 })
+      .then(({ table, self }) => console.log(JSON.stringify({ source: l.source, host: l.isRendezvousHost, env: [l.localRank, l.localSize, l.crossRank, l.crossSize],
+        peer: [self.rank, self.localRank, self.localSize, self.crossRank, self.crossSize], job: table.jobId === process.env.HORA_JOB_ID })));`;
+  const r = await hora(['run', '-np', '4', '-H', 'localhost:2,127.0.0.1:2', '--simulate-hosts', NODE, '-e', script]);
+  t.equal(r.code, 0, r.stderr);
+  const lines = r.stdout.split('\n').filter(Boolean).sort();
+  t.equal(lines.length, 4);
+  lines.forEach((line, rank) => {
+    t.ok(line.startsWith(`[${rank}] `));
+    const got = JSON.parse(line.slice(line.indexOf(' ') + 1));
+    const local = rank % 2;
+    const cross = rank < 2 ? 0 : 1;
+    t.same(got, { source: 'hora', host: false, env: [local, 2, cross, 2], peer: [rank, local, 2, cross, 2], job: true });
+  });
+});
+
+t.test('a worker exiting with 3 makes the launcher exit 3 and stop the others', async (t) => {
+  const script = 'if (process.env.HORA_RANK === "1") setTimeout(() => process.exit(3), 200); else { console.log("pid", process.pid); setInterval(() => {}, 1000); }';
+  const started = Date.now();
+  const r = await hora(['run', '--grace', '0.5', '-np', '3', NODE, '-e', script]);
+  t.equal(r.code, 3);
+  t.match(r.stderr, /rank 1 exited with code 3/);
+  t.ok(Date.now() - started < 10000, 'the others were stopped after the grace period');
+  const pids = [...r.stdout.matchAll(/pid (\d+)/g)].map((m) => Number(m[1]));
+  t.equal(pids.length, 2);
+  for (const pid of pids) t.notOk(isAlive(pid), `worker ${pid} is gone`);
+});
+
+t.test('a worker killed by SIGKILL makes the launcher exit 137 and the others are killed', async (t) => {
+  const script = `console.log("pid", process.pid);
+    process.on("SIGTERM", () => {}); // a stubborn worker: only SIGKILL stops it
+    if (process.env.HORA_RANK === "0") setTimeout(() => process.kill(process.pid, "SIGKILL"), 300);
+    setInterval(() => {}, 1000);`;
+  const r = await hora(['run', '--grace', '0.3', '-np', '3', NODE, '-e', script]);
+  t.equal(r.code, 137);
+  t.match(r.stderr, /rank 0 was killed by SIGKILL/);
+  const pids = [...r.stdout.matchAll(/pid (\d+)/g)].map((m) => Number(m[1]));
+  t.equal(pids.length, 3);
+  for (const pid of pids) t.notOk(isAlive(pid), `worker ${pid} is gone`);
+});
+
+t.test('registered workers receive Abort when another fails', async (t) => {
+  const script = `
+    const { resolveLaunch, readSettings } = require(${JSON.stringify(path.join(dist, 'config.js'))});
+    const { register } = require(${JSON.stringify(path.join(dist, 'control', 'client.js'))});
+    const l = resolveLaunch();
+    register({ addr: l.rendezvousAddr, port: l.rendezvousPort, secret: l.secret, rank: l.rank, hostId: readSettings().hostId,
+               dataAddr: '127.0.0.1', dataPort: 0, timeoutMs: 10000 }).then(({ connection }) => {
+      if (l.rank === 2) setTimeout(() => process.exit(4), 100);
+      else { connection.onAbort((a) => { console.log("abort:", a.reason, a.rank, a.code); process.exit(1); }); setInterval(() => {}, 1000); }
+    });`;
+  const r = await hora(['run', '--grace', '5', '-np', '3', NODE, '-e', script]);
+  t.equal(r.code, 4, 'the first failure decides the exit status');
+  const aborts = r.stdout.split('\n').filter((l) => l.includes('abort:')).sort();
+  t.same(aborts, ['[0] abort: rank 2 exited with code 4 2 ERR_PEER_LOST', '[1] abort: rank 2 exited with code 4 2 ERR_PEER_LOST']);
+});
+
+t.test('SIGTERM to the launcher is forwarded; it exits 143', async (t) => {
+  const script = 'process.on("SIGTERM", () => { console.log("worker got SIGTERM"); process.exit(0); }); console.log("ready"); setInterval(() => {}, 1000);';
+  const r = await hora(['run', '-np', '2', NODE, '-e', script], {
+    onSpawn: async (child, stdout) => {
+      while ((stdout().match(/ready/g) || []).length < 2) await sleep(20);
+      child.kill('SIGTERM');
+    },
+  });
+  t.equal(r.code, 143);
+  t.equal((r.stdout.match(/worker got SIGTERM/g) || []).length, 2);
+});
+
+t.test('leftover /dev/shm/hora-<job>* files are removed', { skip: !fs.existsSync('/dev/shm') && 'no /dev/shm' }, async (t) => {
+  const script = 'const f = "/dev/shm/hora-" + process.env.HORA_JOB_ID + "-seg" + process.env.HORA_RANK; require("fs").writeFileSync(f, "x"); console.log(f);';
+  const r = await hora(['run', '-np', '2', NODE, '-e', script]);
+  t.equal(r.code, 0);
+  const files = [...r.stdout.matchAll(/(\/dev\/shm\/hora-\S+)/g)].map((m) => m[1]);
+  t.equal(files.length, 2);
+  for (const f of files) t.notOk(fs.existsSync(f), `${f} removed`);
+});
+
+t.test('a reader that closes the launcher\'s stdout does not block the workers', async (t) => {
+  const r = await hora(['run', '-np', '2', NODE, '-e', 'for (let i = 0; i < 200000; i++) console.log(i)'], {
+    timeoutMs: 20000,
+    onSpawn: (child) => child.stdout.once('data', () => child.stdout.destroy()),
+  });
+  t.same([r.code, r.signal], [0, null]);
+});
+
+t.test('a command that cannot start exits 127', async (t) => {
+  const r = await hora(['run', '-np', '2', 'hora-no-such-command-xyz']);
+  t.equal(r.code, 127);
+  t.match(r.stderr, /cannot start "hora-no-such-command-xyz"/);
+});
+
+t.test('bad arguments: exit 2 with a message naming the flag and the value', async (t) => {
+  const cases = [
+    [['run', '-np', '0', NODE], /-np "0"/],
+    [['run', '-np', 'abc', NODE], /-np "abc"/],
+    [['run', '-np', '2'], /command: missing/],
+    [['run', NODE], /-np: missing/],
+    [['run', '-np'], /-np: missing value/],
+    [['run', '--frobnicate', '-np', '2', NODE], /--frobnicate/],
+    [['run', '-np', '2', '--timeout', '-5', NODE], /--timeout "-5"/],
+    [['run', '-np', '2', '--algo', 'bogus', NODE], /--algo "bogus"/],
+    [['run', '-np', '2', '--debug', 'LOUD', NODE], /--debug "LOUD"/],
+    [['run', '-np', '3', '-H', 'localhost:2', NODE], /-np "3".*at most 2/],
+    [['run', '-np', '1', '-H', 'gpu-node-17.example.invalid:4', NODE], /-H .*remote/],
+    [['bogus'], /unknown command "bogus"/],
+  ];
+  for (const [args, pattern] of cases) {
+    const r = await hora(args);
+    t.equal(r.code, 2, args.join(' '));
+    t.match(r.stderr, pattern, args.join(' '));
+  }
+  const env = await hora(['run', '-np', '2', NODE, '-e', '0'], { env: { HORA_TIMEOUT_S: 'never' } });
+  t.equal(env.code, 2);
+  t.match(env.stderr, /HORA_TIMEOUT_S "never"/);
+});
+
+t.test('help, version and env', async (t) => {
+  const help = await hora(['run', '--help']);
+  t.equal(help.code, 0);
+  for (const section of ['Job layout:', 'Timeouts and shutdown:', 'Tuning', 'Logging and timeline:']) t.match(help.stdout, section);
+  const main = await hora(['--help']);
+  t.equal(main.code, 0);
+  t.match(main.stdout, /run .*\n.*env .*\n.*bench/);
+  const version = await hora(['--version']);
+  t.equal(version.code, 0);
+  t.equal(version.stdout.trim(), require('../package.json').version);
+  const env = await hora(['env'], { env: { HORA_FUSION_MB: '32', HORA_SECRET: 'do-not-print' } });
+  t.equal(env.code, 0);
+  t.match(env.stdout, /HORA_FUSION_MB = "32"\s+\[default 64\]/);
+  t.match(env.stdout, /HORA_SECRET = \(set, hidden\)/);
+  t.notMatch(env.stdout, /do-not-print/);
+  t.match(env.stdout, /launched by: single/);
+  const bad = await hora(['env'], { env: { HORA_DEBUG: 'LOUD' } });
+  t.equal(bad.code, 1);
+  t.match(bad.stdout, /HORA_DEBUG="LOUD" is invalid/);
+  const json = await hora(['env', '--json']);
+  t.equal(json.code, 0);
+  t.ok(JSON.parse(json.stdout).variables.some((v) => v.name === 'HORA_TIMEOUT_S'));
+});

@@ -1,0 +1,382 @@
+// Rendezvous server: collects one registration per rank, then tells every
+// worker about all the others.
+//
+// How it works: each accepted connection gets a Challenge with a fresh nonce;
+// the worker proves it knows the job secret by answering Register with
+// HMAC-SHA256(secret, nonce). Bad proofs, versions, ranks or frames get an
+// Error and a closed connection, and the server keeps serving: one stray
+// client must not sink the job. Once `size` workers are in, ranks left as -1
+// are filled in arrival order grouped by host, the topology (local and cross
+// ranks) is computed from the host ids, and the PeerTable goes to everyone.
+// The connections stay open for the life of the job so that the launcher can
+// broadcast Abort, and so that a worker that disappears is noticed at once
+// ('worker-lost') rather than at the next collective timeout.
+
+import * as crypto from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import * as net from 'node:net';
+import type { Logger } from '../config';
+import { ControlConnection, MAX_FRAME_BYTES } from './frame';
+import { ControlMessage, Peer, PeerTable, PROTOCOL_VERSION, Register } from './messages';
+
+export interface RendezvousServerOptions {
+  /** Number of ranks to wait for (>= 1). */
+  size: number;
+  /** Job secret; the HMAC key is its UTF-8 bytes (or the Buffer as is). */
+  secret: string | Buffer;
+  /** Address to bind: the one workers will reach. Default 127.0.0.1. */
+  host?: string;
+  /** Port to bind; 0 (default) picks a free one, see `port` after listen(). */
+  port?: number;
+  /** Milliseconds from the first registration until all ranks must have registered; 0 = no deadline. Default 300000. */
+  timeoutMs?: number;
+  /** Milliseconds a connection may take to send Register after the Challenge. Default 30000. */
+  handshakeTimeoutMs?: number;
+  /** Goes into PeerTable.job_id. Default: random hex. */
+  jobId?: string;
+  /** Frame size limit. Default MAX_FRAME_BYTES. */
+  maxFrameBytes?: number;
+  /** Where diagnostics go. Default: nowhere. */
+  log?: Logger;
+}
+
+/** One registered worker before the table is built. */
+interface Registration {
+  conn: ControlConnection;
+  reg: Register;
+  /** Registration order, used to place workers that asked for rank -1. */
+  arrival: number;
+}
+
+export interface RejectionInfo {
+  code: string;
+  message: string;
+  remote: string;
+}
+
+/**
+ * Events:
+ *  'listening' ({host, port})
+ *  'registered' (rank: number | -1, remote: string)   a worker passed authentication
+ *  'rejected'   (info: RejectionInfo)                  a connection was refused
+ *  'complete'   (table: PeerTable)                     the table was sent to everyone
+ *  'worker-lost'(rank: number, reason: string)         a connection closed after the table was sent
+ *  'timeout'    (missingRanks: number[], registered)   the registration deadline passed
+ *  'abort'      (reason, rank, code)                   abort() was called
+ */
+export class RendezvousServer extends EventEmitter {
+  readonly size: number;
+  readonly jobId: string;
+  private readonly secret: Buffer;
+  private readonly host: string;
+  private readonly requestedPort: number;
+  private readonly timeoutMs: number;
+  private readonly handshakeTimeoutMs: number;
+  private readonly maxFrameBytes: number;
+  private readonly log: Logger;
+  private readonly server: net.Server;
+  private readonly connections = new Set<ControlConnection>();
+  // rank -> registration for explicit ranks; -1 registrations wait in `unassigned`.
+  private readonly byRank = new Map<number, Registration>();
+  private readonly unassigned: Registration[] = [];
+  private arrivals = 0;
+  private table: PeerTable | undefined;
+  private rankOf = new Map<ControlConnection, number>();
+  private deadline: NodeJS.Timeout | undefined;
+  private closing = false;
+  private boundPort = 0;
+  private unrefed = false;
+
+  constructor(opts: RendezvousServerOptions) {
+    super();
+    if (!Number.isSafeInteger(opts.size) || opts.size < 1) throw new RangeError(`RendezvousServer: size must be an integer >= 1, got ${opts.size}`);
+    this.size = opts.size;
+    this.secret = typeof opts.secret === 'string' ? Buffer.from(opts.secret, 'utf8') : opts.secret;
+    if (this.secret.length === 0) throw new RangeError('RendezvousServer: secret must not be empty');
+    this.host = opts.host ?? '127.0.0.1';
+    this.requestedPort = opts.port ?? 0;
+    this.timeoutMs = opts.timeoutMs ?? 300_000;
+    this.handshakeTimeoutMs = opts.handshakeTimeoutMs ?? 30_000;
+    this.jobId = opts.jobId ?? crypto.randomBytes(8).toString('hex');
+    this.maxFrameBytes = opts.maxFrameBytes ?? MAX_FRAME_BYTES;
+    this.log = opts.log ?? (() => undefined);
+    this.server = net.createServer((socket) => this.accept(socket));
+    this.server.on('error', (err) => this.log('WARN', `rendezvous server error: ${err.message}`));
+  }
+
+  /** Port actually bound (after listen()). */
+  get port(): number {
+    return this.boundPort;
+  }
+
+  /** The table, once every rank has registered. */
+  get peerTable(): PeerTable | undefined {
+    return this.table;
+  }
+
+  /** Binds and starts accepting; resolves with the bound address. */
+  listen(): Promise<{ host: string; port: number }> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error) => reject(err);
+      this.server.once('error', onError);
+      this.server.listen({ host: this.host, port: this.requestedPort, exclusive: true }, () => {
+        this.server.off('error', onError);
+        this.boundPort = (this.server.address() as net.AddressInfo).port;
+        const where = { host: this.host, port: this.boundPort };
+        this.log('INFO', `rendezvous server listening on ${this.host}:${this.boundPort} for ${this.size} ranks`);
+        this.emit('listening', where);
+        resolve(where);
+      });
+    });
+  }
+
+  /** Resolves with the table once every rank has registered. */
+  waitForTable(): Promise<PeerTable> {
+    if (this.table) return Promise.resolve(this.table);
+    return new Promise((resolve, reject) => {
+      const onComplete = (table: PeerTable) => {
+        this.off('timeout', onTimeout);
+        resolve(table);
+      };
+      const onTimeout = (missing: number[]) => {
+        this.off('complete', onComplete);
+        const err = new Error(`rendezvous timed out: ${missing.length} of ${this.size} ranks never registered`) as Error & { code: string };
+        err.code = 'ERR_TIMEOUT';
+        reject(err);
+      };
+      this.once('complete', onComplete);
+      this.once('timeout', onTimeout);
+    });
+  }
+
+  /** Sends Abort to every connected worker. */
+  abort(reason: string, rank = -1, code = 'ERR_PEER_LOST'): void {
+    this.log('INFO', `broadcasting abort: ${reason}`);
+    this.emit('abort', reason, rank, code);
+    for (const conn of this.connections) conn.send({ kind: 'abort', reason, rank, code });
+  }
+
+  /**
+   * Lets the process exit while the server still runs (for rank 0 hosting it
+   * inside a training script): the listener and every connection, present
+   * and future, stop holding the event loop open.
+   */
+  unref(): void {
+    this.unrefed = true;
+    this.server.unref();
+    for (const conn of this.connections) conn.socket.unref();
+  }
+
+  /** Stops listening and closes every connection. */
+  close(): Promise<void> {
+    this.closing = true;
+    if (this.deadline) clearTimeout(this.deadline);
+    for (const conn of this.connections) conn.close();
+    return new Promise((resolve) => {
+      if (!this.server.listening) return resolve();
+      this.server.close(() => resolve());
+    });
+  }
+
+  // -------------------------------------------------------------------------
+
+  private accept(socket: net.Socket): void {
+    if (this.closing) {
+      socket.destroy();
+      return;
+    }
+    const conn = new ControlConnection(socket, this.maxFrameBytes);
+    if (this.unrefed) socket.unref();
+    this.connections.add(conn);
+    const nonce = crypto.randomBytes(32);
+    let registered = false;
+    const handshake = setTimeout(() => {
+      if (!registered) this.reject(conn, 'ERR_TIMEOUT', `no Register within ${this.handshakeTimeoutMs} ms of connecting`);
+    }, this.handshakeTimeoutMs);
+    handshake.unref();
+
+    conn.on('message', (msg: ControlMessage) => {
+      if (!registered) {
+        if (msg.kind !== 'register') {
+          this.reject(conn, 'ERR_INVALID_ARGUMENT', `expected Register as the first message, got ${msg.kind}`);
+          return;
+        }
+        registered = this.onRegister(conn, msg, nonce);
+        if (registered) clearTimeout(handshake);
+        return;
+      }
+      if (msg.kind === 'heartbeat') {
+        conn.send({ kind: 'heartbeat', seq: msg.seq, timeMs: Date.now() });
+        return;
+      }
+      this.log('TRACE', `ignoring ${msg.kind} from ${conn.remote}`);
+    });
+    conn.on('invalid', (err) => {
+      this.reject(conn, 'ERR_INVALID_ARGUMENT', err.message);
+    });
+    conn.on('close', (err) => {
+      clearTimeout(handshake);
+      this.connections.delete(conn);
+      this.onClose(conn, err);
+    });
+    conn.send({ kind: 'challenge', nonce, protocolVersion: PROTOCOL_VERSION });
+  }
+
+  private reject(conn: ControlConnection, code: string, message: string): void {
+    const info: RejectionInfo = { code, message, remote: conn.remote };
+    this.log('WARN', `rejected control connection from ${info.remote}: ${code}: ${message}`);
+    conn.sendAndEnd({ kind: 'error', code, message });
+    this.emit('rejected', info);
+  }
+
+  // Returns true when the worker was accepted.
+  private onRegister(conn: ControlConnection, reg: Register, nonce: Buffer): boolean {
+    if (reg.protocolVersion !== PROTOCOL_VERSION) {
+      this.reject(conn, 'ERR_INVALID_ARGUMENT', `protocol version ${reg.protocolVersion} is not supported (this server speaks ${PROTOCOL_VERSION}); use the same hora version on every host`);
+      return false;
+    }
+    const expected = crypto.createHmac('sha256', this.secret).update(nonce).digest();
+    if (reg.auth.length !== expected.length || !crypto.timingSafeEqual(reg.auth, expected)) {
+      this.reject(conn, 'ERR_AUTH', 'authentication failed: the worker does not have this job\'s secret (HORA_SECRET)');
+      return false;
+    }
+    const who = `${reg.hostname || reg.hostId} pid ${reg.pid}`;
+    if (this.table) {
+      this.reject(conn, 'ERR_INVALID_ARGUMENT', `the job already has all ${this.size} ranks (rank ${reg.rank} from ${who} arrived late)`);
+      return false;
+    }
+    if (reg.rank !== -1 && (!Number.isInteger(reg.rank) || reg.rank < 0 || reg.rank >= this.size)) {
+      this.reject(conn, 'ERR_INVALID_ARGUMENT', `rank ${reg.rank} from ${who} is out of range for a job of size ${this.size}`);
+      return false;
+    }
+    if (reg.rank !== -1 && this.byRank.has(reg.rank)) {
+      const other = this.byRank.get(reg.rank) as Registration;
+      this.reject(conn, 'ERR_INVALID_ARGUMENT', `rank ${reg.rank} is already registered by ${other.reg.hostname || other.reg.hostId} pid ${other.reg.pid}; ${who} asked for it too`);
+      return false;
+    }
+    if (this.byRank.size + this.unassigned.length >= this.size) {
+      this.reject(conn, 'ERR_INVALID_ARGUMENT', `the job already has all ${this.size} ranks; ${who} is one too many`);
+      return false;
+    }
+    // The clock starts with the first worker: a job whose program never uses hora never times out.
+    if (this.arrivals === 0 && this.timeoutMs > 0) {
+      this.deadline = setTimeout(() => this.onDeadline(), this.timeoutMs);
+      this.deadline.unref();
+    }
+    const entry: Registration = { conn, reg, arrival: this.arrivals++ };
+    if (reg.rank === -1) this.unassigned.push(entry);
+    else this.byRank.set(reg.rank, entry);
+    this.log('INFO', `registered rank ${reg.rank} (${who}, host ${reg.hostId}) from ${conn.remote}; ${this.byRank.size + this.unassigned.length}/${this.size}`);
+    this.emit('registered', reg.rank, conn.remote);
+    if (this.byRank.size + this.unassigned.length === this.size) this.complete();
+    return true;
+  }
+
+  private complete(): void {
+    if (this.deadline) clearTimeout(this.deadline);
+    const regs = assignRanks(this.size, this.byRank, this.unassigned);
+    const table: PeerTable = { jobId: this.jobId, size: this.size, peers: computeTopology(regs.map((r) => r.reg)), yourRank: -1 };
+    this.table = table;
+    this.unassigned.length = 0;
+    regs.forEach((r, rank) => {
+      this.rankOf.set(r.conn, rank);
+      this.byRank.set(rank, r);
+    });
+    regs.forEach((r, rank) => r.conn.send({ kind: 'peerTable', ...table, yourRank: rank }));
+    this.log('INFO', `all ${this.size} ranks registered; peer table sent`);
+    this.emit('complete', table);
+  }
+
+  private onClose(conn: ControlConnection, err: Error | undefined): void {
+    if (this.closing) return;
+    if (this.table) {
+      const rank = this.rankOf.get(conn);
+      if (rank === undefined) return;
+      this.rankOf.delete(conn);
+      const reason = err ? `control connection of rank ${rank} failed: ${err.message}` : `control connection of rank ${rank} closed`;
+      this.log('INFO', reason);
+      this.emit('worker-lost', rank, reason);
+      return;
+    }
+    // Before the table: free the slot so that a restarted worker can take it.
+    for (const [rank, r] of this.byRank) {
+      if (r.conn === conn) {
+        this.byRank.delete(rank);
+        this.log('WARN', `rank ${rank} disconnected before the job was complete; waiting for it to register again`);
+      }
+    }
+    const i = this.unassigned.findIndex((r) => r.conn === conn);
+    if (i >= 0) this.unassigned.splice(i, 1);
+  }
+
+  private onDeadline(): void {
+    if (this.table || this.closing) return;
+    const missing: number[] = [];
+    for (let r = 0; r < this.size; r++) if (!this.byRank.has(r)) missing.push(r);
+    const registered = this.byRank.size + this.unassigned.length;
+    const message = `rendezvous timed out: ${this.timeoutMs} ms after the first worker registered, ${registered} of ${this.size} ranks have` +
+      (this.unassigned.length === 0 ? ` (missing ranks ${missing.join(', ')})` : '');
+    this.log('WARN', message);
+    for (const conn of this.connections) conn.sendAndEnd({ kind: 'error', code: 'ERR_TIMEOUT', message });
+    this.emit('timeout', missing, registered);
+  }
+}
+
+/**
+ * Returns registrations indexed by final rank: explicit ranks stay; workers
+ * that asked for -1 fill the free ranks in ascending order, grouped by host
+ * (hosts in order of their first arrival, workers of a host in arrival order),
+ * so that the ranks of one host are contiguous where possible.
+ */
+function assignRanks(size: number, byRank: Map<number, Registration>, unassigned: Registration[]): Registration[] {
+  const out: (Registration | undefined)[] = new Array(size).fill(undefined);
+  for (const [rank, r] of byRank) out[rank] = r;
+  const hostOrder: string[] = [];
+  const perHost = new Map<string, Registration[]>();
+  for (const r of [...unassigned].sort((a, b) => a.arrival - b.arrival)) {
+    let list = perHost.get(r.reg.hostId);
+    if (!list) {
+      list = [];
+      perHost.set(r.reg.hostId, list);
+      hostOrder.push(r.reg.hostId);
+    }
+    list.push(r);
+  }
+  const queue = hostOrder.flatMap((h) => perHost.get(h) as Registration[]);
+  let next = 0;
+  for (let rank = 0; rank < size; rank++) if (out[rank] === undefined) out[rank] = queue[next++];
+  return out as Registration[];
+}
+
+/** Registration fields needed to place a rank in the topology. */
+export type TopologyInput = Pick<Register, 'hostId' | 'dataAddr' | 'dataPort' | 'hostname' | 'pid'>;
+
+/**
+ * Peers for registrations indexed by rank. local_rank orders the ranks that
+ * share a host id; cross_rank orders the hosts by their lowest rank.
+ */
+export function computeTopology(byRank: TopologyInput[]): Peer[] {
+  const hostIndex = new Map<string, number>();
+  const hostCount = new Map<string, number>();
+  for (const r of byRank) {
+    if (!hostIndex.has(r.hostId)) hostIndex.set(r.hostId, hostIndex.size);
+    hostCount.set(r.hostId, (hostCount.get(r.hostId) ?? 0) + 1);
+  }
+  const seen = new Map<string, number>();
+  return byRank.map((r, rank) => {
+    const localRank = seen.get(r.hostId) ?? 0;
+    seen.set(r.hostId, localRank + 1);
+    return {
+      rank,
+      hostId: r.hostId,
+      dataAddr: r.dataAddr,
+      dataPort: r.dataPort,
+      localRank,
+      localSize: hostCount.get(r.hostId) as number,
+      crossRank: hostIndex.get(r.hostId) as number,
+      crossSize: hostIndex.size,
+      hostname: r.hostname,
+      pid: r.pid,
+    };
+  });
+}
