@@ -264,16 +264,23 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   }
   if (deadline_.expired()) return timeoutStatus(sends, numSends, recvs, numRecvs);
 
-  // Gather what poll() can watch: TCP sockets with pending work, plus the abort eventfd.
+  // Gather what poll() can watch: TCP sockets with pending work, plus the abort eventfd. A pending send
+  // also watches for the peer's hang-up: a peer that shut its side never reads again, and a full socket
+  // buffer would otherwise wait for the deadline.
   pollfd fds[64];
+  Pair* senders[64] = {};
   int n = 0;
   bool spinning = false;
   fds[n++] = {wakeFd_, POLLIN, 0};
   for (int i = 0; i < numSends && n < 64; ++i) {
     if (sends[i].done == sends[i].len) continue;
     int fd = sends[i].pair->pollFd();
-    if (fd >= 0) fds[n++] = {fd, POLLOUT, 0};
-    else spinning = true;
+    if (fd >= 0) {
+      senders[n] = sends[i].pair;
+      fds[n++] = {fd, POLLOUT | POLLRDHUP, 0};
+    } else {
+      spinning = true;
+    }
   }
   for (int i = 0; i < numRecvs && n < 64; ++i) {
     if (recvs[i].done == recvs[i].len) continue;
@@ -281,17 +288,26 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     if (fd >= 0) fds[n++] = {fd, POLLIN, 0};
     else spinning = true;
   }
-  if (!spinning) {
-    int r = poll(fds, n, deadline_.remainingMs(200));
+  auto pollAndCheck = [&](int timeoutMs) -> Status {
+    int r = poll(fds, n, timeoutMs);
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + strerror(errno));
+    for (int i = 1; r > 0 && i < n; ++i) {
+      if (senders[i] != nullptr && (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        return Status(Code::kPeerLost,
+                      "connection to rank " + std::to_string(senders[i]->peer()) +
+                          " was closed by the peer while rank " + std::to_string(rank_) + " was sending to it",
+                      senders[i]->peer());
+      }
+    }
     return Status::ok();
-  }
+  };
+  if (!spinning) return pollAndCheck(deadline_.remainingMs(200));
   // Shared memory has no descriptor to sleep on: yield for a while, then nap, looking at the peers'
   // sockets for a hang-up on the way.
   HORA_RETURN_IF_ERROR(checkLiveness(sends, numSends, recvs, numRecvs));
   const int64_t yieldMicros = oversubscribed_ ? kOversubscribedYieldMicros : kYieldMicros;
   if (idleMicros < yieldMicros) {
-    if (n > 1) poll(fds, n, 0);
+    if (n > 1) HORA_RETURN_IF_ERROR(pollAndCheck(0));
     sched_yield();
     return Status::ok();
   }

@@ -1,0 +1,912 @@
+// Tests for the collectives (native/src/algorithms) and the agreement (native/src/engine/agreement), with
+// every rank a thread of this one process.
+//
+// As in Gloo's tests, each rank owns a Context that listens on an ephemeral port of 127.0.0.1, and all
+// ranks connect concurrently, each from its own thread. One hostId for every rank gives shared memory,
+// TransportChoice::kTcp gives TCP, and the mixed worlds put ranks {0,1}, {2,3}, {4,5} on three "hosts", so
+// pairs on one host use shared memory and the others TCP. The sweep is transport x world size x element
+// count x algorithm x dtype x op, each result checked against a scalar reference and for identical bytes on
+// every rank. Inputs are small integers (signed powers of two for prod), so every partial result is exact
+// and the reference does not depend on the order in which the ranks combined their data.
+//
+//   native/test/build.sh /tmp/hora-native-tests && /tmp/hora-native-tests/algorithms_test
+// Prints "ok N - what" or "not ok N - what: details" per group of cases; exits 1 if any failed.
+// HORA_TEST_WATCHDOG_S (default 240) bounds the whole run, so a hang fails instead of blocking CI.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/blocks.h"
+#include "algorithms/collectives.h"
+#include "common/status.h"
+#include "common/types.h"
+#include "engine/agreement.h"
+#include "engine/work.h"
+#include "reduce/reduce.h"
+#include "transport/context.h"
+
+using namespace hora;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double secondsSince(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Reporting: one line per group of cases, so the output stays readable while the sweep stays wide.
+
+int gLines = 0;
+int gFailedLines = 0;
+std::mutex gCurrentMutex;
+std::string gCurrent = "start-up";
+
+void setCurrent(const std::string& what) {
+  std::lock_guard<std::mutex> lock(gCurrentMutex);
+  gCurrent = what;
+}
+
+class Check {
+ public:
+  explicit Check(std::string what) : what_(std::move(what)), start_(SteadyClock::now()) { setCurrent(what_); }
+  ~Check() {
+    ++gLines;
+    if (failures_ == 0) {
+      std::printf("ok %d - %s (%d cases, %.2f s)\n", gLines, what_.c_str(), cases_, secondsSince(start_));
+    } else {
+      ++gFailedLines;
+      std::string details;
+      for (const std::string& d : details_) details += (details.empty() ? "" : "; ") + d;
+      std::printf("not ok %d - %s: %d of %d cases failed: %s\n", gLines, what_.c_str(), failures_, cases_,
+                  details.c_str());
+    }
+    std::fflush(stdout);
+  }
+  void pass() { ++cases_; }
+  void fail(const std::string& detail) {
+    ++cases_;
+    ++failures_;
+    if (details_.size() < 3) details_.push_back(detail);
+  }
+  void expect(bool cond, const std::string& detail) {
+    if (cond) pass();
+    else fail(detail);
+  }
+
+ private:
+  std::string what_;
+  SteadyClock::time_point start_;
+  int cases_ = 0;
+  int failures_ = 0;
+  std::vector<std::string> details_;
+};
+
+void startWatchdog() {
+  const char* env = std::getenv("HORA_TEST_WATCHDOG_S");
+  const int limit = env != nullptr ? std::atoi(env) : 240;
+  std::thread([limit] {
+    std::this_thread::sleep_for(std::chrono::seconds(limit));
+    std::string current;
+    {
+      std::lock_guard<std::mutex> lock(gCurrentMutex);
+      current = gCurrent;
+    }
+    std::printf("not ok %d - watchdog: the run passed %d s, stuck in: %s\n", gLines + 1, limit, current.c_str());
+    std::fflush(stdout);
+    _exit(1);
+  }).detach();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Worlds: `size` Contexts in this process, connected to each other.
+
+enum class Net { kShm, kTcp, kMixed };
+
+const char* netName(Net n) {
+  switch (n) {
+    case Net::kShm: return "shm";
+    case Net::kTcp: return "tcp";
+    case Net::kMixed: return "mixed";
+  }
+  return "?";
+}
+
+std::string hostIdOf(Net net, int rank) { return net == Net::kMixed ? "host" + std::to_string(rank / 2) : "host0"; }
+
+bool expectSharedMemory(Net net, int a, int b) {
+  return net == Net::kShm || (net == Net::kMixed && a / 2 == b / 2);
+}
+
+// Shared-memory segment names derive from the job id, so every world gets its own.
+std::string newJobId() {
+  static std::atomic<int> counter{0};
+  return "algtest-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+std::string describeStatus(const Status& st) { return std::string(codeName(st.code())) + " " + st.message(); }
+
+struct World {
+  Net net = Net::kTcp;
+  int size = 0;
+  std::vector<std::unique_ptr<Context>> ctx;
+  bool broken = false;  // a fatal failure left the connections out of step
+  uint64_t seq = 0;     // next agreement sequence number
+  std::string name() const { return std::string(netName(net)) + " size=" + std::to_string(size); }
+};
+
+Status connectWorld(Net net, int size, int64_t timeoutMs, World* w) {
+  w->net = net;
+  w->size = size;
+  w->broken = false;
+  w->seq = 0;
+  w->ctx.clear();
+  std::vector<PeerInfo> peers(size);
+  for (int r = 0; r < size; ++r) {
+    w->ctx.push_back(std::make_unique<Context>(r, size, timeoutMs));
+    int port = 0;
+    Status st = w->ctx[r]->listen("127.0.0.1", &port);
+    if (!st.isOk()) return Status(st.code(), "rank " + std::to_string(r) + " listen: " + st.message());
+    int localRank = 0;
+    for (int q = 0; q < r; ++q) localRank += hostIdOf(net, q) == hostIdOf(net, r) ? 1 : 0;
+    peers[r] = PeerInfo{r, hostIdOf(net, r), "127.0.0.1", port, localRank};
+  }
+  const std::string jobId = newJobId();
+  const TransportChoice choice = net == Net::kTcp ? TransportChoice::kTcp : TransportChoice::kAuto;
+  std::vector<Status> st(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] { st[r] = w->ctx[r]->connect(peers, jobId, choice); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) {
+    if (!st[r].isOk()) {
+      w->broken = true;
+      return Status(st[r].code(), "rank " + std::to_string(r) + " connect: " + st[r].message());
+    }
+  }
+  return Status::ok();
+}
+
+bool isFatal(Code c) { return c != Code::kOk && c != Code::kMismatch && c != Code::kInvalidArgument; }
+
+// Runs body on every rank at once, each in its own thread, with a fresh collective deadline.
+std::vector<Status> onEveryRank(World& w, const std::function<Status(int, Context&)>& body) {
+  std::vector<Status> st(w.size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < w.size; ++r) {
+    threads.emplace_back([&, r] {
+      Context& c = *w.ctx[r];
+      c.startDeadline();
+      st[r] = body(r, c);
+      // As the engine does: a rank that fails for good hangs up, so peers blocked on it fail at once.
+      if (isFatal(st[r].code())) c.hangUp();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& s : st) {
+    if (isFatal(s.code())) w.broken = true;
+  }
+  return st;
+}
+
+std::string firstFailure(const std::vector<Status>& st) {
+  for (size_t r = 0; r < st.size(); ++r) {
+    if (!st[r].isOk()) return "rank " + std::to_string(r) + " returned " + describeStatus(st[r]);
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Elements and the scalar reference.
+
+const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kFloat16,
+                         DType::kBFloat16};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd};
+const Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kAuto};
+
+constexpr size_t kGuardBytes = 64;  // after every buffer, to catch writes past its end
+constexpr uint8_t kGuardByte = 0xA5;
+
+double load(DType t, const uint8_t* p, size_t i) {
+  switch (t) {
+    case DType::kFloat32: { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
+    case DType::kFloat64: { double v; std::memcpy(&v, p + 8 * i, 8); return v; }
+    case DType::kFloat16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); return halfToFloat(v); }
+    case DType::kBFloat16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); return bfloat16ToFloat(v); }
+    case DType::kInt32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
+    case DType::kInt64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return static_cast<double>(v); }
+    case DType::kUint8: return p[i];
+  }
+  return 0;
+}
+
+void store(DType t, uint8_t* p, size_t i, double v) {
+  switch (t) {
+    case DType::kFloat32: { float f = static_cast<float>(v); std::memcpy(p + 4 * i, &f, 4); return; }
+    case DType::kFloat64: std::memcpy(p + 8 * i, &v, 8); return;
+    case DType::kFloat16: { uint16_t h = floatToHalf(static_cast<float>(v)); std::memcpy(p + 2 * i, &h, 2); return; }
+    case DType::kBFloat16: { uint16_t h = floatToBfloat16(static_cast<float>(v)); std::memcpy(p + 2 * i, &h, 2); return; }
+    case DType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p + 4 * i, &x, 4); return; }
+    case DType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p + 8 * i, &x, 8); return; }
+    case DType::kUint8: p[i] = static_cast<uint8_t>(v); return;
+  }
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64's finalizer
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Chosen so that sums over six ranks and products of six values are exact in every dtype, bfloat16's
+// eight significant bits included, and so that min and max pick different ranks at different elements.
+double inputValue(DType t, ReduceOp op, int rank, size_t i, uint64_t salt) {
+  const uint64_t h = mix(i * 0x100000001B3ull + static_cast<uint64_t>(rank) * 0x51ED27ull + salt);
+  if (op == ReduceOp::kProd) {
+    static const double kFactors[4] = {1, -1, 2, -2};
+    return kFactors[h & 3];
+  }
+  switch (t) {
+    case DType::kFloat32:
+    case DType::kFloat64: return static_cast<double>(static_cast<int64_t>(h % 2001) - 1000) / 8;
+    case DType::kFloat16:
+    case DType::kBFloat16: return static_cast<double>(static_cast<int64_t>(h % 17) - 8);
+    case DType::kInt32: return static_cast<double>(static_cast<int64_t>(h % 2000001) - 1000000);
+    case DType::kInt64: return static_cast<double>((static_cast<int64_t>(h % 2000001) - 1000000) * (int64_t(1) << 30));
+    case DType::kUint8: return static_cast<double>(h % 40);
+  }
+  return 0;
+}
+
+std::vector<uint8_t> makeInput(DType t, ReduceOp op, int rank, size_t count, uint64_t salt) {
+  std::vector<uint8_t> b(count * dtypeSize(t) + kGuardBytes, kGuardByte);
+  for (size_t i = 0; i < count; ++i) store(t, b.data(), i, inputValue(t, op, rank, i, salt));
+  return b;
+}
+
+// The reduction of inputs[*][0, count): exact in double, then rounded once into the dtype, as the kernels
+// do for kAvg (floats divide in their own precision, 16-bit floats in float32, integers truncate).
+std::vector<uint8_t> reference(DType t, ReduceOp op, const std::vector<std::vector<uint8_t>>& inputs, size_t count,
+                               bool divideAvg = true) {
+  const int p = static_cast<int>(inputs.size());
+  std::vector<uint8_t> out(count * dtypeSize(t));
+  for (size_t i = 0; i < count; ++i) {
+    double acc = load(t, inputs[0].data(), i);
+    for (int r = 1; r < p; ++r) {
+      const double v = load(t, inputs[r].data(), i);
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAvg: acc += v; break;
+        case ReduceOp::kMin: acc = v < acc ? v : acc; break;
+        case ReduceOp::kMax: acc = v > acc ? v : acc; break;
+        case ReduceOp::kProd: acc *= v; break;
+      }
+    }
+    if (op == ReduceOp::kAvg && divideAvg && p > 1) {
+      switch (t) {
+        case DType::kFloat64: acc = acc / p; break;
+        case DType::kFloat32:
+        case DType::kFloat16:
+        case DType::kBFloat16: acc = static_cast<float>(acc) / static_cast<float>(p); break;
+        default: acc = static_cast<double>(static_cast<int64_t>(acc) / p); break;
+      }
+    }
+    store(t, out.data(), i, acc);
+  }
+  return out;
+}
+
+std::string fmt(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// "" when got[0, count) equals want; otherwise where and how it differs.
+std::string compareElements(DType t, const uint8_t* want, const uint8_t* got, size_t count, const std::string& who) {
+  const size_t elem = dtypeSize(t);
+  if (count == 0 || std::memcmp(want, got, count * elem) == 0) return "";
+  size_t i = 0;
+  while (std::memcmp(want + i * elem, got + i * elem, elem) == 0) ++i;
+  size_t wrong = 0;
+  for (size_t j = 0; j < count; ++j) wrong += std::memcmp(want + j * elem, got + j * elem, elem) != 0 ? 1 : 0;
+  return who + ": element " + std::to_string(i) + " is " + fmt(load(t, got, i)) + ", expected " +
+         fmt(load(t, want, i)) + " (" + std::to_string(wrong) + " of " + std::to_string(count) + " wrong)";
+}
+
+bool guardIntact(const std::vector<uint8_t>& b, size_t bytes) {
+  for (size_t i = bytes; i < b.size(); ++i) {
+    if (b[i] != kGuardByte) return false;
+  }
+  return true;
+}
+
+// "" when every rank's [0, bytes) is identical and nothing was written past it.
+std::string identicalOnEveryRank(const std::vector<std::vector<uint8_t>>& bufs, size_t bytes) {
+  for (size_t r = 0; r < bufs.size(); ++r) {
+    if (!guardIntact(bufs[r], bytes)) return "rank " + std::to_string(r) + " wrote past the end of its buffer";
+    if (r > 0 && bytes > 0 && std::memcmp(bufs[0].data(), bufs[r].data(), bytes) != 0) {
+      return "rank " + std::to_string(r) + "'s result bytes differ from rank 0's";
+    }
+  }
+  return "";
+}
+
+// "" when every rank holds `want` and the same bytes; otherwise names the first rank that does not.
+std::string expectOnEveryRank(DType t, const std::vector<uint8_t>& want, const std::vector<std::vector<uint8_t>>& bufs) {
+  const size_t count = want.size() / dtypeSize(t);
+  for (size_t r = 0; r < bufs.size(); ++r) {
+    std::string err = compareElements(t, want.data(), bufs[r].data(), count, "rank " + std::to_string(r));
+    if (!err.empty()) return err;
+  }
+  return identicalOnEveryRank(bufs, want.size());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Collectives.
+
+std::string caseName(DType t, ReduceOp op, size_t count) {
+  return std::string(dtypeName(t)) + " " + opName(op) + " x " + std::to_string(count);
+}
+
+void allreduceCase(World& w, Check& check, Algorithm algo, DType t, ReduceOp op, size_t count) {
+  const std::string what = std::string(algorithmName(algo)) + " " + caseName(t, op, count);
+  if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+  const uint64_t salt = mix(count * 31 + static_cast<uint64_t>(t) * 7 + static_cast<uint64_t>(op));
+  std::vector<std::vector<uint8_t>> bufs;
+  for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(t, op, r, count, salt));
+  const std::vector<uint8_t> want = reference(t, op, bufs, count);
+  const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+    AllreduceOptions o;
+    o.data = bufs[r].data();
+    o.count = count;
+    o.dtype = t;
+    o.op = op;
+    o.algorithm = algo;
+    return allreduce(c, o);
+  });
+  std::string err = firstFailure(st);
+  if (err.empty()) err = expectOnEveryRank(t, want, bufs);
+  if (err.empty()) check.pass();
+  else check.fail(what + ": " + err);
+}
+
+void allreduceTests(World& w) {
+  const size_t smallCounts[] = {0, 1, 7, static_cast<size_t>(w.size) * 3 + 1};
+  for (Algorithm algo : kAlgorithms) {
+    Check check("allreduce " + w.name() + " " + algorithmName(algo) + ": every dtype x op, counts 0, 1, 7, 3p+1");
+    for (size_t count : smallCounts) {
+      for (DType t : kDTypes) {
+        for (ReduceOp op : kOps) allreduceCase(w, check, algo, t, op, count);
+      }
+    }
+  }
+  // Past one 64 KiB shared-memory slot and the recursive-doubling threshold, and then well past both.
+  Check check("allreduce " + w.name() + ": counts 100003 and 1<<20, every algorithm");
+  const struct {
+    DType t;
+    ReduceOp op;
+  } kLarge[] = {{DType::kFloat32, ReduceOp::kSum}, {DType::kFloat64, ReduceOp::kMax}, {DType::kInt32, ReduceOp::kMin},
+                {DType::kInt64, ReduceOp::kSum}, {DType::kFloat16, ReduceOp::kAvg}, {DType::kBFloat16, ReduceOp::kProd}};
+  for (Algorithm algo : kAlgorithms) {
+    for (const auto& c : kLarge) allreduceCase(w, check, algo, c.t, c.op, 100003);
+    allreduceCase(w, check, algo, DType::kFloat32, ReduceOp::kAvg, size_t(1) << 20);
+  }
+}
+
+void reduceScatterCase(World& w, Check& check, DType t, ReduceOp op, size_t count) {
+  const std::string what = caseName(t, op, count);
+  if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+  const uint64_t salt = mix(count * 17 + static_cast<uint64_t>(t) * 5 + static_cast<uint64_t>(op) + 99);
+  std::vector<std::vector<uint8_t>> bufs;
+  for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(t, op, r, count, salt));
+  const std::vector<uint8_t> want = reference(t, op, bufs, count);
+  const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+    ReduceScatterOptions o;
+    o.data = bufs[r].data();
+    o.count = count;
+    o.dtype = t;
+    o.op = op;
+    return reduceScatter(c, o);
+  });
+  std::string err = firstFailure(st);
+  const size_t elem = dtypeSize(t);
+  for (int r = 0; r < w.size && err.empty(); ++r) {
+    if (!guardIntact(bufs[r], count * elem)) err = "rank " + std::to_string(r) + " wrote past the end of its buffer";
+    const size_t off = blockStart(count, w.size, r) * elem;
+    if (err.empty()) {
+      err = compareElements(t, want.data() + off, bufs[r].data() + off, blockCount(count, w.size, r),
+                            "rank " + std::to_string(r) + "'s block (from element " +
+                                std::to_string(blockStart(count, w.size, r)) + ")");
+    }
+  }
+  if (err.empty()) check.pass();
+  else check.fail(what + ": " + err);
+}
+
+void reduceScatterTests(World& w) {
+  Check check("reducescatter " + w.name() + ": rank r gets block r; every dtype x op, counts 0, 1, 7, 3p+1, 100003");
+  const size_t counts[] = {0, 1, 7, static_cast<size_t>(w.size) * 3 + 1};
+  for (size_t count : counts) {
+    for (DType t : kDTypes) {
+      for (ReduceOp op : kOps) reduceScatterCase(w, check, t, op, count);
+    }
+  }
+  reduceScatterCase(w, check, DType::kFloat32, ReduceOp::kSum, 100003);
+  reduceScatterCase(w, check, DType::kInt64, ReduceOp::kMax, 100003);
+  reduceScatterCase(w, check, DType::kFloat16, ReduceOp::kAvg, 100003);
+}
+
+uint8_t patternByte(int rank, size_t i) { return static_cast<uint8_t>(mix(i * 131 + static_cast<uint64_t>(rank)) >> 13); }
+
+void allgatherCase(World& w, Check& check, const std::string& pattern, const std::vector<size_t>& bytesPerRank) {
+  const std::string what = "bytes per rank " + pattern;
+  if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+  std::vector<size_t> offset(w.size + 1, 0);
+  for (int r = 0; r < w.size; ++r) offset[r + 1] = offset[r] + bytesPerRank[r];
+  const size_t total = offset[w.size];
+  std::vector<uint8_t> want(total);
+  for (int r = 0; r < w.size; ++r) {
+    for (size_t i = 0; i < bytesPerRank[r]; ++i) want[offset[r] + i] = patternByte(r, i);
+  }
+  std::vector<std::vector<uint8_t>> bufs(w.size, std::vector<uint8_t>(total + kGuardBytes, kGuardByte));
+  for (int r = 0; r < w.size; ++r) {
+    std::memset(bufs[r].data(), 0xEE, total);
+    std::memcpy(bufs[r].data() + offset[r], want.data() + offset[r], bytesPerRank[r]);
+  }
+  const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+    AllgatherOptions o;
+    o.output = bufs[r].data();
+    o.bytesPerRank = bytesPerRank;
+    return allgather(c, o);
+  });
+  std::string err = firstFailure(st);
+  if (err.empty()) err = expectOnEveryRank(DType::kUint8, want, bufs);
+  if (err.empty()) check.pass();
+  else check.fail(what + ": " + err);
+}
+
+void allgatherTests(World& w) {
+  Check check("allgather " + w.name() + ": different bytes per rank, some empty, some past 64 KiB");
+  const int p = w.size;
+  std::vector<size_t> none(p, 0), byRank(p), odd(p), large(p), oneBig(p, 5);
+  for (int r = 0; r < p; ++r) {
+    byRank[r] = static_cast<size_t>(r);  // rank 0 contributes nothing
+    odd[r] = static_cast<size_t>(3 * r + 1);
+    large[r] = 70001 + 1013 * static_cast<size_t>(r);
+  }
+  oneBig[p - 1] = 600001;
+  allgatherCase(w, check, "0", none);
+  allgatherCase(w, check, "r", byRank);
+  allgatherCase(w, check, "3r+1", odd);
+  allgatherCase(w, check, "70001+1013r", large);
+  allgatherCase(w, check, "5, last rank 600001", oneBig);
+}
+
+void broadcastCase(World& w, Check& check, int root, size_t bytes) {
+  const std::string what = "root " + std::to_string(root) + ", " + std::to_string(bytes) + " bytes";
+  if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+  std::vector<uint8_t> want(bytes);
+  for (size_t i = 0; i < bytes; ++i) want[i] = patternByte(root + 1000, i);
+  std::vector<std::vector<uint8_t>> bufs(w.size, std::vector<uint8_t>(bytes + kGuardBytes, kGuardByte));
+  for (int r = 0; r < w.size; ++r) {
+    if (r == root) std::memcpy(bufs[r].data(), want.data(), bytes);
+    else std::memset(bufs[r].data(), 0xEE, bytes);
+  }
+  const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+    BroadcastOptions o;
+    o.data = bufs[r].data();
+    o.bytes = bytes;
+    o.root = root;
+    return broadcast(c, o);
+  });
+  std::string err = firstFailure(st);
+  if (err.empty()) err = expectOnEveryRank(DType::kUint8, want, bufs);
+  if (err.empty()) check.pass();
+  else check.fail(what + ": " + err);
+}
+
+void broadcastTests(World& w) {
+  Check check("broadcast " + w.name() + ": every root; tree below 64 KiB, chain above, several 512 KiB segments");
+  const size_t sizes[] = {0, 1, 4097, 65536, 65537, 300001, 512 * 1024 + 1, 1024 * 1024, 1300000};
+  for (int root = 0; root < w.size; ++root) {
+    for (size_t bytes : sizes) broadcastCase(w, check, root, bytes);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Agreement.
+
+Work makeWork(Kind kind, size_t count, DType t = DType::kFloat32, ReduceOp op = ReduceOp::kSum) {
+  Work wk;
+  wk.kind = kind;
+  wk.count = count;
+  wk.dtype = t;
+  wk.op = op;
+  wk.name = "grad/w";
+  return wk;
+}
+
+// Runs agree() on every rank with proposal mine(r); payloads[r] (if any) rides along.
+std::vector<Status> agreeOnEveryRank(World& w, const std::function<Proposal(int)>& mine,
+                                     const std::function<std::string(int)>& invalidReason,
+                                     std::vector<std::vector<uint8_t>>* payloads = nullptr) {
+  return onEveryRank(w, [&](int r, Context& c) {
+    return agree(c, mine(r), invalidReason(r), payloads != nullptr ? (*payloads)[r].data() : nullptr);
+  });
+}
+
+std::string noReason(int) { return ""; }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// "" when every rank returned `code` with the same message, and that message passes mentions().
+std::string expectSameVerdict(const std::vector<Status>& st, Code code,
+                              const std::function<std::string(const std::string&)>& mentions) {
+  for (size_t r = 0; r < st.size(); ++r) {
+    if (st[r].code() != code) {
+      return "rank " + std::to_string(r) + " returned " + describeStatus(st[r]) + ", expected " + codeName(code);
+    }
+    if (st[r].message() != st[0].message()) {
+      return "ranks disagree on the verdict: rank 0 says '" + st[0].message() + "', rank " + std::to_string(r) +
+             " says '" + st[r].message() + "'";
+    }
+  }
+  return mentions(st[0].message());
+}
+
+// Every rank can still agree (and so move data in step) after whatever happened before.
+std::string stillUsable(World& w) {
+  const uint64_t seq = w.seq++;
+  const std::vector<Status> st =
+      agreeOnEveryRank(w, [&](int) { return proposalFor(makeWork(Kind::kBarrier, 0), seq, 1, 0); }, noReason);
+  std::string err = firstFailure(st);
+  if (!err.empty()) return "the agreement after it failed: " + err;
+  std::vector<std::vector<uint8_t>> bufs;
+  for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(DType::kInt32, ReduceOp::kSum, r, 100003, 5));
+  const std::vector<uint8_t> want = reference(DType::kInt32, ReduceOp::kSum, bufs, 100003);
+  err = firstFailure(onEveryRank(w, [&](int r, Context& c) {
+    AllreduceOptions o;
+    o.data = bufs[r].data();
+    o.count = 100003;
+    o.dtype = DType::kInt32;
+    o.algorithm = Algorithm::kRing;
+    return allreduce(c, o);
+  }));
+  if (err.empty()) err = expectOnEveryRank(DType::kInt32, want, bufs);
+  return err.empty() ? "" : "the allreduce after it: " + err;
+}
+
+void agreementTests(World& w) {
+  const int p = w.size;
+  {
+    Check check("agree " + w.name() + ": equal proposals of every kind succeed on every rank");
+    const Work works[] = {makeWork(Kind::kAllreduce, 100000), makeWork(Kind::kBroadcast, 10),
+                          makeWork(Kind::kReduceScatter, 77, DType::kInt64, ReduceOp::kMax),
+                          makeWork(Kind::kBarrier, 0)};
+    for (const Work& wk : works) {
+      const uint64_t seq = w.seq++;
+      Work mine = wk;
+      if (mine.kind == Kind::kBroadcast) mine.root = p - 1;
+      std::string err = firstFailure(
+          agreeOnEveryRank(w, [&](int) { return proposalFor(mine, seq, 1, mine.count); }, noReason));
+      check.expect(err.empty(), std::string(kindName(wk.kind)) + ": " + err);
+    }
+    // Allgather is the one collective where each rank brings its own count.
+    const uint64_t seq = w.seq++;
+    std::string err = firstFailure(agreeOnEveryRank(
+        w, [&](int r) { return proposalFor(makeWork(Kind::kAllgather, r + 1), seq, 1, r + 1); }, noReason));
+    check.expect(err.empty(), "allgather with a different count per rank: " + err);
+  }
+  if (p < 2) return;
+  {
+    Check check("agree " + w.name() + ": a different count on one rank is ERR_MISMATCH on every rank, naming both");
+    for (int k = 0; k < p && !w.broken; ++k) {
+      const uint64_t seq = w.seq++;
+      const std::vector<Status> st = agreeOnEveryRank(
+          w,
+          [&](int r) {
+            const size_t count = r == k ? 1001 : 1000;
+            return proposalFor(makeWork(Kind::kAllreduce, count), seq, 1, count);
+          },
+          noReason);
+      std::string err = expectSameVerdict(st, Code::kMismatch, [&](const std::string& m) -> std::string {
+        bool other = false;
+        for (int j = 0; j < p; ++j) other |= j != k && contains(m, "rank " + std::to_string(j) + " submitted");
+        if (!contains(m, "rank " + std::to_string(k) + " submitted") || !other) {
+          return "the message does not name rank " + std::to_string(k) + " and another rank: " + m;
+        }
+        return contains(m, "1001") && contains(m, "1000") ? "" : "the message does not show both counts: " + m;
+      });
+      if (err.empty()) err = stillUsable(w);
+      check.expect(err.empty(), "odd rank " + std::to_string(k) + ": " + err);
+    }
+    // A different op or root is as much a mismatch as a different count.
+    if (!w.broken) {
+      const uint64_t seq = w.seq++;
+      const std::vector<Status> st = agreeOnEveryRank(
+          w,
+          [&](int r) {
+            Work wk = makeWork(Kind::kAllreduce, 64, DType::kFloat32, r == p - 1 ? ReduceOp::kMax : ReduceOp::kSum);
+            return proposalFor(wk, seq, 1, 64);
+          },
+          noReason);
+      std::string err = expectSameVerdict(st, Code::kMismatch, [&](const std::string& m) -> std::string {
+        return contains(m, "rank " + std::to_string(p - 1)) && contains(m, "op max") ? "" : "message: " + m;
+      });
+      check.expect(err.empty(), "different op on the last rank: " + err);
+    }
+  }
+  {
+    Check check("agree " + w.name() + ": an invalid call on one rank is ERR_INVALID_ARGUMENT on every rank");
+    for (int k = 0; k < p && !w.broken; ++k) {
+      const uint64_t seq = w.seq++;
+      const std::string reason = "buffer on rank " + std::to_string(k) + " is detached";
+      const std::vector<Status> st = agreeOnEveryRank(
+          w,
+          [&](int r) {
+            Work wk = makeWork(r == k ? Kind::kInvalid : Kind::kAllreduce, 1000);
+            return proposalFor(wk, seq, 1, 1000);
+          },
+          [&](int r) { return r == k ? reason : std::string(); });
+      std::string err = expectSameVerdict(st, Code::kInvalidArgument, [&](const std::string& m) -> std::string {
+        return contains(m, "rank " + std::to_string(k)) && contains(m, reason) ? "" : "message: " + m;
+      });
+      if (err.empty()) err = stillUsable(w);
+      check.expect(err.empty(), "invalid on rank " + std::to_string(k) + ": " + err);
+    }
+    if (p >= 3 && !w.broken) {
+      // Two invalid calls: the verdict is the lowest rank's, on every rank.
+      const uint64_t seq = w.seq++;
+      const std::vector<Status> st = agreeOnEveryRank(
+          w,
+          [&](int r) {
+            Work wk = makeWork(r == 1 || r == p - 1 ? Kind::kInvalid : Kind::kAllreduce, 1000);
+            return proposalFor(wk, seq, 1, 1000);
+          },
+          [&](int r) { return "bad input " + std::to_string(r); });
+      std::string err = expectSameVerdict(st, Code::kInvalidArgument, [&](const std::string& m) -> std::string {
+        return contains(m, "rank 1 ") && contains(m, "bad input 1") ? "" : "message: " + m;
+      });
+      check.expect(err.empty(), "invalid on ranks 1 and " + std::to_string(p - 1) + ": " + err);
+    }
+  }
+}
+
+void agreementPayloadTests(World& w) {
+  const int p = w.size;
+  Check check("agree " + w.name() + ": small allreduces ride in the agreement, reduced (avg not yet divided)");
+  {
+    const size_t elemsAtLimit = kSmallAllreduceBytes / dtypeSize(DType::kFloat32);
+    Work ring = makeWork(Kind::kAllreduce, 10);
+    ring.algorithm = Algorithm::kRing;
+    check.expect(carriesPayload(proposalFor(makeWork(Kind::kAllreduce, elemsAtLimit), 0, 1, elemsAtLimit)),
+                 "carriesPayload is false for exactly kSmallAllreduceBytes");
+    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kAllreduce, elemsAtLimit + 1), 0, 1, elemsAtLimit + 1)),
+                 "carriesPayload is true past kSmallAllreduceBytes");
+    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kAllreduce, 0), 0, 1, 0)), "carriesPayload is true for count 0");
+    check.expect(!carriesPayload(proposalFor(ring, 0, 1, 10)), "carriesPayload is true with the ring forced");
+    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kBroadcast, 10), 0, 1, 10)), "carriesPayload is true for a broadcast");
+  }
+  for (DType t : kDTypes) {
+    const size_t counts[] = {1, 7, kSmallAllreduceBytes / dtypeSize(t)};
+    for (size_t count : counts) {
+      for (ReduceOp op : kOps) {
+        const std::string what = caseName(t, op, count);
+        if (w.broken) {
+          check.fail(what + ": skipped, an earlier failure broke this world");
+          continue;
+        }
+        const uint64_t seq = w.seq++;
+        const Proposal proposal = proposalFor(makeWork(Kind::kAllreduce, count, t, op), seq, 1, count);
+        if (!carriesPayload(proposal)) {
+          check.fail(what + ": carriesPayload is false");
+          continue;
+        }
+        std::vector<std::vector<uint8_t>> bufs;
+        for (int r = 0; r < p; ++r) bufs.push_back(makeInput(t, op, r, count, seq));
+        const std::vector<uint8_t> want = reference(t, op, bufs, count, /*divideAvg=*/false);
+        std::string err = firstFailure(agreeOnEveryRank(w, [&](int) { return proposal; }, noReason, &bufs));
+        if (err.empty()) err = expectOnEveryRank(t, want, bufs);
+        check.expect(err.empty(), what + ": " + err);
+      }
+    }
+  }
+  if (p < 2) return;
+  // A disagreement must leave every caller's buffer as it was, whatever had already been reduced.
+  for (int k = 0; k < p && !w.broken; ++k) {
+    const uint64_t seq = w.seq++;
+    std::vector<std::vector<uint8_t>> bufs, before;
+    for (int r = 0; r < p; ++r) bufs.push_back(makeInput(DType::kFloat32, ReduceOp::kSum, r, r == k ? 301 : 300, seq));
+    before = bufs;
+    const std::vector<Status> st = agreeOnEveryRank(
+        w,
+        [&](int r) {
+          const size_t count = r == k ? 301 : 300;
+          return proposalFor(makeWork(Kind::kAllreduce, count), seq, 1, count);
+        },
+        noReason, &bufs);
+    std::string err = expectSameVerdict(st, Code::kMismatch, [](const std::string&) { return std::string(); });
+    for (int r = 0; r < p && err.empty(); ++r) {
+      if (bufs[r] != before[r]) err = "rank " + std::to_string(r) + "'s payload buffer changed";
+    }
+    if (err.empty()) err = stillUsable(w);
+    check.expect(err.empty(), "payloads of different sizes, odd rank " + std::to_string(k) + ": " + err);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Failures: a peer that goes away, and one that never calls in.
+
+void peerLossTest(Net net, bool destroy) {
+  const std::string how = destroy ? "destroys its Context" : "calls hangUp()";
+  Check check(std::string("peer loss ") + netName(net) + " size=3: rank 2 " + how +
+              " during a large allreduce -> ERR_PEER_LOST within 2 s");
+  World w;
+  // Well above the 2 s allowed, well below the watchdog: a missed hang-up fails in a few seconds.
+  Status st = connectWorld(net, 3, 5000, &w);
+  if (!st.isOk()) return check.fail("connect: " + describeStatus(st));
+  const size_t count = size_t(1) << 22;
+  std::vector<std::vector<uint8_t>> bufs(2, std::vector<uint8_t>(count * 4, 0));
+  std::vector<Status> result(2);
+  std::vector<double> returnedAt(2, 0);
+  std::atomic<double> goneAt{0};
+  const auto t0 = SteadyClock::now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Context& c = *w.ctx[r];
+      c.startDeadline();
+      AllreduceOptions o;
+      o.data = bufs[r].data();
+      o.count = count;
+      o.algorithm = Algorithm::kRing;
+      result[r] = allreduce(c, o);
+      returnedAt[r] = secondsSince(t0);
+      if (isFatal(result[r].code())) c.hangUp();
+    });
+  }
+  threads.emplace_back([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the others are waiting on rank 2 by now
+    goneAt = secondsSince(t0);
+    if (destroy) w.ctx[2].reset();
+    else w.ctx[2]->hangUp();
+  });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    const double after = returnedAt[r] - goneAt.load();
+    std::string err;
+    if (result[r].code() != Code::kPeerLost) err = "returned " + describeStatus(result[r]);
+    else if (after < 0) err = "returned before rank 2 went away";
+    else if (after > 2.0) err = "took " + fmt(after) + " s to notice";
+    check.expect(err.empty(), "rank " + std::to_string(r) + ": " + err);
+  }
+}
+
+void timeoutTest(Net net) {
+  Check check(std::string("timeout ") + netName(net) +
+              " size=2: rank 1 never calls in, timeoutMs=300 -> ERR_TIMEOUT on rank 0 naming rank 1");
+  World w;
+  Status st = connectWorld(net, 2, 300, &w);
+  if (!st.isOk()) return check.fail("connect: " + describeStatus(st));
+  std::vector<float> data(1000, 1.0f);
+  Context& c = *w.ctx[0];
+  const auto t0 = SteadyClock::now();
+  c.startDeadline();
+  AllreduceOptions o;
+  o.data = reinterpret_cast<uint8_t*>(data.data());
+  o.count = data.size();
+  Status result = allreduce(c, o);
+  const double took = secondsSince(t0);
+  std::string err;
+  if (result.code() != Code::kTimeout) err = "returned " + describeStatus(result);
+  else if (took < 0.25 || took > 2.0) err = "took " + fmt(took) + " s";
+  else if (!contains(result.message(), "rank 1")) err = "the message does not name rank 1: " + result.message();
+  check.expect(err.empty(), err);
+}
+
+void abortTest(Net net) {
+  Check check(std::string("abort ") + netName(net) +
+              " size=2: abort() from another thread ends a blocked allreduce at once with its reason");
+  World w;
+  Status st = connectWorld(net, 2, 10000, &w);
+  if (!st.isOk()) return check.fail("connect: " + describeStatus(st));
+  std::vector<float> data(size_t(1) << 20, 1.0f);
+  Context& c = *w.ctx[0];
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    c.abort(Status(Code::kShutdown, "closed by the test"));
+  });
+  const auto t0 = SteadyClock::now();
+  c.startDeadline();
+  AllreduceOptions o;
+  o.data = reinterpret_cast<uint8_t*>(data.data());
+  o.count = data.size();
+  o.algorithm = Algorithm::kRing;
+  Status result = allreduce(c, o);
+  const double took = secondsSince(t0);
+  aborter.join();
+  std::string err;
+  if (result.code() != Code::kShutdown || result.message() != "closed by the test") {
+    err = "returned " + describeStatus(result);
+  } else if (took > 1.5) {
+    err = "took " + fmt(took) + " s";
+  }
+  check.expect(err.empty(), err);
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+void worldTests(Net net, int size) {
+  World w;
+  {
+    Check check("connect " + std::string(netName(net)) + " size=" + std::to_string(size) +
+                ": every rank connects, shared memory exactly between ranks of one host");
+    Status st = connectWorld(net, size, 15000, &w);
+    if (!st.isOk()) {
+      check.fail(describeStatus(st));
+      return;
+    }
+    for (int r = 0; r < size; ++r) {
+      for (int q = 0; q < size; ++q) {
+        if (q == r) continue;
+        const bool shm = w.ctx[r]->usesSharedMemory(q);
+        check.expect(shm == expectSharedMemory(net, r, q),
+                     "rank " + std::to_string(r) + " reaches rank " + std::to_string(q) + " over " +
+                         (shm ? "shared memory" : "TCP"));
+      }
+    }
+  }
+  // A fatal failure leaves the connections out of step; later groups get a fresh world.
+  auto fresh = [&] {
+    if (w.broken) connectWorld(net, size, 15000, &w);
+  };
+  allreduceTests(w);
+  fresh();
+  reduceScatterTests(w);
+  fresh();
+  allgatherTests(w);
+  fresh();
+  broadcastTests(w);
+  fresh();
+  agreementTests(w);
+  fresh();
+  agreementPayloadTests(w);
+}
+
+}  // namespace
+
+int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  startWatchdog();
+  const auto t0 = SteadyClock::now();
+  for (int size = 1; size <= 6; ++size) {
+    worldTests(Net::kShm, size);
+    worldTests(Net::kTcp, size);
+    if (size >= 3) worldTests(Net::kMixed, size);
+  }
+  peerLossTest(Net::kTcp, true);
+  peerLossTest(Net::kTcp, false);
+  peerLossTest(Net::kShm, true);
+  peerLossTest(Net::kShm, false);
+  timeoutTest(Net::kTcp);
+  timeoutTest(Net::kShm);
+  abortTest(Net::kTcp);
+  abortTest(Net::kShm);
+  std::printf("# %d of %d groups failed, %.1f s\n", gFailedLines, gLines, secondsSince(t0));
+  return gFailedLines == 0 ? 0 : 1;
+}

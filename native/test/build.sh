@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the native unit tests (reduce_test, algorithms_test) into $1 (default /tmp/hora-native-tests).
+# Run from the repository root. Every .cc under native/src is linked in; native/binding is Node-API glue
+# and is left out, so the tests need neither node-gyp nor Node headers.
+set -euo pipefail
+
+if [ ! -d native/src ] || [ ! -d native/test ]; then
+  echo "build.sh: run me from the repository root (no native/src here: $(pwd))" >&2
+  exit 2
+fi
+
+out="${1:-/tmp/hora-native-tests}"
+cxx="${CXX:-g++}"
+mkdir -p "$out"
+
+mapfile -t sources < <(find native/src -name '*.cc' | sort)
+flags=(-std=c++17 -O2 -g -pthread -Wall -Inative/src)
+
+# The core is compiled once into objects shared by both tests; the two links then run in parallel.
+objdir="$out/obj"
+mkdir -p "$objdir"
+objects=()
+pids=()
+for src in "${sources[@]}"; do
+  obj="$objdir/$(echo "${src#native/src/}" | tr '/' '_' ).o"
+  objects+=("$obj")
+  "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+if [ "$status" -ne 0 ]; then
+  echo "build.sh: compiling native/src failed" >&2
+  exit 1
+fi
+
+pids=()
+for test in reduce_test algorithms_test; do
+  "$cxx" "${flags[@]}" "native/test/$test.cc" "${objects[@]}" -lrt -o "$out/$test" &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+if [ "$status" -ne 0 ]; then
+  echo "build.sh: building the tests failed" >&2
+  exit 1
+fi
+echo "built $out/reduce_test $out/algorithms_test"

@@ -1,0 +1,64 @@
+'use strict';
+// The native core's own unit tests (native/test): built with native/test/build.sh, then run one by one.
+// Each binary prints an "ok" line per passing check and "not ok" (algorithms_test) or "FAIL" (reduce_test)
+// per failing one, and exits non-zero when any failed.
+const t = require('tap');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { spawn, spawnSync } = require('node:child_process');
+
+const ROOT = path.join(__dirname, '..');
+
+// The fewest "ok" lines a complete run prints: fewer means a binary stopped early or lost checks.
+const TESTS = [
+  { name: 'reduce_test', minOk: 600, timeoutMs: 120000 },
+  { name: 'algorithms_test', minOk: 190, timeoutMs: 300000 },
+];
+
+// Resolves {code, signal, output} with stdout and stderr interleaved as they arrived.
+function run(cmd, args, { timeoutMs, env = {} }) {
+  return new Promise((resolve) => {
+    const child = spawn(cmd, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (d) => (output += d));
+    child.stderr.on('data', (d) => (output += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, output });
+    });
+  });
+}
+
+const cxx = process.env.CXX || 'g++';
+const probe = spawnSync(cxx, ['--version'], { encoding: 'utf8' });
+const skip = probe.error || probe.status !== 0
+  ? `${cxx} is not available (${probe.error ? probe.error.code : `exit ${probe.status}`}); set CXX to a C++17 compiler`
+  : false;
+
+t.test('native tests', { skip }, async (t) => {
+  const outDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-native-tests-'));
+  t.teardown(() => fs.rmSync(outDir, { recursive: true, force: true }));
+  const build = await run('bash', ['native/test/build.sh', outDir], { timeoutMs: 300000 });
+  t.equal(build.code, 0, 'native/test/build.sh builds the tests', { output: build.output.slice(-4000) });
+  if (build.code !== 0) return;
+
+  for (const { name, minOk, timeoutMs } of TESTS) {
+    await t.test(name, async (t) => {
+      const started = Date.now();
+      const r = await run(path.join(outDir, name), [], { timeoutMs });
+      const lines = r.output.split('\n');
+      const failing = lines.filter((l) => /^(not ok|FAIL)\b/.test(l));
+      const okCount = lines.filter((l) => /^ok \d+/.test(l)).length;
+      t.comment(`${name}: ${okCount} ok, ${failing.length} failing, ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      // As comments: a raw "not ok" line on stdout would be parsed as this file's own TAP.
+      const shown = failing.length > 0 ? failing : r.code !== 0 ? r.output.slice(-4000).split('\n') : [];
+      for (const line of shown) t.comment(`${name}: ${line}`);
+      t.equal(r.signal, null, `${name} was not killed`);
+      t.equal(r.code, 0, `${name} exits 0`);
+      t.same(failing, [], `${name} reports no failing check`);
+      t.ok(okCount >= minOk, `${name} reports at least ${minOk} passing checks (got ${okCount})`);
+    });
+  }
+});
