@@ -108,30 +108,42 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
 
 namespace {
 
-// One step of the exchange: send [message | payload] and receive the partner's, whose payload length
-// comes from its message and is bounds-checked before anything is read into scratch.
-Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* payload, Message* in,
-                uint8_t* inPayload, bool send, bool recv) {
+// How a partner's payload is taken in once its message has arrived.
+enum class Take { kDiscard, kReduce, kCopy };
+
+// One step: send [message | payload] and receive the partner's message; then take in its payload, whose
+// length comes from its message and is bounds-checked before a byte is read. When the partner's payload
+// is to be combined, it is reduced straight out of the transport (the shared-memory slot or the TCP
+// read-ahead buffer), without an intermediate copy. decide() looks at the partner's message and says
+// how to take its payload.
+template <typename Decide>
+Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* payload, Message* in, bool send,
+                bool recv, uint8_t* into, ReduceOp op, DType dtype, Decide&& decide) {
   SendOp sends[2] = {{ctx.pair(partner), reinterpret_cast<const uint8_t*>(&out), sizeof(Message)},
                      {ctx.pair(partner), payload, out.payloadBytes}};
-  int numSends = send ? (out.payloadBytes > 0 ? 2 : 1) : 0;
   RecvOp head{ctx.pair(partner), reinterpret_cast<uint8_t*>(in), sizeof(Message)};
-  // Both parts go down one stream in order; progress the message first, then the payload.
-  HORA_RETURN_IF_ERROR(ctx.progress(sends, numSends > 0 ? 1 : 0, &head, recv ? 1 : 0));
-  size_t inBytes = 0;
-  if (recv) {
-    inBytes = in->payloadBytes;
-    if (inBytes > kSmallAllreduceBytes) {
-      return Status(Code::kInternal, "rank " + std::to_string(partner) + " sent a malformed agreement message (" +
-                                         std::to_string(inBytes) + " payload bytes)", partner);
-    }
+  HORA_RETURN_IF_ERROR(ctx.progress(sends, send ? (out.payloadBytes > 0 ? 2 : 1) : 0, &head, recv ? 1 : 0));
+  if (!recv) return Status::ok();
+  const size_t inBytes = in->payloadBytes;
+  if (inBytes > kSmallAllreduceBytes) {
+    return Status(Code::kInternal, "rank " + std::to_string(partner) + " sent a malformed agreement message (" +
+                                       std::to_string(inBytes) + " payload bytes)", partner);
   }
-  RecvOp body{ctx.pair(partner), inPayload, inBytes};
-  return ctx.progress(sends + 1, numSends == 2 ? 1 : 0, &body, recv && inBytes > 0 ? 1 : 0);
+  if (inBytes == 0) return Status::ok();
+  Take take = decide(*in);
+  RecvOp body{ctx.pair(partner), take == Take::kDiscard ? threadScratch(kSmallAllreduceBytes) : into, inBytes};
+  if (take == Take::kReduce) {
+    body.reduce = true;
+    body.op = op;
+    body.dtype = dtype;
+  }
+  return ctx.progress(nullptr, 0, &body, 1);
 }
 
 // Recursive doubling (see algorithms/recursive_doubling.h for how it works) over a message whose payload
-// length may differ between ranks that disagree.
+// length may differ between ranks that disagree. The payload is only ever combined while every message
+// seen so far agrees, so it ends as the reduction over all ranks exactly when the verdict is "agreed".
+// Reduction order does not matter for identical results: every kernel is commutative bit for bit.
 Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DType dtype) {
   const int size = ctx.size(), rank = ctx.rank();
   if (size == 1) return Status::ok();
@@ -139,39 +151,40 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
   while (pof2 * 2 <= size) pof2 *= 2;
   const int rem = size - pof2;
   Message theirs;
-  uint8_t* theirPayload = threadScratch(kSmallAllreduceBytes);
-  auto merge = [&](bool theyAreLower) {
-    const bool bothAgreed = msg->state == 0 && theirs.state == 0;
-    Message* lower = theyAreLower ? &theirs : msg;
-    Message* higher = theyAreLower ? msg : &theirs;
-    const uint8_t* lowerData = theyAreLower ? theirPayload : payload;
-    const uint8_t* higherData = theyAreLower ? payload : theirPayload;
-    uint32_t bytes = msg->payloadBytes;
-    Message combined;
-    combine(&combined, lower, higher);
-    if (bothAgreed && combined.state == 0 && bytes > 0 && theirs.payloadBytes == bytes) {
-      reduceTwo(op, dtype, payload, lowerData, higherData, bytes / dtypeSize(dtype));
-    }
-    combined.payloadBytes = bytes;
-    *msg = combined;
+  const uint32_t mine = msg->payloadBytes;
+  // Merging messages and deciding on the payload go together: reduce only when both sides agreed so far,
+  // their combination still agrees, and the sizes match (which agreement implies).
+  auto mergeWith = [&](bool theyAreLower) {
+    return [&, theyAreLower](const Message& m) {
+      Message combined;
+      combine(&combined, theyAreLower ? &m : msg, theyAreLower ? msg : &m);
+      bool reduce = msg->state == 0 && m.state == 0 && combined.state == 0 && m.payloadBytes == mine && mine > 0;
+      combined.payloadBytes = mine;
+      *msg = combined;
+      return reduce ? Take::kReduce : Take::kDiscard;
+    };
+  };
+  auto finish = [&](bool theyAreLower, const Message& m) {
+    // A partner with no payload never reaches the decide() step; merge its message here.
+    if (m.payloadBytes == 0) mergeWith(theyAreLower)(m);
   };
 
   int newRank;
   if (rank < 2 * rem) {
     if (rank % 2 == 0) {
-      HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, theirPayload, true, false));
-      HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, theirPayload, false, true));
-      // The result is taken only when everyone agreed, which implies it has this rank's size.
-      if (theirs.state == 0 && theirs.payloadBytes == msg->payloadBytes && payload != nullptr) {
-        memcpy(payload, theirPayload, theirs.payloadBytes);
-      }
-      uint32_t mine = msg->payloadBytes;
+      auto noDecision = [](const Message&) { return Take::kDiscard; };
+      HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, noDecision));
+      // The final result comes back; it is taken only when everyone agreed (then it has this rank's size).
+      auto takeResult = [&](const Message& m) {
+        return m.state == 0 && m.payloadBytes == mine && mine > 0 ? Take::kCopy : Take::kDiscard;
+      };
+      HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, false, true, payload, op, dtype, takeResult));
       *msg = theirs;
       msg->payloadBytes = mine;
       return Status::ok();
     }
-    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, theirPayload, false, true));
-    merge(true);
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, false, true, payload, op, dtype, mergeWith(true)));
+    finish(true, theirs);
     newRank = rank / 2;
   } else {
     newRank = rank - rem;
@@ -179,11 +192,15 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
   for (int mask = 1; mask < pof2; mask <<= 1) {
     const int newPartner = newRank ^ mask;
     const int partner = newPartner < rem ? newPartner * 2 + 1 : newPartner + rem;
-    HORA_RETURN_IF_ERROR(exchange(ctx, partner, *msg, payload, &theirs, theirPayload, true, true));
-    merge(newPartner < newRank);
+    // This rank's message must go out before it is merged with the partner's: send a copy.
+    Message outgoing = *msg;
+    HORA_RETURN_IF_ERROR(exchange(ctx, partner, outgoing, payload, &theirs, true, true, payload, op, dtype,
+                                  mergeWith(newPartner < newRank)));
+    finish(newPartner < newRank, theirs);
   }
   if (rank < 2 * rem) {
-    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, theirPayload, true, false));
+    auto noDecision = [](const Message&) { return Take::kDiscard; };
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, noDecision));
   }
   return Status::ok();
 }

@@ -1,5 +1,7 @@
 #include "engine/communicator.h"
 
+#include <sched.h>
+
 #include <cstring>
 
 #include "algorithms/blocks.h"
@@ -85,7 +87,9 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
 
 void Communicator::waitFor(const std::shared_ptr<Work>& work) {
   std::unique_lock<std::mutex> lock(mutex_);
+  awaited_ = work.get();
   doneCv_.wait(lock, [&] { return work->completed; });
+  awaited_ = nullptr;
 }
 
 bool Communicator::isDone(const std::shared_ptr<Work>& work) {
@@ -111,13 +115,11 @@ void Communicator::run() {
   for (;;) {
     Task task;
     // Training loops submit the next collective a few microseconds after the last one completes;
-    // spinning briefly for it saves a futex wake-up on the critical path of small collectives.
-    auto spinUntil = Clock::now() + std::chrono::microseconds(kQueueSpinMicros);
-    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < spinUntil) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-    }
+    // watching for it briefly saves a futex wake-up on the critical path of small collectives. The
+    // watch yields rather than spins: the JS thread that will submit needs a core to do it, and on a
+    // machine with as many cores as ranks a spinning thread would take it.
+    auto watchUntil = Clock::now() + std::chrono::microseconds(kQueueSpinMicros);
+    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < watchUntil) sched_yield();
     {
       std::unique_lock<std::mutex> lock(mutex_);
       queueCv_.wait(lock, [&] { return !queue_.empty(); });
@@ -338,11 +340,15 @@ void Communicator::complete(const std::shared_ptr<Work>& w, Status st, const std
   } else {
     w->status = st;
   }
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     w->completed = true;
+    wake = awaited_ == w.get();
   }
-  doneCv_.notify_all();
+  // Only the work a blocked wait() is for: waking the JS thread for every completion costs a context
+  // switch each, on the critical path of the next collective.
+  if (wake) doneCv_.notify_all();
   if (onComplete_) onComplete_(w);
 }
 

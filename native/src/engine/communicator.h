@@ -86,6 +86,7 @@ class Communicator {
   std::condition_variable doneCv_;
   std::deque<Task> queue_;
   std::atomic<int> queued_{0};  // tasks in queue_, readable without the lock
+  const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() blocks on, if any (under mutex_)
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -200,6 +200,13 @@ Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecv
     for (int i = 0; i < numSends; ++i) {
       SendOp& s = sends[i];
       if (s.done == s.len) continue;
+      // Sends to one peer share one stream: a later one waits until the earlier ones are through.
+      bool queuedBehind = false;
+      for (int j = 0; j < i; ++j) queuedBehind |= sends[j].pair == s.pair && sends[j].done < sends[j].len;
+      if (queuedBehind) {
+        pending = true;
+        continue;
+      }
       size_t taken = 0;
       HORA_RETURN_IF_ERROR(s.pair->trySend(s.data + s.done, s.len - s.done, &taken));
       s.done += taken;

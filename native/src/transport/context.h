@@ -37,6 +37,7 @@ enum class TransportChoice : uint8_t {
   kTcp = 1,   // TCP for every pair (HORA_TRANSPORT=tcp)
 };
 
+// Several sends to the same peer in one progress() call go out in array order.
 struct SendOp {
   Pair* pair;
   const uint8_t* data;
