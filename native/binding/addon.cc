@@ -7,6 +7,7 @@
 // be synchronous (framework hooks); the later asynchronous completion of the same work is then ignored.
 #include <napi.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -77,7 +78,13 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       napi_status s = tsfn.NonBlockingCall(copy, [](Napi::Env env, Napi::Function cb, std::shared_ptr<Work>* data) {
         std::unique_ptr<std::shared_ptr<Work>> owned(data);
         if (env == nullptr) return;
-        cb.Call({Napi::Number::New(env, static_cast<double>((*owned)->id))});
+        // Nothing may escape from here: there is no JS frame above to catch it.
+        try {
+          cb.Call({Napi::Number::New(env, static_cast<double>((*owned)->id))});
+        } catch (const Napi::Error& e) {
+          // While the environment is torn down, calling into JS fails with no message: nothing to report.
+          if (!e.Message().empty()) fprintf(stderr, "hora: a completion callback threw: %s\n", e.Message().c_str());
+        }
       });
       if (s != napi_ok) delete copy;
     });
@@ -169,7 +176,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     if (it == pending_.end()) return env.Null();
     std::shared_ptr<Work> w = it->second;
     pending_.erase(it);
-    if (pending_.empty()) tsfn_.Unref(env);
+    if (pending_.empty() && !released_) tsfn_.Unref(env);
     Napi::Object r = Napi::Object::New(env);
     if (!w->status.isOk()) {
       r.Set("code", hora::codeName(w->status.code()));
@@ -218,7 +225,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
     auto w = std::make_shared<Work>();
     w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
-    if (pending_.empty()) tsfn_.Ref(env);
+    if (pending_.empty() && !released_) tsfn_.Ref(env);
     pending_[w->id] = w;
     return w;
   }
