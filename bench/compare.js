@@ -4,7 +4,10 @@
 // so hora and the peer take turns, and the figure quoted per size is the median over pairs of
 // (hora busbw / peer busbw) — a ratio of two measurements taken a few seconds apart.
 //
-//   node bench/compare.js --peer mpi|gloo [--np 2] [--pairs 5] [--max 256M] [--transport auto|tcp] [--out FILE]
+//   node bench/compare.js --peer mpi|gloo [--np 2] [--pairs 5] [--max 256M] [--transport auto|tcp] [--sync 1] [--out FILE]
+//
+// --sync 1 runs hora's loop with Work.wait() (a blocking loop, like the peers' C and Python loops);
+// without it each collective is awaited.
 //
 // Prints a markdown table: bytes, median busbw of each side, median ratio, min ratio; and the 4-byte
 // latencies. --out also writes every raw table to FILE as JSON.
@@ -12,7 +15,7 @@ const { execFileSync } = require('child_process');
 const fs = require('fs');
 const path = require('path');
 
-const args = { peer: 'mpi', np: 2, pairs: 5, max: '256M', transport: 'auto', out: '' };
+const args = { peer: 'mpi', np: 2, pairs: 5, max: '256M', transport: 'auto', sync: 0, out: '' };
 for (let i = 2; i < process.argv.length; i += 2) {
   const key = process.argv[i].replace(/^--/, '');
   if (!(key in args)) { console.error(`compare.js: unknown option ${process.argv[i]}`); process.exit(2); }
@@ -36,7 +39,7 @@ function runHora() {
   const env = { ...process.env };
   if (args.transport === 'tcp') env.HORA_TRANSPORT = 'tcp';
   const out = execFileSync('node', [path.join(root, 'dist/ts/cli/main.js'), 'run', '-np', String(args.np), 'node',
-    path.join(root, 'dist/ts/cli/main.js'), 'bench', '--max', String(maxBytes), '--no-check'], { env, encoding: 'utf8', maxBuffer: 1 << 24 });
+    path.join(root, 'dist/ts/cli/main.js'), 'bench', '--max', String(maxBytes), '--no-check', ...(args.sync ? ['--sync'] : [])], { env, encoding: 'utf8', maxBuffer: 1 << 24 });
   return { text: out, rows: parseTable(out, 0, 6, 4) };
 }
 

@@ -65,6 +65,20 @@ async function join(options: InitOptions): Promise<void> {
   if (options === null || typeof options !== 'object') {
     throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: argument 'options' must be an object; received ${describeValue(options)}`);
   }
+  const bad = (field: string, expected: string, received: unknown) =>
+    new HoraError('ERR_INVALID_ARGUMENT', `hora.init: option '${field}' must be ${expected}; received ${describeValue(received)}`);
+  if (options.timeoutSeconds !== undefined && !(typeof options.timeoutSeconds === 'number' && options.timeoutSeconds > 0 && Number.isFinite(options.timeoutSeconds))) {
+    throw bad('timeoutSeconds', 'a positive number of seconds', options.timeoutSeconds);
+  }
+  if (options.fusionMB !== undefined && !(typeof options.fusionMB === 'number' && options.fusionMB >= 0 && Number.isFinite(options.fusionMB))) {
+    throw bad('fusionMB', 'a number of MiB >= 0', options.fusionMB);
+  }
+  if (options.algorithm !== undefined && !(typeof options.algorithm === 'string' && options.algorithm in ALGORITHMS)) {
+    throw bad('algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, options.algorithm);
+  }
+  if (options.transport !== undefined && options.transport !== 'auto' && options.transport !== 'tcp') {
+    throw bad('transport', "'auto' or 'tcp'", options.transport);
+  }
   let launch: LaunchInfo;
   let settings: HoraSettings;
   try {
@@ -79,11 +93,7 @@ async function join(options: InitOptions): Promise<void> {
   }
   const timeoutMs = Math.round(1000 * (options.timeoutSeconds ?? settings.timeoutS));
   const fusionBytes = Math.round((options.fusionMB ?? settings.fusionMb) * 1024 * 1024);
-  const algorithmName = options.algorithm ?? settings.algo;
-  const algorithm = ALGORITHMS[algorithmName];
-  if (algorithm === undefined) {
-    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: algorithm '${algorithmName}' is not available; use auto, ring or recursive_doubling`);
-  }
+  const algorithm = ALGORITHMS[options.algorithm ?? settings.algo];
   const transportName = options.transport ?? settings.transport;
   const transport = transportName === 'tcp' ? NativeTransport.Tcp : NativeTransport.Auto;
 

@@ -5,8 +5,9 @@
  * Communicator object. A collective is submitted as a plain item; the addon keeps a pointer into the
  * item's TypedArray until the work completes, so the JS side must keep that array referenced and
  * untouched until then. Completion arrives as `onComplete(id)` on the JS thread; the JS side then
- * calls `take(comm, id)` once to collect the result. `wait(id)` blocks the JS thread until the work is
- * done and returns the same result (a later `take` for that id returns null).
+ * calls `take(comm, id)` once to collect the result: `true` for a success with nothing to hand back,
+ * otherwise a NativeResult. `wait(id)` blocks the JS thread until the work is done and returns the same
+ * result (a later `take` for that id returns null).
  *
  * Enum values below are shared with the C++ side (and, for kinds, dtypes and ops, with other ranks on
  * the wire): never renumber them.
@@ -70,7 +71,7 @@ export interface NativeCommunicator {
   /** Connects to every peer; completes work `id`. */
   connect(id: number, peers: NativePeer[], jobId: string): void;
   submit(items: NativeItem[]): void;
-  wait(id: number): NativeResult | null;
+  wait(id: number): NativeResult | true | null;
   abort(code: string, message: string): void;
   /** Stops the communication thread after the queue drains and closes every connection. */
   close(): void;
@@ -78,6 +79,6 @@ export interface NativeCommunicator {
 
 export interface NativeAddon {
   Communicator: new (options: NativeCommOptions, onComplete: (id: number) => void) => NativeCommunicator;
-  take(comm: NativeCommunicator, id: number): NativeResult | null;
+  take(comm: NativeCommunicator, id: number): NativeResult | true | null;
   abiVersion: number;
 }

@@ -16,6 +16,8 @@ import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from '
 
 type Finish<T> = (r: NativeResult) => T;
 
+const SUCCESS: NativeResult = Object.freeze({});
+
 export class Work<T = unknown> implements PromiseLike<T> {
   private state: 'pending' | 'fulfilled' | 'rejected' = 'pending';
   private value?: T;
@@ -110,7 +112,8 @@ export class Dispatcher {
     const id = this.nextId++;
     const work = new Work<T>(() => this.waitFor(id));
     this.outstanding.set(id, { work, finish, site, keep });
-    this.batch.push({ ...item, id });
+    (item as NativeItem).id = id;
+    this.batch.push(item as NativeItem);
     this.batchBytes += item.data ? item.data.byteLength : 0;
     if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes) {
       this.flush();
@@ -157,10 +160,11 @@ export class Dispatcher {
     if (result) this.settle(id, result);
   }
 
-  private settle(id: number, result: NativeResult): void {
+  private settle(id: number, taken: NativeResult | true): void {
     const o = this.outstanding.get(id);
     if (!o) return;
     this.outstanding.delete(id);
+    const result = taken === true ? SUCCESS : taken;
     if (result.code) {
       o.work.reject(o.site.attach(new HoraError(result.code, result.message ?? result.code, this.rank, result.peer ?? -1)));
       return;

@@ -177,6 +177,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     std::shared_ptr<Work> w = it->second;
     pending_.erase(it);
     if (pending_.empty() && !released_) tsfn_.Unref(env);
+    // The common case, success with nothing to hand back, allocates nothing.
+    if (w->status.isOk() && w->kind != hora::Kind::kAllgather && !w->fused) return Napi::Boolean::New(env, true);
     Napi::Object r = Napi::Object::New(env);
     if (!w->status.isOk()) {
       r.Set("code", hora::codeName(w->status.code()));

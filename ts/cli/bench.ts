@@ -34,7 +34,7 @@ const USAGE = `usage: hora run -np N hora bench [options]
   --dtype T           float32|float64|float16|bfloat16|int32|int64|uint8 (float32)
   --reduce-op OP      sum|avg|min|max|prod for allreduce/reducescatter (sum)
   --iters N           timed iterations per size (default: 200 below 1 MiB, 20 below 16 MiB, else 5)
-  --warmup N          untimed iterations per size (2)
+  --warmup N          untimed iterations per size (20; fewer above 16 MiB)
   --sync              block with Work.wait() instead of awaiting
   --no-check          skip the correctness check`;
 
@@ -55,7 +55,7 @@ function parseInteger(flag: string, v: string | undefined, min: number): number 
 
 export function parseArgs(argv: string[]): BenchArgs {
   const a: BenchArgs = {
-    op: 'allreduce', min: 4, max: 256 * 1024 * 1024, factor: 4, dtype: 'float32', reduceOp: 'sum', warmup: 2, sync: false, check: true,
+    op: 'allreduce', min: 4, max: 256 * 1024 * 1024, factor: 4, dtype: 'float32', reduceOp: 'sum', warmup: 20, sync: false, check: true,
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
@@ -219,7 +219,8 @@ export async function main(argv: string[]): Promise<number> {
       wrong = check(a, x, (result ?? x) as Tensor, count);
       fill(a, x, r);
     }
-    for (let i = 0; i < a.warmup; i++) await runOnce(a, x);
+    const warmup = bytes > 16 << 20 ? Math.min(a.warmup, 2) : a.warmup;
+    for (let i = 0; i < warmup; i++) await runOnce(a, x);
     await hora.barrier();
     const t0 = process.hrtime.bigint();
     for (let i = 0; i < iters; i++) await runOnce(a, x);
