@@ -92,6 +92,7 @@ export class Dispatcher {
   private batch: NativeItem[] = [];
   private batchBytes = 0;
   private flushScheduled = false;
+  private readonly flushLater = () => this.flush();
   readonly comm: NativeCommunicator;
 
   constructor(
@@ -119,7 +120,7 @@ export class Dispatcher {
       this.flush();
     } else if (!this.flushScheduled) {
       this.flushScheduled = true;
-      queueMicrotask(() => this.flush());
+      queueMicrotask(this.flushLater);
     }
     return work;
   }

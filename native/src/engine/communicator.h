@@ -49,7 +49,7 @@ class Communicator {
   void connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId);
   // Queues collectives that were submitted together; they run in order.
   void submit(std::vector<std::shared_ptr<Work>> batch);
-  // Blocks the caller until work has completed.
+  // Blocks the caller until work has completed; while the engine is idle the caller runs queued tasks.
   void waitFor(const std::shared_ptr<Work>& work);
   bool isDone(const std::shared_ptr<Work>& work);
   // Fails everything queued and everything later with reason; wakes a blocked collective.
@@ -66,6 +66,8 @@ class Communicator {
   };
 
   void run();
+  Task takeTask();
+  void runTask(Task& task);
   void runConnect(Task& task);
   void runBatch(std::vector<std::shared_ptr<Work>>& batch);
   size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
@@ -88,6 +90,7 @@ class Communicator {
   std::atomic<int> queued_{0};  // tasks in queue_, readable without the lock
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() blocks on, if any (under mutex_)
   bool stopping_ = false;
+  bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
   std::thread thread_;
 };
 

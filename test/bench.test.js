@@ -1,0 +1,40 @@
+// hora bench under hora run: every collective runs, its table has one row per size, and every result
+// checks out (#wrong 0); bad flags are usage errors.
+const t = require('tap');
+const { spawnSync } = require('child_process');
+const path = require('path');
+
+const cli = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
+
+function bench(args, env = {}) {
+  return spawnSync(process.execPath, [cli, 'run', '-np', '2', process.execPath, cli, 'bench', ...args], {
+    encoding: 'utf8', timeout: 120000, env: { ...process.env, ...env },
+  });
+}
+
+function rows(stdout) {
+  return stdout.split('\n').map((l) => l.replace(/^\[0\]\s*/, '').trim().split(/\s+/)).filter((c) => /^\d+$/.test(c[0]));
+}
+
+for (const op of ['allreduce', 'broadcast', 'allgather', 'reducescatter']) {
+  t.test(`hora bench --op ${op}`, async (t) => {
+    const r = bench(['--op', op, '--min', '4', '--max', '1M', '--iters', '3', '--warmup', '1']);
+    t.equal(r.status, 0, `exit code (stderr: ${r.stderr.slice(-400)})`);
+    const table = rows(r.stdout);
+    t.equal(table.length, 10, 'one row per size from 4 B to 1 MiB by 4x');
+    t.ok(table.every((c) => c[7] === '0'), 'every row checked with 0 wrong elements');
+    t.ok(table.every((c) => Number(c[4]) > 0), 'every row has a time');
+  });
+}
+
+t.test('hora bench with float16 avg over TCP', async (t) => {
+  const r = bench(['--dtype', 'float16', '--reduce-op', 'avg', '--max', '256K', '--iters', '2', '--warmup', '0'], { HORA_TRANSPORT: 'tcp' });
+  t.equal(r.status, 0, r.stderr.slice(-400));
+  t.ok(rows(r.stdout).every((c) => c[7] === '0'), 'no wrong elements');
+});
+
+t.test('bad flags are usage errors naming the flag', async (t) => {
+  const r = spawnSync(process.execPath, [cli, 'bench', '--max', 'lots'], { encoding: 'utf8' });
+  t.equal(r.status, 2);
+  t.match(r.stderr, /--max expects a size such as 4, 64K or 256M; received "lots"/);
+});
