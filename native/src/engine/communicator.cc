@@ -13,6 +13,8 @@ namespace hora {
 namespace {
 
 constexpr int64_t kQueueSpinMicros = 100;
+// Largest tensor that is fused with others (see fusable()).
+constexpr size_t kFusionTensorMaxBytes = 128 * 1024;
 
 // Failures after which the connections can no longer be trusted to be in step.
 bool isFatal(Code c) {
@@ -189,9 +191,13 @@ void Communicator::runConnect(Task& task) {
   complete(task.batch.front(), st, "connecting the data plane");
 }
 
+// Fusion trades two copies of a tensor (into the fusion buffer and back) for one collective's fixed
+// cost. That pays for small tensors only: a collective costs some microseconds on shared memory and tens
+// on TCP, which is the time to copy a few hundred KiB, so larger tensors go out on their own.
 bool Communicator::fusable(const Work& w) const {
-  return w.kind == Kind::kAllreduce && options_.fusionBytes > 0 && w.count > 0 &&
-         w.count * dtypeSize(w.dtype) < options_.fusionBytes;
+  const size_t bytes = w.count * dtypeSize(w.dtype);
+  return w.kind == Kind::kAllreduce && options_.fusionBytes > 0 && w.count > 0 && bytes < options_.fusionBytes &&
+         bytes <= kFusionTensorMaxBytes;
 }
 
 void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
