@@ -16,35 +16,46 @@
 
 namespace hora {
 
+// Who pairs with whom, for any world size (see "How it works" above).
+struct RecursiveDoublingSchedule {
+  int pof2 = 1;  // largest power of two <= size
+  int rem = 0;   // size - pof2: the ranks that fold in first
+
+  explicit RecursiveDoublingSchedule(int size) {
+    while (pof2 * 2 <= size) pof2 *= 2;
+    rem = size - pof2;
+  }
+  // Even ranks below 2*rem hand their data to rank + 1 and sit the rounds out.
+  bool sitsOut(int rank) const { return rank < 2 * rem && rank % 2 == 0; }
+  // Odd ranks below 2*rem take their even neighbour's data in before the rounds.
+  bool foldsIn(int rank) const { return rank < 2 * rem && rank % 2 == 1; }
+  // Index among the pof2 ranks that take part in the rounds, and back.
+  int renumbered(int rank) const { return rank < 2 * rem ? rank / 2 : rank - rem; }
+  int actual(int newRank) const { return newRank < rem ? newRank * 2 + 1 : newRank + rem; }
+};
+
 // combine(out, lower, higher) writes the combination of two buffers of `bytes` each; out may alias either.
 template <typename Combine>
 Status recursiveDoubling(Context& ctx, uint8_t* data, size_t bytes, uint8_t* scratch, Combine&& combine) {
   const int size = ctx.size();
   const int rank = ctx.rank();
   if (size == 1) return Status::ok();
-  int pof2 = 1;
-  while (pof2 * 2 <= size) pof2 *= 2;
-  const int rem = size - pof2;
-
-  int newRank;
-  if (rank < 2 * rem) {
-    if (rank % 2 == 0) {
-      SendOp give{ctx.pair(rank + 1), data, bytes};
-      HORA_RETURN_IF_ERROR(ctx.progress(&give, 1, nullptr, 0));
-      RecvOp result{ctx.pair(rank + 1), data, bytes};
-      return ctx.progress(nullptr, 0, &result, 1);
-    }
+  const RecursiveDoublingSchedule plan(size);
+  if (plan.sitsOut(rank)) {
+    SendOp give{ctx.pair(rank + 1), data, bytes};
+    HORA_RETURN_IF_ERROR(ctx.progress(&give, 1, nullptr, 0));
+    RecvOp result{ctx.pair(rank + 1), data, bytes};
+    return ctx.progress(nullptr, 0, &result, 1);
+  }
+  if (plan.foldsIn(rank)) {
     RecvOp take{ctx.pair(rank - 1), scratch, bytes};
     HORA_RETURN_IF_ERROR(ctx.progress(nullptr, 0, &take, 1));
     combine(data, scratch, data);
-    newRank = rank / 2;
-  } else {
-    newRank = rank - rem;
   }
-
-  for (int mask = 1; mask < pof2; mask <<= 1) {
+  const int newRank = plan.renumbered(rank);
+  for (int mask = 1; mask < plan.pof2; mask <<= 1) {
     const int newPartner = newRank ^ mask;
-    const int partner = newPartner < rem ? newPartner * 2 + 1 : newPartner + rem;
+    const int partner = plan.actual(newPartner);
     HORA_RETURN_IF_ERROR(ctx.sendRecv(partner, data, bytes, partner, scratch, bytes));
     if (newPartner < newRank) {
       combine(data, scratch, data);
@@ -52,8 +63,7 @@ Status recursiveDoubling(Context& ctx, uint8_t* data, size_t bytes, uint8_t* scr
       combine(data, data, scratch);
     }
   }
-
-  if (rank < 2 * rem) {
+  if (plan.foldsIn(rank)) {
     SendOp back{ctx.pair(rank - 1), data, bytes};
     HORA_RETURN_IF_ERROR(ctx.progress(&back, 1, nullptr, 0));
   }

@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "algorithms/collectives.h"
+#include "algorithms/recursive_doubling.h"
+#include "common/hash.h"
 #include "reduce/reduce.h"
 
 namespace hora {
@@ -19,15 +21,6 @@ struct Message {
   uint32_t payloadBytes = 0;  // bytes of reduced data that follow this message on the wire
   char text[400] = {};
 };
-
-uint64_t hashName(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 bool sameCollective(const Proposal& a, const Proposal& b) {
   return a.seq == b.seq && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.root == b.root &&
@@ -100,7 +93,7 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   p.compareCount = w.kind == Kind::kAllgather ? 0 : 1;
   p.numTensors = static_cast<uint32_t>(numTensors);
   p.algorithm = static_cast<uint8_t>(w.algorithm);
-  p.nameHash = numTensors > 1 ? 0 : hashName(w.name);
+  p.nameHash = numTensors > 1 ? 0 : fnv1a64(w.name);
   std::string shown = numTensors > 1 ? "fused:" + w.name : w.name;
   strncpy(p.name, shown.c_str(), sizeof(p.name) - 1);
   return p;
@@ -147,9 +140,7 @@ Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* pa
 Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DType dtype) {
   const int size = ctx.size(), rank = ctx.rank();
   if (size == 1) return Status::ok();
-  int pof2 = 1;
-  while (pof2 * 2 <= size) pof2 *= 2;
-  const int rem = size - pof2;
+  const RecursiveDoublingSchedule plan(size);
   Message theirs;
   const uint32_t mine = msg->payloadBytes;
   // Merging messages and deciding on the payload go together: reduce only when both sides agreed so far,
@@ -169,36 +160,33 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
     if (m.payloadBytes == 0) mergeWith(theyAreLower)(m);
   };
 
-  int newRank;
-  if (rank < 2 * rem) {
-    if (rank % 2 == 0) {
-      auto noDecision = [](const Message&) { return Take::kDiscard; };
-      HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, noDecision));
-      // The final result comes back; it is taken only when everyone agreed (then it has this rank's size).
-      auto takeResult = [&](const Message& m) {
-        return m.state == 0 && m.payloadBytes == mine && mine > 0 ? Take::kCopy : Take::kDiscard;
-      };
-      HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, false, true, payload, op, dtype, takeResult));
-      *msg = theirs;
-      msg->payloadBytes = mine;
-      return Status::ok();
-    }
+  if (plan.sitsOut(rank)) {
+    auto noDecision = [](const Message&) { return Take::kDiscard; };
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, noDecision));
+    // The final result comes back; it is taken only when everyone agreed (then it has this rank's size).
+    auto takeResult = [&](const Message& m) {
+      return m.state == 0 && m.payloadBytes == mine && mine > 0 ? Take::kCopy : Take::kDiscard;
+    };
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, false, true, payload, op, dtype, takeResult));
+    *msg = theirs;
+    msg->payloadBytes = mine;
+    return Status::ok();
+  }
+  if (plan.foldsIn(rank)) {
     HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, false, true, payload, op, dtype, mergeWith(true)));
     finish(true, theirs);
-    newRank = rank / 2;
-  } else {
-    newRank = rank - rem;
   }
-  for (int mask = 1; mask < pof2; mask <<= 1) {
+  const int newRank = plan.renumbered(rank);
+  for (int mask = 1; mask < plan.pof2; mask <<= 1) {
     const int newPartner = newRank ^ mask;
-    const int partner = newPartner < rem ? newPartner * 2 + 1 : newPartner + rem;
+    const int partner = plan.actual(newPartner);
     // This rank's message must go out before it is merged with the partner's: send a copy.
     Message outgoing = *msg;
     HORA_RETURN_IF_ERROR(exchange(ctx, partner, outgoing, payload, &theirs, true, true, payload, op, dtype,
                                   mergeWith(newPartner < newRank)));
     finish(newPartner < newRank, theirs);
   }
-  if (rank < 2 * rem) {
+  if (plan.foldsIn(rank)) {
     auto noDecision = [](const Message&) { return Take::kDiscard; };
     HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, noDecision));
   }

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <thread>
 
+#include "common/hash.h"
 #include "common/log.h"
 #include "reduce/reduce.h"
 #include "transport/shm/pair.h"
@@ -39,19 +40,25 @@ inline void cpuRelax() {
 #endif
 }
 
-uint64_t jobTagOf(const std::string& jobId) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : jobId) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::string segmentName(const std::string& jobId, int rank) {
   std::string safe;
   for (char c : jobId) safe += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
   return "/hora-" + safe + "-" + std::to_string(rank);
+}
+
+// Sends one byte to every peer, then receives one from each and runs afterEach(peer): a barrier among
+// the ranks that share memory, over the connections made at init.
+template <typename AfterEach>
+Status syncLocalPeers(const std::vector<int>& fds, const std::vector<int>& peers, const Deadline& deadline,
+                      AfterEach&& afterEach) {
+  const char token = 'S';
+  for (int p : peers) HORA_RETURN_IF_ERROR(tcp::sendAll(fds[p], &token, 1, deadline, p));
+  for (int p : peers) {
+    char got = 0;
+    HORA_RETURN_IF_ERROR(tcp::recvAll(fds[p], &got, 1, deadline, p));
+    HORA_RETURN_IF_ERROR(afterEach(p));
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -82,7 +89,7 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   std::vector<tcp::PeerAddress> addrs(size_);
   for (int r = 0; r < size_; ++r) addrs[r] = {peers[r].addr, peers[r].port};
   std::vector<int> fds;
-  HORA_RETURN_IF_ERROR(tcp::connectMesh(listenFd_, rank_, size_, addrs, jobTagOf(jobId), deadline, &fds));
+  HORA_RETURN_IF_ERROR(tcp::connectMesh(listenFd_, rank_, size_, addrs, fnv1a64(jobId), deadline, &fds));
   close(listenFd_);
   listenFd_ = -1;
 
@@ -112,31 +119,15 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
       new (&myRings[i].control.tail) std::atomic<uint64_t>(0);
     }
     // Two rounds over the TCP connections: "my segment exists", then "I have mapped yours".
-    char token = 'S';
-    for (int p : shmPeers) {
-      st = tcp::sendAll(fds[p], &token, 1, deadline, p);
-      if (!st.isOk()) return fail(st);
-    }
-    for (int p : shmPeers) {
-      char got = 0;
-      st = tcp::recvAll(fds[p], &got, 1, deadline, p);
-      if (!st.isOk()) return fail(st);
+    st = syncLocalPeers(fds, shmPeers, deadline, [&](int p) {
       auto theirs = std::make_unique<shm::Segment>();
-      st = shm::Segment::open(segmentName(jobId, p), shm::kRingBytes * localSize, theirs.get());
-      if (!st.isOk()) return fail(st);
+      HORA_RETURN_IF_ERROR(shm::Segment::open(segmentName(jobId, p), shm::kRingBytes * localSize, theirs.get()));
       peerRingsForMe[p] = static_cast<shm::Ring*>(theirs->data()) + peers[rank_].localRank;
       segments_.push_back(std::move(theirs));
-    }
-    token = 'M';
-    for (int p : shmPeers) {
-      st = tcp::sendAll(fds[p], &token, 1, deadline, p);
-      if (!st.isOk()) return fail(st);
-    }
-    for (int p : shmPeers) {
-      char got = 0;
-      st = tcp::recvAll(fds[p], &got, 1, deadline, p);
-      if (!st.isOk()) return fail(st);
-    }
+      return Status::ok();
+    });
+    if (st.isOk()) st = syncLocalPeers(fds, shmPeers, deadline, [](int) { return Status::ok(); });
+    if (!st.isOk()) return fail(st);
     mine->unlink();
     segments_.push_back(std::move(mine));
   }
