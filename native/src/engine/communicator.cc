@@ -51,7 +51,6 @@ Communicator::Communicator(const CommunicatorOptions& options, Completion onComp
 Communicator::~Communicator() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
     Task stop;
     stop.stop = true;
     queue_.push_back(std::move(stop));
@@ -186,8 +185,7 @@ void Communicator::run() {
 
 void Communicator::runConnect(Task& task) {
   Status st = ctx_.connect(task.peers, task.jobId, options_.transport);
-  if (st.isOk()) connected_ = true;
-  else broken_ = st;
+  if (!st.isOk()) broken_ = st;
   complete(task.batch.front(), st, "connecting the data plane");
 }
 

@@ -78,7 +78,6 @@ class Communicator {
   CommunicatorOptions options_;
   Completion onComplete_;
   Context ctx_;
-  bool connected_ = false;
   uint64_t seq_ = 0;
   Status broken_;  // the first fatal failure; every later Work fails with it
   std::vector<uint8_t> fusionBuffer_;
@@ -89,7 +88,6 @@ class Communicator {
   std::deque<Task> queue_;
   std::atomic<int> queued_{0};  // tasks in queue_, readable without the lock
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() blocks on, if any (under mutex_)
-  bool stopping_ = false;
   bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
   std::thread thread_;
 };
