@@ -7,8 +7,7 @@ const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
-const { runJob, tail, ROOT, NODE } = require('./support/hora-job');
+const { runJob, runProcess, tail, ROOT, NODE } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'errors-worker.js');
 
@@ -128,21 +127,6 @@ function cleanEnv(extra) {
     env[k] = v;
   }
   return { ...env, ...extra };
-}
-
-function runProcess(args, env, timeoutMs = 60000) {
-  return new Promise((resolve) => {
-    const child = spawn(NODE, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
 }
 
 for (const transport of ['shm', 'tcp']) {

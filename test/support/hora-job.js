@@ -16,15 +16,10 @@ const NODE = process.execPath;
  * Resolves {code, signal, stdout, stderr, reports (by rank, null where none), seconds, resultDir}.
  * env is added to the environment of the launcher (and so of the workers); timeoutMs kills the launcher.
  */
-function runJob(np, script, { env = {}, args = [], timeoutMs = 120000, resultVar = 'HORA_TEST_RESULT_DIR', launcherArgs = [] } = {}) {
-  const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-test-'));
-  const started = process.hrtime.bigint();
+// Runs `node args...` and collects its output; SIGKILLs it after timeoutMs so a hang fails the test.
+function runProcess(args, env, timeoutMs = 60000) {
   return new Promise((resolve) => {
-    const child = spawn(NODE, [HORA, 'run', '-np', String(np), ...launcherArgs, '--', NODE, script, ...args], {
-      cwd: ROOT,
-      env: { ...process.env, HORA_TIMEOUT_S: '60', ...env, [resultVar]: resultDir },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(NODE, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -32,16 +27,24 @@ function runJob(np, script, { env = {}, args = [], timeoutMs = 120000, resultVar
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
     child.on('close', (code, signal) => {
       clearTimeout(timer);
-      const reports = [];
-      for (let r = 0; r < np; r++) {
-        const file = path.join(resultDir, `rank-${r}.json`);
-        reports.push(fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : null);
-      }
-      fs.rmSync(resultDir, { recursive: true, force: true });
-      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      resolve({ code, signal, stdout, stderr, reports, seconds });
+      resolve({ code, signal, stdout, stderr });
     });
   });
+}
+
+async function runJob(np, script, { env = {}, args = [], timeoutMs = 120000, resultVar = 'HORA_TEST_RESULT_DIR', launcherArgs = [] } = {}) {
+  const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-test-'));
+  const started = process.hrtime.bigint();
+  const run = await runProcess([HORA, 'run', '-np', String(np), ...launcherArgs, '--', NODE, script, ...args],
+    { ...process.env, HORA_TIMEOUT_S: '60', ...env, [resultVar]: resultDir }, timeoutMs);
+  const reports = [];
+  for (let r = 0; r < np; r++) {
+    const file = path.join(resultDir, `rank-${r}.json`);
+    reports.push(fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : null);
+  }
+  fs.rmSync(resultDir, { recursive: true, force: true });
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  return { ...run, reports, seconds };
 }
 
 /** The last `n` characters of a job's output, for assertion messages. */
@@ -50,4 +53,4 @@ function tail(job, n = 3000) {
   return text.length > n ? text.slice(-n) : text;
 }
 
-module.exports = { runJob, tail, ROOT, HORA, NODE };
+module.exports = { runJob, runProcess, tail, ROOT, HORA, NODE };
