@@ -1,0 +1,377 @@
+/**
+ * distributed(net, {batchSize}): data-parallel mini-batch training of a brain.js NeuralNetwork.
+ *
+ * How a step works. brain updates its weights after every sample, which no data-parallel scheme can
+ * reproduce, so training here goes by global mini-batches of `batchSize` consecutive samples. Every rank
+ * passes the whole data set; rank r takes the samples of each batch whose index i has i % size === r
+ * (stride sharding: the union over ranks of their step-k samples is exactly the step-k batch of a single
+ * process). For each of its samples a rank runs brain's forward pass (net.runInput) and brain's deltas, and
+ * adds delta x incoming activation (and the bias deltas) into one float64 gradient per layer. On its last
+ * sample of the step it computes the deltas layer by layer from the output back, and submits each layer's
+ * allreduce as soon as that layer is complete, so the transfer of layer l runs on hora's communication
+ * thread while layer l-1 is being computed. It waits for all of them, divides the sums by the batch's sample
+ * count and applies brain's own update rule (momentum, or Adam with praxis 'adam') to the mean gradient.
+ *
+ * Agreement. Ranks first check that they were given the same data, batch size and network shape, then rank
+ * 0's weights (and update-rule state) are broadcast. An iteration (one pass over the data, as in brain) ends
+ * with one allreduce of the summed sample errors and of each rank's timeout flag, so errorThresh, iterations
+ * and timeout stop every rank at the same iteration. A rank that throws inside the loop issues a deliberately
+ * invalid collective before rethrowing: hora fails the matching collective on every other rank with an error
+ * naming that rank, so nobody waits for it.
+ */
+import * as hora from '../../ts/index';
+import { HoraError } from '../../ts/index';
+import {
+  ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, layerDeltas, layerGradientLength, outputError, stateArrays,
+} from './net';
+import { applyAdam, applyMomentum } from './update';
+
+export interface DistributedOptions {
+  /** Samples per weight update, summed over all ranks (a positive integer); each rank computes its share. */
+  batchSize: number;
+  /** Called with every step event, for tests and profiling; it runs inside the training loop. */
+  trace?: (event: TraceEvent) => void;
+}
+
+/** One event of a training step, in the order it happened on this rank. */
+export interface TraceEvent {
+  /**
+   * 'deltas': layer's deltas of the step's last local sample are computed (its gradient is complete);
+   * 'submit': its allreduce was submitted; 'settled': that allreduce completed; 'wait': the rank starts
+   * waiting for the step's allreduces; 'update': the weights were updated.
+   */
+  phase: 'deltas' | 'submit' | 'settled' | 'wait' | 'update';
+  /** 1-based iteration (pass over the data), as brain counts them. */
+  iteration: number;
+  /** 0-based step within the iteration. */
+  step: number;
+  /** Layer index (1 .. outputLayer), or -1 for step-wide events. */
+  layer: number;
+  /** Wall-clock milliseconds (performance.timeOrigin + performance.now()), comparable across local ranks. */
+  time: number;
+}
+
+/** brain's train options (NeuralNetwork.trainDefaults); all optional. */
+export interface TrainOptions {
+  iterations?: number;
+  errorThresh?: number;
+  /** true or a function: logs every logPeriod iterations, on rank 0 only. */
+  log?: boolean | ((message: string) => void);
+  logPeriod?: number;
+  learningRate?: number;
+  momentum?: number;
+  /** Called every callbackPeriod iterations on every rank, with the same status everywhere. */
+  callback?: ((status: { iterations: number; error: number }) => void) | null;
+  callbackPeriod?: number;
+  /** Milliseconds; ranks stop together at the end of the first iteration where any rank ran out of time. */
+  timeout?: number;
+  /** null for brain's momentum rule, 'adam' for its Adam. */
+  praxis?: null | 'adam';
+  beta1?: number;
+  beta2?: number;
+  epsilon?: number;
+}
+
+export interface TrainStatus {
+  /** Mean over the data of each sample's output mean squared error during the last iteration. */
+  error: number;
+  /** Iterations (passes over the data) run. */
+  iterations: number;
+}
+
+export interface DistributedNet {
+  readonly net: BrainNeuralNetwork;
+  readonly batchSize: number;
+  /** Trains like net.trainAsync(data, options), by global mini-batches averaged across ranks. */
+  trainAsync(data: Array<{ input: unknown; output: unknown }>, options?: TrainOptions): Promise<TrainStatus>;
+}
+
+const WHERE = 'hora/brain';
+/** Sent as an invalid dtype by a rank whose training loop threw; hora quotes it in the other ranks' error. */
+const FAILURE_SIGNAL = 'hora/brain: a rank failed';
+
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (v === undefined) return 'undefined';
+  if (typeof v === 'string') return `the string ${JSON.stringify(v.length > 40 ? v.slice(0, 40) + '...' : v)}`;
+  if (typeof v === 'number' || typeof v === 'boolean') return `${typeof v} ${String(v)}`;
+  if (Array.isArray(v)) return `an Array of length ${v.length}`;
+  if (typeof v === 'function') return 'a function';
+  const ctor = (v as object).constructor;
+  return ctor && ctor.name ? `an object of type ${ctor.name}` : 'an object';
+}
+
+function invalid(fn: string, argument: string, expected: string, received: unknown): HoraError {
+  return new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ${fn}: argument '${argument}' must be ${expected}; received ${describe(received)}`);
+}
+
+/**
+ * Wraps a brain.js NeuralNetwork for data-parallel training. `net` is used in place: after trainAsync its
+ * weights are the trained ones, identical on every rank.
+ */
+export function distributed(net: BrainNeuralNetwork, options: DistributedOptions): DistributedNet {
+  if (net === null || typeof net !== 'object') throw invalid('distributed', 'net', 'a brain.js NeuralNetwork', net);
+  for (const method of ['updateTrainingOptions', 'formatData', 'verifyIsInitialized'] as const) {
+    if (typeof net[method] !== 'function') {
+      throw invalid('distributed', `net.${method}`, 'a function (net must be a brain.js NeuralNetwork)', net[method]);
+    }
+  }
+  if (!(ACTIVATIONS as readonly string[]).includes(net.activation)) {
+    throw invalid('distributed', 'net.activation', `one of ${ACTIVATIONS.map((a) => `'${a}'`).join(', ')}`, net.activation);
+  }
+  if (options === null || typeof options !== 'object') throw invalid('distributed', 'options', 'an object with batchSize', options);
+  const { batchSize, trace } = options;
+  if (typeof batchSize !== 'number' || !Number.isInteger(batchSize) || batchSize < 1) {
+    throw invalid('distributed', 'options.batchSize', 'a positive integer', batchSize);
+  }
+  if (trace !== undefined && typeof trace !== 'function') throw invalid('distributed', 'options.trace', 'a function', trace);
+  return {
+    net,
+    batchSize,
+    trainAsync: (data, trainOptions = {}) => new Trainer(net, batchSize, trace).run(data, trainOptions),
+  };
+}
+
+const now = () => performance.timeOrigin + performance.now();
+
+/** Small integers hashed exactly in float64 (the agreement check compares them across ranks). */
+function hashInts(values: number[]): number {
+  let h = values.length;
+  for (const v of values) h = (h * 1009 + v) % 2 ** 40;
+  return h;
+}
+
+/** A float64 fingerprint of the formatted data: equal data on every rank gives bit-equal sums. */
+function dataFingerprint(samples: Sample[]): number {
+  let h = 0;
+  for (let i = 0; i < samples.length; i++) {
+    const { input, output } = samples[i];
+    for (let k = 0; k < input.length; k++) h += (k + 1) * input[k] * (1 + (i % 7));
+    for (let k = 0; k < output.length; k++) h += (k + 3) * output[k] * (1 + (i % 5));
+  }
+  return h;
+}
+
+class Trainer {
+  private rank = 0;
+  private size = 1;
+  private iteration = 0;
+  private step = 0;
+  private collectiveFailed = false;
+
+  constructor(
+    private readonly net: BrainNeuralNetwork,
+    private readonly batchSize: number,
+    private readonly trace: ((event: TraceEvent) => void) | undefined,
+  ) {}
+
+  async run(data: unknown, options: TrainOptions): Promise<TrainStatus> {
+    if (!Array.isArray(data) || data.length === 0) {
+      throw invalid('trainAsync', 'data', 'a non-empty Array of {input, output}', data);
+    }
+    if (options === null || typeof options !== 'object') throw invalid('trainAsync', 'options', 'an object', options);
+    await hora.init();
+    this.rank = hora.rank();
+    this.size = hora.size();
+    const samples = await this.prepare(data, options);
+    try {
+      return await this.loop(samples);
+    } catch (e) {
+      throw await this.fail(e);
+    }
+  }
+
+  /**
+   * brain's prepTraining (options, formatData, sizes from the data), then the agreement check and rank 0's
+   * broadcast. A rank whose own preparation fails still joins the agreement allreduce, so every rank
+   * throws instead of the others waiting for it.
+   */
+  private async prepare(data: unknown[], options: TrainOptions): Promise<Sample[]> {
+    const net = this.net;
+    let local: HoraError | null = null;
+    let samples: Sample[] = [];
+    try {
+      if (options.praxis !== undefined && options.praxis !== null && options.praxis !== 'adam') {
+        throw invalid('trainAsync', 'options.praxis', "null or 'adam'", options.praxis);
+      }
+      try {
+        net.updateTrainingOptions(options);
+        samples = net.formatData(data);
+        net.verifyIsInitialized(samples);
+      } catch (e) {
+        // brain's messages name the option and the value ("[learningRate, 2] is out of normal training range").
+        throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} trainAsync: brain.js rejected the data or options: ${(e as Error).message}`);
+      }
+      if (this.net.trainOpts.praxis === 'adam') this.ensureAdamState();
+    } catch (e) {
+      local = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e));
+    }
+    const sizes = net.sizes ?? [];
+    const adam = net.trainOpts.praxis === 'adam';
+    const meta = [samples.length, this.batchSize, hashInts(sizes), adam ? 1 : 0, adam ? net.iterations ?? 0 : 0,
+      local ? 0 : dataFingerprint(samples)];
+    const failed = new Array(this.size).fill(0);
+    failed[this.rank] = local ? 1 : 0;
+    const both = Float64Array.from([...meta, ...meta.map((v) => -v), ...failed]);
+    const agreed = await hora.allreduce(both, { op: 'max', name: `${WHERE} agreement` });
+    if (local) throw local;
+    const badRanks = failed.map((_, r) => r).filter((r) => agreed[2 * meta.length + r] > 0);
+    if (badRanks.length > 0) {
+      throw new HoraError('ERR_INVALID_ARGUMENT',
+        `${WHERE} trainAsync: rank ${badRanks.join(', ')} rejected its arguments (see that rank's error); training did not start`, this.rank, badRanks[0]);
+    }
+    const names = ['the number of samples', 'options.batchSize', 'the network sizes', "praxis 'adam'", "the Adam step count", 'the data'];
+    for (let i = 0; i < meta.length; i++) {
+      if (agreed[i] !== -agreed[meta.length + i]) {
+        throw new HoraError('ERR_MISMATCH',
+          `${WHERE} trainAsync: ranks disagree on ${names[i]} (this rank: ${meta[i]}); every rank must pass the whole, identical data set and the same options — hora/brain takes each rank's shard itself`, this.rank);
+      }
+    }
+    await this.broadcastState(adam);
+    return samples;
+  }
+
+  /** Adam's moments, as brain's _setupAdam makes them, when the net was initialized without praxis 'adam'. */
+  private ensureAdamState(): void {
+    const net = this.net;
+    if (net.changesLow && net.changesHigh && net.biasChangesLow && net.biasChangesHigh) return;
+    const sizes = net.sizes as number[];
+    net.changesLow = [];
+    net.changesHigh = [];
+    net.biasChangesLow = [];
+    net.biasChangesHigh = [];
+    for (let layer = 1; layer < sizes.length; layer++) {
+      net.biasChangesLow[layer] = new Float32Array(sizes[layer]);
+      net.biasChangesHigh[layer] = new Float32Array(sizes[layer]);
+      net.changesLow[layer] = Array.from({ length: sizes[layer] }, () => new Float32Array(sizes[layer - 1]));
+      net.changesHigh[layer] = Array.from({ length: sizes[layer] }, () => new Float32Array(sizes[layer - 1]));
+    }
+    net.iterations = 0;
+  }
+
+  /** Rank 0's weights, biases and update-rule state, copied into every rank's net. */
+  private async broadcastState(adam: boolean): Promise<void> {
+    if (this.size === 1) return;
+    const arrays = stateArrays(this.net, adam);
+    const flat = new Float32Array(arrays.reduce((n, a) => n + a.length, 0));
+    let at = 0;
+    for (const a of arrays) { flat.set(a, at); at += a.length; }
+    await hora.broadcast(flat, { root: 0, inplace: true, name: `${WHERE} initial weights` });
+    at = 0;
+    for (const a of arrays) { a.set(flat.subarray(at, at + a.length)); at += a.length; }
+  }
+
+  private emit(phase: TraceEvent['phase'], layer: number): void {
+    if (this.trace) this.trace({ phase, iteration: this.iteration, step: this.step, layer, time: now() });
+  }
+
+  private async loop(samples: Sample[]): Promise<TrainStatus> {
+    const net = this.net;
+    const opts = net.trainOpts;
+    const sizes = net.sizes as number[];
+    const top = net.outputLayer;
+    const n = samples.length;
+    const steps = Math.ceil(n / this.batchSize);
+    const grads: Float64Array[] = [];
+    for (let layer = 1; layer <= top; layer++) grads[layer] = new Float64Array(layerGradientLength(sizes, layer));
+    const adam = opts.praxis === 'adam';
+    const endTime = Date.now() + opts.timeout;
+    const status: TrainStatus = { error: 1, iterations: 0 };
+    let outOfTime = false;
+
+    while (status.iterations < opts.iterations && status.error > opts.errorThresh && !outOfTime) {
+      status.iterations++;
+      this.iteration = status.iterations;
+      let errorSum = 0;
+      for (this.step = 0; this.step < steps; this.step++) {
+        const start = this.step * this.batchSize;
+        const end = Math.min(n, start + this.batchSize);
+        for (let layer = 1; layer <= top; layer++) grads[layer].fill(0);
+        const works: Array<PromiseLike<unknown>> = [];
+        // Stride sharding: this rank's samples of [start, end) are those with i % size === rank.
+        const first = start + ((this.rank - (start % this.size)) + this.size) % this.size;
+        if (first >= end) {
+          // No sample of this batch here: contribute zeros, in the same order as everyone else.
+          for (let layer = top; layer >= 1; layer--) works.push(this.submit(grads[layer], layer));
+        }
+        for (let i = first; i < end; i += this.size) {
+          const sample = samples[i];
+          net.runInput(sample.input);
+          if (i + this.size < end) {
+            for (let layer = top; layer >= 1; layer--) {
+              layerDeltas(net, layer, sample.output);
+              accumulateLayer(net, layer, grads[layer]);
+            }
+          } else {
+            for (let layer = top; layer >= 1; layer--) {
+              layerDeltas(net, layer, sample.output);
+              accumulateLayer(net, layer, grads[layer]);
+              this.emit('deltas', layer);
+              works.push(this.submit(grads[layer], layer));
+              // hora hands the calls of one synchronous run to its communication thread in a microtask:
+              // yielding one microtask starts this layer's allreduce before the next layer is computed.
+              await null;
+            }
+          }
+          errorSum += outputError(net);
+        }
+        this.emit('wait', -1);
+        await this.collective(Promise.all(works));
+        const count = end - start;
+        // brain's Adam counts updates in net.iterations; here there is one update per step.
+        const adamStep = adam ? (net.iterations = (net.iterations ?? 0) + 1) : 0;
+        for (let layer = 1; layer <= top; layer++) {
+          if (adam) applyAdam(net, layer, grads[layer], count, adamStep);
+          else applyMomentum(net, layer, grads[layer], count);
+        }
+        this.emit('update', -1);
+      }
+      const local = Float64Array.from([errorSum, Date.now() >= endTime ? 1 : 0]);
+      const [errorTotal, timedOut] = await this.collective(hora.allreduce(local, { op: 'sum', name: `${WHERE} error` }));
+      status.error = errorTotal / n;
+      outOfTime = timedOut > 0;
+      if (opts.log && this.rank === 0 && status.iterations % opts.logPeriod === 0) {
+        opts.log(`iterations: ${status.iterations}, training error: ${status.error}`);
+      }
+      if (opts.callback && status.iterations % opts.callbackPeriod === 0) {
+        opts.callback({ iterations: status.iterations, error: status.error });
+      }
+    }
+    return status;
+  }
+
+  private submit(grad: Float64Array, layer: number): PromiseLike<unknown> {
+    const work = hora.allreduce(grad, { op: 'sum', inplace: true, name: `${WHERE} gradient of layer ${layer}` });
+    this.emit('submit', layer);
+    if (this.trace) work.then(() => this.emit('settled', layer), () => undefined);
+    return work;
+  }
+
+  /** Awaits collectives, remembering that a failure came from hora (so it is not signalled again). */
+  private async collective<T>(p: PromiseLike<T>): Promise<T> {
+    try {
+      return await p;
+    } catch (e) {
+      this.collectiveFailed = true;
+      throw e;
+    }
+  }
+
+  /** The error trainAsync rejects with; a local failure is first made visible to every other rank. */
+  private async fail(e: unknown): Promise<unknown> {
+    const where = `${WHERE} trainAsync (rank ${this.rank}, iteration ${this.iteration}, step ${this.step})`;
+    if (this.collectiveFailed && e instanceof HoraError) {
+      if (e.message.includes(FAILURE_SIGNAL)) {
+        return new HoraError(e.code, `${where}: rank ${e.peer} failed inside its training loop (see that rank's error), so this rank stops too`, e.rank, e.peer);
+      }
+      return new HoraError(e.code, `${where}: ${e.message}`, e.rank, e.peer);
+    }
+    if (this.size > 1) {
+      // A collective that fails validation on purpose: hora still sends it, and the other ranks' collective
+      // at the same position fails with ERR_INVALID_ARGUMENT naming this rank and quoting FAILURE_SIGNAL.
+      hora.allreduce(new Float32Array(1), { dtype: FAILURE_SIGNAL as never, name: `${WHERE} failure` }).then(undefined, () => undefined);
+      await null; // hands it to the communication thread before the caller sees the error (and perhaps exits)
+    }
+    return e;
+  }
+}

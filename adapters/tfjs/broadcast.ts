@@ -1,0 +1,104 @@
+/**
+ * Making every rank start from the same place: root's model weights and optimizer state, and each
+ * rank's share of the data.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import * as hora from '../../ts/index';
+
+/** What broadcastModel needs of a model: tf.LayersModel's `weights` (LayerVariables). */
+export interface ModelWithWeights {
+  weights: Array<{ name: string; read(): tf.Tensor; write(value: tf.Tensor): unknown }>;
+}
+
+type Typed = Float32Array | Int32Array;
+
+function typedCopy(t: tf.Tensor, what: string): Typed {
+  if (t.dtype === 'float32') return Float32Array.from(t.dataSync() as Float32Array);
+  if (t.dtype === 'int32') return Int32Array.from(t.dataSync() as Int32Array);
+  throw new TypeError(`${what} has dtype ${t.dtype}; only float32 and int32 can be broadcast`);
+}
+
+/**
+ * Overwrites every weight of `model` (trainable or not: batch-norm statistics too) with root's values.
+ * Every rank must call it with the same model architecture. Resolves once the weights are assigned.
+ */
+export async function broadcastModel(model: ModelWithWeights, root = 0): Promise<void> {
+  const weights = model.weights;
+  const works = weights.map((w) => hora.broadcast(typedCopy(w.read(), `broadcastModel: weight '${w.name}'`), { root, name: w.name, inplace: true }));
+  const values = await Promise.all(works);
+  weights.forEach((w, i) => {
+    const current = w.read();
+    const t = tf.tensor(values[i], current.shape, current.dtype);
+    w.write(t);
+    t.dispose();
+  });
+}
+
+/**
+ * Overwrites the optimizer's state (iteration count, Adam's moments, momentum...) with root's, through
+ * getWeights()/setWeights(). Every rank must hold the same number of optimizer weights: most tf.train
+ * optimizers create their slots on the first update, so call it either before any update on every rank
+ * (then only the iteration count travels) or after the same number of updates everywhere. A difference
+ * is reported on every rank as an Error naming the counts.
+ */
+export async function broadcastOptimizer(optimizer: tf.Optimizer, root = 0): Promise<void> {
+  const named = await optimizer.getWeights();
+  const counts = await hora.allgather(Int32Array.of(named.length), { name: 'broadcastOptimizer.count' });
+  if (counts.some((c) => c !== named.length)) {
+    throw new Error(`broadcastOptimizer: ranks hold different numbers of optimizer weights (by rank: ${Array.from(counts).join(', ')}); ` +
+      'call it before the first update on every rank, or after the same number of updates');
+  }
+  const works = named.map((w) => hora.broadcast(typedCopy(w.tensor, `broadcastOptimizer: weight '${w.name}'`), { root, name: w.name, inplace: true }));
+  const values = await Promise.all(works);
+  const fresh = named.map((w, i) => ({ name: w.name, tensor: tf.tensor(values[i], w.tensor.shape, w.tensor.dtype) }));
+  await optimizer.setWeights(fresh);
+  // setWeights copies ours into its own variables (getWeights gave us those variables themselves: keep them).
+  fresh.forEach((w) => w.tensor.dispose());
+}
+
+export interface ShardOptions {
+  /** 'contiguous' (default): rank r gets samples [r*m, (r+1)*m); 'strided': samples r, r+size, r+2*size... */
+  mode?: 'contiguous' | 'strided';
+  /** Defaults to hora.rank(). */
+  rank?: number;
+  /** Defaults to hora.size(). */
+  size?: number;
+}
+
+type Shardable = tf.Tensor | unknown[] | ArrayLike<unknown>;
+
+/**
+ * Each rank's part of a data set along axis 0. Every rank gets m = floor(n / size) samples (the last
+ * n % size are dropped) so that all ranks run the same number of steps; x and y are cut the same way.
+ * Tensors come back as new tensors, arrays (and typed arrays) as arrays of the same kind.
+ */
+export function shard<X extends Shardable, Y extends Shardable>(x: X, y?: Y, options: ShardOptions = {}): { x: X; y: Y } {
+  const rank = options.rank ?? hora.rank();
+  const size = options.size ?? hora.size();
+  const mode = options.mode ?? 'contiguous';
+  if (mode !== 'contiguous' && mode !== 'strided') throw new TypeError(`shard: option 'mode' must be 'contiguous' or 'strided'; received '${String(mode)}'`);
+  if (!Number.isInteger(size) || size < 1) throw new TypeError(`shard: option 'size' must be an integer >= 1; received ${String(size)}`);
+  if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new TypeError(`shard: option 'rank' must be an integer from 0 to ${size - 1}; received ${String(rank)}`);
+  const n = lengthOf(x);
+  if (y !== undefined && lengthOf(y) !== n) throw new RangeError(`shard: x has ${n} samples but y has ${lengthOf(y)}`);
+  const m = Math.floor(n / size);
+  const indices = mode === 'contiguous'
+    ? Array.from({ length: m }, (_, i) => rank * m + i)
+    : Array.from({ length: m }, (_, i) => rank + i * size);
+  const cut = <T extends Shardable>(v: T): T => {
+    if (v instanceof tf.Tensor) {
+      if (mode === 'contiguous') return tf.slice(v, rank * m, m) as unknown as T;
+      return tf.tidy(() => tf.gather(v, tf.tensor1d(indices, 'int32'))) as unknown as T;
+    }
+    if (Array.isArray(v)) return indices.map((i) => v[i]) as unknown as T;
+    const Ctor = (v as unknown as { constructor: { from(a: unknown[]): T } }).constructor;
+    const a = v as ArrayLike<unknown>;
+    return Ctor.from(indices.map((i) => a[i]));
+  };
+  return { x: cut(x), y: (y === undefined ? undefined : cut(y)) as Y };
+}
+
+function lengthOf(v: Shardable): number {
+  if (v instanceof tf.Tensor) return v.shape[0] ?? 1;
+  return (v as ArrayLike<unknown>).length;
+}

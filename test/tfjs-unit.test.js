@@ -1,0 +1,76 @@
+'use strict';
+// hora/tfjs pieces that need no second rank: fp16/bf16 rounding, option validation, shard, learning rates.
+const t = require('tap');
+const tf = require('@tensorflow/tfjs');
+const hora = require('../dist/ts/index.js');
+const tfjs = require('../dist/adapters/tfjs/index.js');
+
+const half = (xs) => Array.from(tfjs.floatToHalf(Float32Array.from(xs)));
+const bf16 = (xs) => Array.from(tfjs.floatToBFloat16(Float32Array.from(xs)));
+
+t.test('float32 -> float16 rounds to nearest, ties to even', async (t) => {
+  t.same(half([0, -0, 1, -2, 65504, 0.5]), [0x0000, 0x8000, 0x3c00, 0xc000, 0x7bff, 0x3800], 'exact values');
+  t.same(half([1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -11 + 2 ** -20]), [0x3c00, 0x3c02, 0x3c01], 'ties go to even, above a tie goes up');
+  t.same(half([65519, 65520, 1e6, Infinity, -Infinity]), [0x7bff, 0x7c00, 0x7c00, 0x7c00, 0xfc00], 'overflow to infinity from 65520');
+  t.same(half([2 ** -24, 2 ** -25, 1.5 * 2 ** -25, 3 * 2 ** -25, 2 ** -14 - 2 ** -25, 2 ** -30]), [0x0001, 0x0000, 0x0001, 0x0002, 0x0400, 0x0000], 'subnormals round the same way');
+  t.equal(half([NaN])[0] & 0x7e00, 0x7e00, 'NaN stays NaN');
+  const all = new Uint16Array(65536).map((_, i) => i);
+  const back = tfjs.floatToHalf(tfjs.halfToFloat(all));
+  let same = 0;
+  for (let i = 0; i < 65536; i++) if (back[i] === all[i] || ((all[i] & 0x7c00) === 0x7c00 && (all[i] & 0x3ff))) same++;
+  t.equal(same, 65536, 'every half survives half -> float -> half');
+});
+
+t.test('float32 -> bfloat16 rounds to nearest, ties to even', async (t) => {
+  t.same(bf16([1, -2, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20]), [0x3f80, 0xc000, 0x3f80, 0x3f82, 0x3f81], 'ties to even');
+  t.same(Array.from(tfjs.bfloat16ToFloat(Uint16Array.of(0x3f80, 0xc000, 0x7f80))), [1, -2, Infinity], 'back to float exactly');
+  t.ok(Number.isNaN(tfjs.bfloat16ToFloat(tfjs.floatToBFloat16(Float32Array.of(NaN)))[0]), 'NaN stays NaN');
+});
+
+t.test('DistributedOptimizer validates its options, naming option and value', async (t) => {
+  const sgd = tf.train.sgd(0.1);
+  t.throws(() => new tfjs.DistributedOptimizer(sgd, { compression: 'fp8' }), /option 'compression' must be 'none', 'fp16' or 'bf16'; received 'fp8'/);
+  t.throws(() => new tfjs.DistributedOptimizer(sgd, { backwardPassesPerStep: 0 }), /option 'backwardPassesPerStep' must be an integer >= 1; received 0/);
+  t.throws(() => new tfjs.DistributedOptimizer(sgd, { backwardPassesPerStep: 1.5 }), /received 1.5/);
+  t.throws(() => new tfjs.DistributedOptimizer(sgd, { op: 'max' }), /option 'op' must be 'avg' or 'sum'; received 'max'/);
+  t.throws(() => new tfjs.DistributedOptimizer({}), /argument 'optimizer' must be a tf.train optimizer/);
+  t.throws(() => new tfjs.LearningRateWarmupCallback({ warmupEpochs: 0 }), /option 'warmupEpochs' must be a number > 0; received 0/);
+});
+
+t.test('DistributedOptimizer delegates to the inner optimizer', async (t) => {
+  const opt = new tfjs.DistributedOptimizer(tf.train.adam(0.003));
+  t.equal(opt.getClassName(), 'Adam');
+  t.same(opt.getConfig(), tf.train.adam(0.003).getConfig());
+  t.ok(opt instanceof tf.Optimizer);
+  opt.learningRate = 0.5;
+  t.equal(opt.optimizer.learningRate, 0.5, 'learningRate sets the inner rate');
+  const sgd = tf.train.sgd(0.1);
+  tfjs.setLearningRate(sgd, 0.25);
+  t.equal(sgd.learningRate, 0.25, 'setLearningRate on SGD');
+});
+
+t.test('world of one: DistributedOptimizer is the inner optimizer; backwardPassesPerStep averages k passes', async (t) => {
+  await hora.init();
+  const v = tf.variable(tf.tensor1d([1, 2]), true, 'unit_v');
+  const opt = new tfjs.DistributedOptimizer(tf.train.sgd(1), { backwardPassesPerStep: 2 });
+  opt.applyGradients({ unit_v: tf.tensor1d([1, 1]) });
+  t.same(Array.from(v.dataSync()), [1, 2], 'first pass only accumulates');
+  opt.applyGradients([{ name: 'unit_v', tensor: tf.tensor1d([3, 5]) }]);
+  t.same(Array.from(v.dataSync()), [-1, -1], 'second pass applies the mean (2, 3)');
+  t.equal(opt.iterations, opt.optimizer.iterations);
+  t.throws(() => { opt.applyGradients({ unit_v: tf.tensor1d([1, 1]) }); opt.applyGradients({ other: tf.tensor1d([1, 1]) }); }, /every pass of a step must update the same variables/);
+});
+
+t.test('shard: equal contiguous or strided parts along axis 0, tensors and arrays', async (t) => {
+  const x = tf.tensor2d([[0], [1], [2], [3], [4], [5], [6]]);
+  const y = [0, 1, 2, 3, 4, 5, 6];
+  const a = tfjs.shard(x, y, { rank: 1, size: 3 });
+  t.same(Array.from(a.x.dataSync()), [2, 3]);
+  t.same(a.y, [2, 3]);
+  const b = tfjs.shard(x, Int32Array.from(y), { rank: 1, size: 3, mode: 'strided' });
+  t.same(Array.from(b.x.dataSync()), [1, 4]);
+  t.same(Array.from(b.y), [1, 4]);
+  t.ok(b.y instanceof Int32Array, 'typed arrays keep their type');
+  t.throws(() => tfjs.shard(x, [1, 2], { rank: 0, size: 2 }), /x has 7 samples but y has 2/);
+  t.throws(() => tfjs.shard(x, y, { rank: 3, size: 3 }), /option 'rank' must be an integer from 0 to 2; received 3/);
+});
