@@ -282,12 +282,7 @@ function run<T>(collective: string, callee: Function, plan: (w: World) => Plan<T
   } catch (e) {
     const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.rank);
     site.attach(err);
-    if (w.dispatcher) {
-      w.dispatcher.submit({
-        kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
-        name: '', data: null, out: null, invalidReason: err.message,
-      }, () => undefined, site, []);
-    }
+    if (w.dispatcher) submitInvalid(w.dispatcher, err.message, site);
     const failed = new Work<T>(null);
     failed.reject(err);
     return failed;
@@ -386,6 +381,28 @@ export function barrier(options?: BarrierOptions): Work<void> {
       finish: () => undefined, keep: [], local: () => undefined,
     };
   });
+}
+
+/**
+ * Tells the other ranks that this rank cannot go on (say, its training step threw): takes the next place
+ * in the order of collectives, and every other rank's collective at that place fails with
+ * ERR_INVALID_ARGUMENT naming this rank and quoting `reason`, instead of waiting for it. No-op in a world
+ * of one. Returns once the signal is queued.
+ */
+export function failPeers(reason: string): void {
+  const w = current('failPeers');
+  if (typeof reason !== 'string') throw invalidArgument('failPeers', 'reason', 'a string', reason, w.rank);
+  if (!w.dispatcher) return;
+  submitInvalid(w.dispatcher, reason, new CallSite(failPeers));
+  w.dispatcher.flush();
+}
+
+/** The placeholder that keeps the ranks in step when this rank's call cannot run; see failPeers(). */
+function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite): void {
+  dispatcher.submit({
+    kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
+    name: '', data: null, out: null, invalidReason: reason,
+  }, () => undefined, site, []);
 }
 
 /** @internal For hora bench and tests: the engine's communicator (null in a world of one). */

@@ -1,7 +1,7 @@
 /** hora: distributed data-parallel training for JavaScript. */
 export {
   init, shutdown, isInitialized, rank, size, localRank, localSize, crossRank, crossSize,
-  allreduce, broadcast, allgather, reduceScatter, barrier,
+  allreduce, broadcast, allgather, reduceScatter, barrier, failPeers,
 } from './hora';
 export { Work } from './work';
 export { HoraError } from './errors';

@@ -87,7 +87,7 @@ export interface DistributedNet {
 }
 
 const WHERE = 'hora/brain';
-/** Sent as an invalid dtype by a rank whose training loop threw; hora quotes it in the other ranks' error. */
+/** Sent with hora.failPeers() by a rank whose training loop threw; hora quotes it in the other ranks' error. */
 const FAILURE_SIGNAL = 'hora/brain: a rank failed';
 
 function describe(v: unknown): string {
@@ -366,12 +366,10 @@ class Trainer {
       }
       return new HoraError(e.code, `${where}: ${e.message}`, e.rank, e.peer);
     }
-    if (this.size > 1) {
-      // A collective that fails validation on purpose: hora still sends it, and the other ranks' collective
-      // at the same position fails with ERR_INVALID_ARGUMENT naming this rank and quoting FAILURE_SIGNAL.
-      hora.allreduce(new Float32Array(1), { dtype: FAILURE_SIGNAL as never, name: `${WHERE} failure` }).then(undefined, () => undefined);
-      await null; // hands it to the communication thread before the caller sees the error (and perhaps exits)
-    }
+    // The other ranks' collective at the same position fails with ERR_INVALID_ARGUMENT naming this rank and
+    // quoting FAILURE_SIGNAL. failPeers() hands the signal to the communication thread before it returns, so
+    // it goes out even if the caller exits on this error.
+    hora.failPeers(FAILURE_SIGNAL);
     return e;
   }
 }

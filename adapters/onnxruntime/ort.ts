@@ -1,0 +1,67 @@
+/**
+ * The slice of onnxruntime-web's training build (1.17 to 1.19.2) that hora/onnxruntime uses, and its loader.
+ *
+ * hora never imports a framework at load time: the module object is passed in by the user, or loaded here,
+ * by path, the first time a session is created. The package's `exports` hide its training build from Node,
+ * so it is required as `onnxruntime-web/dist/ort.training.wasm.min.js` resolved to a file.
+ */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+export interface OrtTensor {
+  readonly type: string;
+  readonly dims: readonly number[];
+  readonly data: unknown;
+}
+
+export type OrtFeeds = Record<string, OrtTensor>;
+export type OrtOutputs = Record<string, OrtTensor>;
+
+export interface OrtTrainingSession {
+  readonly trainingInputNames: readonly string[];
+  readonly trainingOutputNames: readonly string[];
+  runTrainStep(feeds: OrtFeeds): Promise<OrtOutputs>;
+  runOptimizerStep(): Promise<void>;
+  runEvalStep(feeds: OrtFeeds): Promise<OrtOutputs>;
+  lazyResetGrad(): Promise<void>;
+  getParametersSize(trainableOnly?: boolean): Promise<number>;
+  getContiguousParameters(trainableOnly?: boolean): Promise<OrtTensor>;
+  loadParametersBuffer(buffer: Uint8Array, trainableOnly?: boolean): Promise<void>;
+  release(): Promise<void>;
+}
+
+export interface OrtInferenceSession {
+  run(feeds: OrtFeeds): Promise<OrtOutputs>;
+  release(): Promise<void>;
+}
+
+/** What hora needs from `require('onnxruntime-web/dist/ort.training.wasm.min.js')`. */
+export interface OrtTrainingModule {
+  Tensor: new (type: string, data: unknown, dims?: readonly number[]) => OrtTensor;
+  TrainingSession: {
+    create(args: { checkpointState: Uint8Array; trainModel: Uint8Array; evalModel?: Uint8Array; optimizerModel?: Uint8Array }): Promise<OrtTrainingSession>;
+  };
+  InferenceSession: { create(model: Uint8Array): Promise<OrtInferenceSession> };
+  env: { wasm: { numThreads?: number } };
+}
+
+const TRAINING_BUILD = 'onnxruntime-web/dist/ort.training.wasm.min.js';
+
+/** Loads onnxruntime-web's training build by path (single-threaded wasm unless the caller set numThreads). */
+export function loadOrtTraining(): OrtTrainingModule {
+  let packageJson: string;
+  try {
+    packageJson = require.resolve('onnxruntime-web/package.json', { paths: [process.cwd(), __dirname] });
+  } catch {
+    throw new Error(`hora/onnxruntime: cannot find onnxruntime-web; install a version with training (npm install onnxruntime-web@1.19.2) or pass {ort} (the module from ${TRAINING_BUILD})`);
+  }
+  const file = path.join(path.dirname(packageJson), 'dist', 'ort.training.wasm.min.js');
+  if (!fs.existsSync(file)) {
+    const version = (JSON.parse(fs.readFileSync(packageJson, 'utf8')) as { version: string }).version;
+    throw new Error(`hora/onnxruntime: onnxruntime-web ${version} has no training build (${file} is missing); training was removed in 1.20, install onnxruntime-web@1.19.2`);
+  }
+  // eslint-disable-next-line @typescript-eslint/no-var-requires
+  const ort = require(file) as OrtTrainingModule;
+  if (ort.env.wasm.numThreads === undefined || ort.env.wasm.numThreads === 0) ort.env.wasm.numThreads = 1;
+  return ort;
+}
