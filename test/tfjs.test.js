@@ -16,14 +16,15 @@ const EXACT_REL = 1e-5;
 /** Compressed runs: max |a-b| / max |b| over all weights after 12 steps. */
 const COMPRESSED_REL = { fp16: 5e-4, bf16: 5e-3 };
 
-async function reference(t) {
+async function reference(t, backend) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-tfjs-ref-'));
-  const env = { ...process.env, HORA_TEST_RESULT_DIR: dir };
+  const env = { ...process.env, HORA_TEST_RESULT_DIR: dir, TFJS_BACKEND: backend };
   for (const k of Object.keys(env)) if (k.startsWith('HORA_') && k !== 'HORA_TEST_RESULT_DIR') delete env[k];
   const run = await runProcess([WORKER, 'reference'], env);
   t.equal(run.code, 0, 'the 1-process reference ran', { stderr: run.stderr.slice(-2000) });
   const rep = JSON.parse(fs.readFileSync(path.join(dir, 'rank-0.json'), 'utf8'));
   fs.rmSync(dir, { recursive: true, force: true });
+  t.equal(rep.backend, backend, `the reference ran on the ${backend} backend`);
   return rep.runs;
 }
 
@@ -39,12 +40,14 @@ function normRel(a, b) {
   return d / m;
 }
 
-t.test('N ranks on B/N each = 1 process on B (SGD, Adam; trainOnBatch, minimize; k=2; fp16, bf16)', async (t) => {
-  const ref = await reference(t);
-  for (const np of [2, 3]) {
-    const job = await runJob(np, WORKER, { args: ['equiv'], timeoutMs: 60000 });
+// The adapter reads tensors through tfjs's public API only, so it must hold on every backend.
+for (const [backend, sizes] of [['cpu', [2, 3]], ['wasm', [2]]]) t.test(`${backend} backend: N ranks on B/N each = 1 process on B (SGD, Adam; trainOnBatch, minimize; k=2; fp16, bf16)`, async (t) => {
+  const ref = await reference(t, backend);
+  for (const np of sizes) {
+    const job = await runJob(np, WORKER, { args: ['equiv'], env: { TFJS_BACKEND: backend }, timeoutMs: 60000 });
     t.equal(job.code, 0, `p=${np}: hora run exits 0`, { output: tail(job) });
     if (!job.reports.every(Boolean)) { t.fail(`p=${np}: every rank reported`, { output: tail(job) }); continue; }
+    t.ok(job.reports.every((r) => r.backend === backend), `p=${np}: every rank trained on the ${backend} backend`);
     const runs = job.reports[0].runs;
     t.ok(Object.keys(runs).length >= 9, `p=${np}: all runs reported`);
     for (const [name, run] of Object.entries(runs)) {

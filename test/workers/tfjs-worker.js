@@ -7,6 +7,7 @@
 //   fit        model.fit + fitDataset with BroadcastWeightsCallback, MetricAverageCallback and
 //              LearningRateWarmupCallback, ranks starting from different weights; then model.save
 //   throw      rank $THROW_RANK throws at step 5 of its training loop; the others are inside applyGradients
+// TFJS_BACKEND=wasm selects the wasm backend for any scenario.
 // Each rank writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json: per run, the final weights as
 // base64 of their float32 bytes (bit-exact comparison) and as numbers.
 const tf = require('@tensorflow/tfjs');
@@ -95,7 +96,7 @@ const RUNS = {
 async function reference() {
   const runs = {};
   for (const [name, r] of Object.entries(RUNS)) runs[name] = await train({ ...r, wrap: false });
-  report(0, { runs });
+  report(0, { runs, backend: tf.getBackend() });
 }
 
 async function equiv() {
@@ -106,7 +107,7 @@ async function equiv() {
   runs['sgd/trainOnBatch fp16'] = await train({ opt: 'sgd', mode: 'trainOnBatch', wrap: true, compression: 'fp16' });
   runs['adam/minimize fp16'] = await train({ opt: 'adam', mode: 'minimize', wrap: true, compression: 'fp16' });
   runs['sgd/trainOnBatch bf16'] = await train({ opt: 'sgd', mode: 'trainOnBatch', wrap: true, compression: 'bf16' });
-  report(hora.rank(), { runs });
+  report(hora.rank(), { runs, backend: tf.getBackend() });
 }
 
 async function fit() {
@@ -155,6 +156,12 @@ async function throwing() {
 }
 
 async function main() {
+  // TFJS_BACKEND=wasm runs the same scenario on @tensorflow/tfjs-backend-wasm (the default is cpu).
+  if (process.env.TFJS_BACKEND) {
+    if (process.env.TFJS_BACKEND === 'wasm') require('@tensorflow/tfjs-backend-wasm');
+    await tf.setBackend(process.env.TFJS_BACKEND);
+    await tf.ready();
+  }
   await hora.init();
   const scenario = process.argv[2];
   if (scenario === 'reference') await reference();
