@@ -164,7 +164,9 @@ export async function shutdown(): Promise<void> {
   shutDown = true;
   if (!w) return;
   if (w.dispatcher) {
-    w.dispatcher.flush();
+    // Wait for outstanding collectives without blocking the event loop; close() then finds the queue
+    // empty and only joins an idle thread.
+    await w.dispatcher.drain();
     w.dispatcher.comm.close();
   }
   w.control?.close();

@@ -143,11 +143,10 @@ export class Dispatcher {
     this.comm.submit(items);
   }
 
-  /** Rejects every outstanding work without waiting on the native side (the process is going away). */
-  failAll(error: HoraError): void {
-    for (const [, o] of this.outstanding) o.work.reject(error);
-    this.outstanding.clear();
-    this.batch = [];
+  /** Submits what is batched and resolves once every outstanding work has settled, either way. */
+  async drain(): Promise<void> {
+    this.flush();
+    await Promise.allSettled([...this.outstanding.values()].map((o) => o.work));
   }
 
   private waitFor(id: number): void {
