@@ -21,6 +21,8 @@
  */
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
+import { describeValue } from '../../ts/errors';
+import { StepFailure } from '../step-failure';
 import {
   ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, layerDeltas, layerGradientLength, outputError, stateArrays,
 } from './net';
@@ -90,19 +92,9 @@ const WHERE = 'hora/brain';
 /** Sent with hora.failPeers() by a rank whose training loop threw; hora quotes it in the other ranks' error. */
 const FAILURE_SIGNAL = 'hora/brain: a rank failed';
 
-function describe(v: unknown): string {
-  if (v === null) return 'null';
-  if (v === undefined) return 'undefined';
-  if (typeof v === 'string') return `the string ${JSON.stringify(v.length > 40 ? v.slice(0, 40) + '...' : v)}`;
-  if (typeof v === 'number' || typeof v === 'boolean') return `${typeof v} ${String(v)}`;
-  if (Array.isArray(v)) return `an Array of length ${v.length}`;
-  if (typeof v === 'function') return 'a function';
-  const ctor = (v as object).constructor;
-  return ctor && ctor.name ? `an object of type ${ctor.name}` : 'an object';
-}
 
 function invalid(fn: string, argument: string, expected: string, received: unknown): HoraError {
-  return new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ${fn}: argument '${argument}' must be ${expected}; received ${describe(received)}`);
+  return new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ${fn}: argument '${argument}' must be ${expected}; received ${describeValue(received)}`);
 }
 
 /**
@@ -157,7 +149,7 @@ class Trainer {
   private size = 1;
   private iteration = 0;
   private step = 0;
-  private collectiveFailed = false;
+  private readonly failure = new StepFailure(FAILURE_SIGNAL);
 
   constructor(
     private readonly net: BrainNeuralNetwork,
@@ -177,7 +169,7 @@ class Trainer {
     try {
       return await this.loop(samples);
     } catch (e) {
-      throw await this.fail(e);
+      throw this.failure.error(e, `${WHERE} trainAsync (rank ${this.rank}, iteration ${this.iteration}, step ${this.step})`, 'failed inside its training loop');
     }
   }
 
@@ -316,7 +308,7 @@ class Trainer {
           errorSum += outputError(net);
         }
         this.emit('wait', -1);
-        await this.collective(Promise.all(works));
+        await this.failure.collective(Promise.all(works));
         const count = end - start;
         // brain's Adam counts updates in net.iterations; here there is one update per step.
         const adamStep = adam ? (net.iterations = (net.iterations ?? 0) + 1) : 0;
@@ -327,7 +319,7 @@ class Trainer {
         this.emit('update', -1);
       }
       const local = Float64Array.from([errorSum, Date.now() >= endTime ? 1 : 0]);
-      const [errorTotal, timedOut] = await this.collective(hora.allreduce(local, { op: 'sum', name: `${WHERE} error` }));
+      const [errorTotal, timedOut] = await this.failure.collective(hora.allreduce(local, { op: 'sum', name: `${WHERE} error` }));
       status.error = errorTotal / n;
       outOfTime = timedOut > 0;
       if (opts.log && this.rank === 0 && status.iterations % opts.logPeriod === 0) {
@@ -345,31 +337,5 @@ class Trainer {
     this.emit('submit', layer);
     if (this.trace) work.then(() => this.emit('settled', layer), () => undefined);
     return work;
-  }
-
-  /** Awaits collectives, remembering that a failure came from hora (so it is not signalled again). */
-  private async collective<T>(p: PromiseLike<T>): Promise<T> {
-    try {
-      return await p;
-    } catch (e) {
-      this.collectiveFailed = true;
-      throw e;
-    }
-  }
-
-  /** The error trainAsync rejects with; a local failure is first made visible to every other rank. */
-  private async fail(e: unknown): Promise<unknown> {
-    const where = `${WHERE} trainAsync (rank ${this.rank}, iteration ${this.iteration}, step ${this.step})`;
-    if (this.collectiveFailed && e instanceof HoraError) {
-      if (e.message.includes(FAILURE_SIGNAL)) {
-        return new HoraError(e.code, `${where}: rank ${e.peer} failed inside its training loop (see that rank's error), so this rank stops too`, e.rank, e.peer);
-      }
-      return new HoraError(e.code, `${where}: ${e.message}`, e.rank, e.peer);
-    }
-    // The other ranks' collective at the same position fails with ERR_INVALID_ARGUMENT naming this rank and
-    // quoting FAILURE_SIGNAL. failPeers() hands the signal to the communication thread before it returns, so
-    // it goes out even if the caller exits on this error.
-    hora.failPeers(FAILURE_SIGNAL);
-    return e;
   }
 }

@@ -23,6 +23,7 @@
 import * as fs from 'node:fs';
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
+import { StepFailure } from '../step-failure';
 import { GradientModel, OptimizerSpec, gradientModel, readOptimizer } from './onnx';
 import { OrtFeeds, OrtInferenceSession, OrtOutputs, OrtTensor, OrtTrainingModule, OrtTrainingSession, loadOrtTraining } from './ort';
 import { OptimizerState, applyUpdate, newOptimizerState } from './update';
@@ -61,7 +62,7 @@ export class DistributedTrainingSession {
   /** The steps this session has taken (optimizer steps), identical on every rank. */
   optimizerSteps = 0;
   private resetPending = true;
-  private collectiveFailed = false;
+  private readonly failure = new StepFailure(FAILURE_SIGNAL);
   private trainingSessionStale = false;
 
   private constructor(
@@ -147,7 +148,7 @@ export class DistributedTrainingSession {
       for (const name of model.userOutputs) result[name] = out[name];
       return result;
     } catch (e) {
-      throw await this.fail(e, 'runTrainStep');
+      throw this.failure.error(e, `${WHERE} runTrainStep (rank ${hora.rank()}, optimizer step ${this.optimizerSteps})`, 'failed in its training step');
     }
   }
 
@@ -156,18 +157,18 @@ export class DistributedTrainingSession {
     try {
       if (this.exact) {
         const { optimizer, state, parameters, gradients, learningRate } = this.exact;
-        await this.collective(hora.allreduce(gradients, { op: 'avg', inplace: true, name: `${WHERE} gradients` }));
+        await this.failure.collective(hora.allreduce(gradients, { op: 'avg', inplace: true, name: `${WHERE} gradients` }));
         applyUpdate(optimizer, state, parameters, gradients, learningRate);
         this.trainingSessionStale = true;
       } else {
         await this.training.runOptimizerStep();
         const params = new Float32Array((await this.training.getContiguousParameters(true)).data as Float32Array);
-        await this.collective(hora.allreduce(params, { op: 'avg', inplace: true, name: `${WHERE} parameters` }));
+        await this.failure.collective(hora.allreduce(params, { op: 'avg', inplace: true, name: `${WHERE} parameters` }));
         await this.training.loadParametersBuffer(new Uint8Array(params.buffer, params.byteOffset, params.byteLength), true);
       }
       this.optimizerSteps += 1;
     } catch (e) {
-      throw await this.fail(e, 'runOptimizerStep');
+      throw this.failure.error(e, `${WHERE} runOptimizerStep (rank ${hora.rank()}, optimizer step ${this.optimizerSteps})`, 'failed in its training step');
     }
   }
 
@@ -200,30 +201,5 @@ export class DistributedTrainingSession {
     const p = this.exact.parameters;
     await this.training.loadParametersBuffer(new Uint8Array(p.buffer, p.byteOffset, p.byteLength), true);
     this.trainingSessionStale = false;
-  }
-
-  private async collective<T>(p: PromiseLike<T>): Promise<T> {
-    try {
-      return await p;
-    } catch (e) {
-      this.collectiveFailed = true;
-      throw e;
-    }
-  }
-
-  /** The error a method rejects with; a local failure is first made visible to every other rank. */
-  private async fail(e: unknown, method: string): Promise<unknown> {
-    const where = `${WHERE} ${method} (rank ${hora.rank()}, optimizer step ${this.optimizerSteps})`;
-    if (this.collectiveFailed && e instanceof HoraError) {
-      this.collectiveFailed = false;
-      if (e.message.includes(FAILURE_SIGNAL)) {
-        return new HoraError(e.code, `${where}: rank ${e.peer} failed in its training step (see that rank's error), so this rank stops too`, e.rank, e.peer);
-      }
-      return new HoraError(e.code, `${where}: ${e.message}`, e.rank, e.peer);
-    }
-    // The other ranks' collective at the same position fails with ERR_INVALID_ARGUMENT naming this rank and
-    // quoting FAILURE_SIGNAL.
-    hora.failPeers(FAILURE_SIGNAL);
-    return e;
   }
 }
