@@ -17,6 +17,16 @@ mapfile -t sources < <(find native/src -name '*.cc' | sort)
 flags=(-std=c++17 -O2 -g -pthread -Wall -Inative/src)
 
 # The core is compiled once into objects shared by both tests; the two links then run in parallel.
+# Waits for every job in pids; if any failed, says what failed and exits.
+wait_all() {
+  local status=0
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  if [ "$status" -ne 0 ]; then
+    echo "build.sh: $1" >&2
+    exit 1
+  fi
+}
+
 objdir="$out/obj"
 mkdir -p "$objdir"
 objects=()
@@ -27,22 +37,12 @@ for src in "${sources[@]}"; do
   "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
   pids+=($!)
 done
-status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-if [ "$status" -ne 0 ]; then
-  echo "build.sh: compiling native/src failed" >&2
-  exit 1
-fi
+wait_all "compiling native/src failed"
 
 pids=()
 for test in reduce_test algorithms_test; do
   "$cxx" "${flags[@]}" "native/test/$test.cc" "${objects[@]}" -lrt -o "$out/$test" &
   pids+=($!)
 done
-status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-if [ "$status" -ne 0 ]; then
-  echo "build.sh: building the tests failed" >&2
-  exit 1
-fi
+wait_all "building the tests failed"
 echo "built $out/reduce_test $out/algorithms_test"
