@@ -12,7 +12,8 @@ t.test('p=2: shutdown with a 16 MiB allreduce outstanding', async (t) => {
     if (!rep) continue;
     t.equal(rep.doneAtShutdown, true, `rank ${rep.rank}: the outstanding allreduce completed before shutdown resolved`);
     t.equal(rep.value, 3, `rank ${rep.rank}: with the right result`);
-    t.ok(rep.ticks > 0, `rank ${rep.rank}: timers ran while shutdown waited (${rep.ticks} ticks)`);
+    // Only rank 0 is guaranteed to wait: rank 1 submits late, and its half may then complete at once.
+    if (rep.rank === 0) t.ok(rep.ticks > 10, `rank 0: timers ran while shutdown waited for rank 1 (${rep.ticks} ticks)`);
     t.equal(rep.initialized, false, `rank ${rep.rank}: no longer initialized`);
     t.equal(rep.after, 'ERR_SHUTDOWN', `rank ${rep.rank}: a collective after shutdown throws ERR_SHUTDOWN`);
   }
