@@ -31,6 +31,17 @@ T enumFrom(const Napi::Object& o, const char* key, int limit) {
   return static_cast<T>(v);
 }
 
+// {alpha, beta} in seconds and seconds per byte, when present.
+hora::LinkOverride linkOverride(const Napi::Object& o, const char* key) {
+  hora::LinkOverride out;
+  if (!o.Has(key) || !o.Get(key).IsObject()) return out;
+  Napi::Object c = o.Get(key).As<Napi::Object>();
+  out.set = true;
+  out.cost.alpha = c.Get("alpha").As<Napi::Number>().DoubleValue();
+  out.cost.beta = c.Get("beta").As<Napi::Number>().DoubleValue();
+  return out;
+}
+
 // Pointer and byte length of a TypedArray, DataView or ArrayBuffer view (any byteOffset).
 void viewOf(const Napi::Value& v, uint8_t** data, size_t* bytes) {
   if (v.IsTypedArray()) {
@@ -51,6 +62,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                         InstanceMethod("submit", &CommunicatorWrap::Submit),
                         InstanceMethod("wait", &CommunicatorWrap::Wait),
                         InstanceMethod("abort", &CommunicatorWrap::Abort),
+                        InstanceMethod("estimate", &CommunicatorWrap::Estimate),
                         InstanceMethod("close", &CommunicatorWrap::Close)});
   }
 
@@ -62,9 +74,15 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     opts.size = o.Get("size").As<Napi::Number>().Int32Value();
     opts.timeoutMs = o.Get("timeoutMs").As<Napi::Number>().Int64Value();
     opts.fusionBytes = static_cast<size_t>(o.Get("fusionBytes").As<Napi::Number>().Int64Value());
-    opts.algorithm = enumFrom<hora::Algorithm>(o, "algorithm", 3);
+    opts.algorithm = enumFrom<hora::Algorithm>(o, "algorithm", hora::kNumAlgorithms);
     opts.transport = enumFrom<hora::TransportChoice>(o, "transport", 2);
     opts.bindHost = o.Get("bindHost").As<Napi::String>().Utf8Value();
+    if (o.Has("grid")) {
+      Napi::Array grid = o.Get("grid").As<Napi::Array>();
+      for (uint32_t i = 0; i < grid.Length(); ++i) opts.grid.push_back(grid.Get(i).As<Napi::Number>().Int32Value());
+    }
+    opts.costLocal = linkOverride(o, "costLocal");
+    opts.costCross = linkOverride(o, "costCross");
     if (o.Has("logLevel")) hora::setLogLevel(enumFrom<hora::LogLevel>(o, "logLevel", 3));
     if (opts.size < 1 || opts.rank < 0 || opts.rank >= opts.size) {
       throw Napi::RangeError::New(env, "native: rank " + std::to_string(opts.rank) + " outside world of " +
@@ -141,7 +159,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       w->op = enumFrom<hora::ReduceOp>(it, "op", hora::kNumReduceOps);
       w->dtype = enumFrom<hora::DType>(it, "dtype", hora::kNumDTypes);
       w->root = it.Has("root") ? it.Get("root").As<Napi::Number>().Int32Value() : 0;
-      w->algorithm = enumFrom<hora::Algorithm>(it, "algorithm", 3);
+      w->algorithm = enumFrom<hora::Algorithm>(it, "algorithm", hora::kNumAlgorithms);
       if (it.Has("name")) w->name = it.Get("name").As<Napi::String>().Utf8Value();
       if (it.Has("invalidReason")) w->invalidReason = it.Get("invalidReason").As<Napi::String>().Utf8Value();
       Napi::Value data = it.Get("data");
@@ -211,6 +229,28 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
            : code == "ERR_TIMEOUT" ? Code::kTimeout : Code::kInternal;
     comm_->abort(Status(c, message));
     return info.Env().Undefined();
+  }
+
+  // estimate(bytes, algorithm): the cost model's predicted seconds per algorithm for a float32 allreduce
+  // of `bytes`, and the algorithm it would run. Call after connect.
+  Napi::Value Estimate(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
+    const size_t bytes = static_cast<size_t>(info[0].As<Napi::Number>().Int64Value());
+    const hora::Topology& t = comm_->topology();
+    hora::CostEstimate e = hora::estimateAllreduce(t, bytes);
+    hora::AllreduceOptions o;
+    o.count = bytes / 4;
+    o.dtype = hora::DType::kFloat32;
+    o.algorithm = static_cast<hora::Algorithm>(info[1].As<Napi::Number>().Int32Value());
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("measured", t.measured);
+    out.Set("ring", e.ring);
+    out.Set("recursive_doubling", e.recursiveDoubling);
+    if (e.hierarchical >= 0) out.Set("hierarchical", e.hierarchical);
+    if (e.multiDim >= 0) out.Set("multidim", e.multiDim);
+    out.Set("chosen", hora::algorithmName(comm_->chooseAllreduce(o)));
+    return out;
   }
 
   Napi::Value Close(const Napi::CallbackInfo& info) {

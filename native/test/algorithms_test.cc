@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "common/types.h"
 #include "engine/agreement.h"
+#include "engine/probe.h"
 #include "engine/work.h"
 #include "reduce/reduce.h"
 #include "transport/context.h"
@@ -694,13 +695,13 @@ void agreementPayloadTests(World& w) {
     const size_t elemsAtLimit = kSmallAllreduceBytes / dtypeSize(DType::kFloat32);
     Work ring = makeWork(Kind::kAllreduce, 10);
     ring.algorithm = Algorithm::kRing;
-    check.expect(carriesPayload(proposalFor(makeWork(Kind::kAllreduce, elemsAtLimit), 0, 1, elemsAtLimit)),
+    check.expect(carriesPayload(proposalFor(makeWork(Kind::kAllreduce, elemsAtLimit), 0, 1, elemsAtLimit), *w.ctx[0]),
                  "carriesPayload is false for exactly kSmallAllreduceBytes");
-    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kAllreduce, elemsAtLimit + 1), 0, 1, elemsAtLimit + 1)),
+    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kAllreduce, elemsAtLimit + 1), 0, 1, elemsAtLimit + 1), *w.ctx[0]),
                  "carriesPayload is true past kSmallAllreduceBytes");
-    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kAllreduce, 0), 0, 1, 0)), "carriesPayload is true for count 0");
-    check.expect(!carriesPayload(proposalFor(ring, 0, 1, 10)), "carriesPayload is true with the ring forced");
-    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kBroadcast, 10), 0, 1, 10)), "carriesPayload is true for a broadcast");
+    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kAllreduce, 0), 0, 1, 0), *w.ctx[0]), "carriesPayload is true for count 0");
+    check.expect(!carriesPayload(proposalFor(ring, 0, 1, 10), *w.ctx[0]), "carriesPayload is true with the ring forced");
+    check.expect(!carriesPayload(proposalFor(makeWork(Kind::kBroadcast, 10), 0, 1, 10), *w.ctx[0]), "carriesPayload is true for a broadcast");
   }
   for (DType t : kDTypes) {
     const size_t counts[] = {1, 7, kSmallAllreduceBytes / dtypeSize(t)};
@@ -713,7 +714,7 @@ void agreementPayloadTests(World& w) {
         }
         const uint64_t seq = w.seq++;
         const Proposal proposal = proposalFor(makeWork(Kind::kAllreduce, count, t, op), seq, 1, count);
-        if (!carriesPayload(proposal)) {
+        if (!carriesPayload(proposal, *w.ctx[0])) {
           check.fail(what + ": carriesPayload is false");
           continue;
         }
@@ -851,6 +852,67 @@ void abortTest(Net net) {
 
 // ---------------------------------------------------------------------------------------------------
 
+// The ways to lay `size` ranks out on a grid that the tests walk: one dimension (a ring), and every
+// two-dimensional factorization.
+std::vector<std::vector<int>> gridsFor(int size) {
+  std::vector<std::vector<int>> grids = {{size}};
+  for (int a = 2; a < size; ++a) {
+    if (size % a == 0) grids.push_back({a, size / a});
+  }
+  if (size == 6) grids.push_back({1, 3, 2});  // a dimension of size 1 is skipped
+  return grids;
+}
+
+// The multi-dimensional and hierarchical allreduce, with the topology completed as the engine does at
+// connect (rank 0 probes the links when there is more than one host, and broadcasts the costs).
+void gridTests(World& w) {
+  const int p = w.size;
+  for (const std::vector<int>& grid : gridsFor(p)) {
+    Check check("grid " + w.name() + " " + describeGrid(grid) + ": multidim allreduce, every dtype, counts 0, 1, 7, 3p+1, 100003");
+    if (w.broken) return check.fail("skipped, an earlier failure broke this world");
+    std::string err = firstFailure(onEveryRank(w, [&](int, Context& c) { return completeTopology(c, grid, {}, {}); }));
+    for (int r = 1; r < p && err.empty(); ++r) {
+      const Topology& a = w.ctx[0]->topology();
+      const Topology& b = w.ctx[r]->topology();
+      if (a.local.alpha != b.local.alpha || a.cross.beta != b.cross.beta || a.measured != b.measured) {
+        err = "rank " + std::to_string(r) + " holds other link costs than rank 0";
+      }
+    }
+    if (!err.empty()) {
+      check.fail(err);
+      continue;
+    }
+    const size_t counts[] = {0, 1, 7, static_cast<size_t>(p) * 3 + 1, 100003};
+    for (size_t count : counts) {
+      for (DType t : kDTypes) allreduceCase(w, check, Algorithm::kMultiDim, t, ReduceOp::kSum, count);
+      allreduceCase(w, check, Algorithm::kMultiDim, DType::kFloat32, ReduceOp::kAvg, count);
+      allreduceCase(w, check, Algorithm::kMultiDim, DType::kFloat64, ReduceOp::kMax, count);
+    }
+  }
+  const Topology& t = w.ctx[0]->topology();
+  Check check("hierarchical " + w.name() + ": " + (t.uniform() ? "matches the reference" : "hosts of unequal size fail cleanly"));
+  if (w.broken) return check.fail("skipped, an earlier failure broke this world");
+  if (t.uniform()) {
+    for (size_t count : {size_t(1), size_t(7), size_t(100003), size_t(1) << 20}) {
+      allreduceCase(w, check, Algorithm::kHierarchical, DType::kFloat32, ReduceOp::kSum, count);
+      allreduceCase(w, check, Algorithm::kAuto, DType::kFloat32, ReduceOp::kAvg, count);
+    }
+  } else {
+    std::vector<uint8_t> buf(400);
+    std::string err = expectSameVerdict(onEveryRank(w, [&](int, Context& c) {
+      std::vector<uint8_t> mine(buf);
+      AllreduceOptions o;
+      o.data = mine.data();
+      o.count = 100;
+      o.algorithm = Algorithm::kHierarchical;
+      return allreduce(c, o);
+    }), Code::kInvalidArgument, [](const std::string& m) -> std::string {
+      return contains(m, "same number of ranks on every host") ? "" : "message: " + m;
+    });
+    check.expect(err.empty(), err);
+  }
+}
+
 void worldTests(Net net, int size) {
   World w;
   {
@@ -886,6 +948,8 @@ void worldTests(Net net, int size) {
   agreementTests(w);
   fresh();
   agreementPayloadTests(w);
+  fresh();
+  gridTests(w);
 }
 
 }  // namespace

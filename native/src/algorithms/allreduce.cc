@@ -1,45 +1,26 @@
+#include <cstdio>
+#include <string>
+
 #include "algorithms/blocks.h"
 #include "algorithms/collectives.h"
 #include "algorithms/recursive_doubling.h"
+#include "algorithms/ring.h"
+#include "common/log.h"
 #include "reduce/reduce.h"
 
 namespace hora {
 namespace {
 
-// Ring allreduce.
-//
-// How it works. The buffer is cut into one block per rank. Reduce-scatter: in step s (0 <= s < p-1) each
-// rank sends block (rank - s) to its right neighbour and receives block (rank - s - 1) from its left,
-// combining it into its own copy as the bytes arrive, so after p-1 steps rank r holds the complete
-// reduction of block (r + 1). For avg that block is divided by p once, here. Allgather: p-1 more steps
-// pass the finished blocks around the ring. Each link carries 2(p-1)/p of the buffer, the minimum.
-//
-// Overlap. A step's send and receive progress together, and the receive is reduced chunk by chunk (a TCP
-// read-ahead buffer, or a shared-memory slot, at a time): while one chunk is being reduced, the next ones
-// are already in flight in the kernel's socket buffers or the ring's other slots.
+// Ring allreduce: a ring reduce-scatter leaves rank r with block r reduced over all ranks, and a ring
+// allgather passes the finished blocks around (ring.h). Each link carries 2(p-1)/p of the buffer, the minimum.
 Status ringAllreduce(Context& ctx, const AllreduceOptions& o) {
-  const int p = ctx.size(), r = ctx.rank();
-  const size_t elem = dtypeSize(o.dtype);
-  Pair* right = ctx.pair(wrapRank(r + 1, p));
-  Pair* left = ctx.pair(wrapRank(r - 1, p));
-  auto bytesAt = [&](int block) { return o.data + blockStart(o.count, p, block) * elem; };
-  auto bytesOf = [&](int block) { return blockCount(o.count, p, block) * elem; };
-
-  for (int s = 0; s < p - 1; ++s) {
-    int sendBlock = wrapRank(r - s, p), recvBlock = wrapRank(r - s - 1, p);
-    SendOp send{right, bytesAt(sendBlock), bytesOf(sendBlock)};
-    RecvOp recv{left, bytesAt(recvBlock), bytesOf(recvBlock), 0, true, o.op, o.dtype};
-    HORA_RETURN_IF_ERROR(ctx.progress(&send, 1, &recv, 1));
-  }
-  int owned = wrapRank(r + 1, p);
-  if (o.op == ReduceOp::kAvg) scaleForAvg(o.dtype, bytesAt(owned), blockCount(o.count, p, owned), p);
-  for (int s = 0; s < p - 1; ++s) {
-    int sendBlock = wrapRank(r + 1 - s, p), recvBlock = wrapRank(r - s, p);
-    SendOp send{right, bytesAt(sendBlock), bytesOf(sendBlock)};
-    RecvOp recv{left, bytesAt(recvBlock), bytesOf(recvBlock)};
-    HORA_RETURN_IF_ERROR(ctx.progress(&send, 1, &recv, 1));
-  }
-  return Status::ok();
+  ReduceScatterOptions rs;
+  rs.data = o.data;
+  rs.count = o.count;
+  rs.dtype = o.dtype;
+  rs.op = o.op;
+  HORA_RETURN_IF_ERROR(reduceScatter(ctx, rs));
+  return ringAllgather(ctx, worldRing(ctx), o.data, o.count, o.dtype);
 }
 
 Status recursiveDoublingAllreduce(Context& ctx, const AllreduceOptions& o) {
@@ -53,6 +34,13 @@ Status recursiveDoublingAllreduce(Context& ctx, const AllreduceOptions& o) {
   return Status::ok();
 }
 
+Status notUniform(const Topology& t) {
+  std::string sizes;
+  for (size_t h = 0; h < t.hostSizes.size(); ++h) sizes += (h ? ", " : "") + std::to_string(t.hostSizes[h]);
+  return Status(Code::kInvalidArgument, "the hierarchical allreduce needs the same number of ranks on every host; "
+                                        "the hosts have " + sizes + " (use HORA_TOPOLOGY with HORA_ALGO=multidim, or ring)");
+}
+
 }  // namespace
 
 const char* algorithmName(Algorithm a) {
@@ -60,42 +48,89 @@ const char* algorithmName(Algorithm a) {
     case Algorithm::kAuto: return "auto";
     case Algorithm::kRing: return "ring";
     case Algorithm::kRecursiveDoubling: return "recursive_doubling";
+    case Algorithm::kHierarchical: return "hierarchical";
+    case Algorithm::kMultiDim: return "multidim";
   }
   return "?";
 }
 
+namespace {
+
+// On one host the choice is by size alone, at a threshold measured on shared memory and loopback TCP.
+Algorithm chooseOnOneHost(const Context& ctx, size_t count, size_t bytes) {
+  // The ring needs at least one element per block to pay off; tiny buffers are pure latency.
+  if (bytes <= kSmallAllreduceBytes || count < static_cast<size_t>(ctx.size())) return Algorithm::kRecursiveDoubling;
+  return Algorithm::kRing;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  if (s < 1e-3) snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  else if (s < 1) snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  else snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+// Across hosts, by the cost model (topology.h), logged at INFO once per power-of-two size.
+Algorithm chooseByCost(const Context& ctx, size_t count, size_t bytes) {
+  const Topology& t = ctx.topology();
+  CostEstimate e = estimateAllreduce(t, bytes);
+  Algorithm best = Algorithm::kRing;
+  double bestTime = e.ring;
+  // Below one element per rank the ring and the grids would move empty blocks; recursive doubling it is.
+  if (e.recursiveDoubling < bestTime || count < static_cast<size_t>(ctx.size())) {
+    best = Algorithm::kRecursiveDoubling;
+    bestTime = e.recursiveDoubling;
+  }
+  if (count >= static_cast<size_t>(ctx.size())) {
+    if (e.hierarchical >= 0 && e.hierarchical < bestTime) {
+      best = Algorithm::kHierarchical;
+      bestTime = e.hierarchical;
+    }
+    if (e.multiDim >= 0 && e.multiDim < bestTime) {
+      best = Algorithm::kMultiDim;
+      bestTime = e.multiDim;
+    }
+  }
+  if (logEnabled(LogLevel::kInfo) && t.noteChoice(bytes)) {
+    std::string why = std::string("ring ") + seconds(e.ring) + ", recursive_doubling " + seconds(e.recursiveDoubling);
+    if (e.hierarchical >= 0) why += ", hierarchical " + seconds(e.hierarchical);
+    if (e.multiDim >= 0) why += ", multidim " + describeGrid(t.grid) + " " + seconds(e.multiDim);
+    HORA_INFO("allreduce of %zu bytes: %s, the least predicted time (%s)", bytes, algorithmName(best), why.c_str());
+  }
+  return best;
+}
+
+}  // namespace
+
 Algorithm chooseAllreduceAlgorithm(const Context& ctx, const AllreduceOptions& o) {
   if (o.algorithm != Algorithm::kAuto) return o.algorithm;
-  size_t bytes = o.count * dtypeSize(o.dtype);
-  // The ring needs at least one element per block to pay off; tiny buffers are pure latency.
-  if (bytes <= kSmallAllreduceBytes || o.count < static_cast<size_t>(ctx.size())) return Algorithm::kRecursiveDoubling;
-  return Algorithm::kRing;
+  const size_t bytes = o.count * dtypeSize(o.dtype);
+  return ctx.topology().measured ? chooseByCost(ctx, o.count, bytes) : chooseOnOneHost(ctx, o.count, bytes);
 }
 
 Status allreduce(Context& ctx, const AllreduceOptions& o) {
   if (ctx.size() == 1 || o.count == 0) return Status::ok();
+  const Topology& t = ctx.topology();
   switch (chooseAllreduceAlgorithm(ctx, o)) {
     case Algorithm::kRing: return ringAllreduce(ctx, o);
+    case Algorithm::kHierarchical:
+      if (t.hierarchicalShape.empty() && t.size > 1) return notUniform(t);
+      return gridAllreduce(ctx, t.hierarchicalGrid(), o);
+    case Algorithm::kMultiDim:
+      if (!t.grid.empty()) return gridAllreduce(ctx, t.grid, o);
+      if (t.hierarchicalShape.empty()) return notUniform(t);
+      return gridAllreduce(ctx, t.hierarchicalGrid(), o);
     default: return recursiveDoublingAllreduce(ctx, o);
   }
 }
 
-// Reduce-scatter around the ring, arranged so that rank r finishes with block r: in step s it sends block
-// (r - s - 1) and combines the incoming block (r - s - 2).
 Status reduceScatter(Context& ctx, const ReduceScatterOptions& o) {
   const int p = ctx.size(), r = ctx.rank();
   if (p == 1 || o.count == 0) return Status::ok();
-  const size_t elem = dtypeSize(o.dtype);
-  Pair* right = ctx.pair(wrapRank(r + 1, p));
-  Pair* left = ctx.pair(wrapRank(r - 1, p));
-  for (int s = 0; s < p - 1; ++s) {
-    int sendBlock = wrapRank(r - s - 1, p), recvBlock = wrapRank(r - s - 2, p);
-    SendOp send{right, o.data + blockStart(o.count, p, sendBlock) * elem, blockCount(o.count, p, sendBlock) * elem};
-    RecvOp recv{left, o.data + blockStart(o.count, p, recvBlock) * elem, blockCount(o.count, p, recvBlock) * elem,
-                0, true, o.op, o.dtype};
-    HORA_RETURN_IF_ERROR(ctx.progress(&send, 1, &recv, 1));
-  }
+  HORA_RETURN_IF_ERROR(ringReduceScatter(ctx, worldRing(ctx), o.data, o.count, o.dtype, o.op));
   if (o.op == ReduceOp::kAvg) {
+    const size_t elem = dtypeSize(o.dtype);
     scaleForAvg(o.dtype, o.data + blockStart(o.count, p, r) * elem, blockCount(o.count, p, r), p);
   }
   return Status::ok();

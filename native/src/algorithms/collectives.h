@@ -17,7 +17,10 @@ enum class Algorithm : uint8_t {
   kAuto = 0,
   kRing = 1,               // reduce-scatter + allgather around a ring, segmented; bandwidth-optimal
   kRecursiveDoubling = 2,  // latency-optimal, for small messages
+  kHierarchical = 3,       // reduce-scatter in each host, allreduce across hosts, allgather in each host
+  kMultiDim = 4,           // the same along each dimension of the HORA_TOPOLOGY grid (IBM DDL)
 };
+constexpr int kNumAlgorithms = 5;
 
 const char* algorithmName(Algorithm a);
 
@@ -32,7 +35,11 @@ struct AllreduceOptions {
   Algorithm algorithm = Algorithm::kAuto;
 };
 Status allreduce(Context& ctx, const AllreduceOptions& opts);
+// HORA_ALGO, or on one host by size, or across hosts by the cost model of topology.h (same on every rank).
 Algorithm chooseAllreduceAlgorithm(const Context& ctx, const AllreduceOptions& opts);
+// The multi-dimensional allreduce over grid `dims` (multidim.cc); {ranks per host, hosts} is the
+// hierarchical one.
+Status gridAllreduce(Context& ctx, const std::vector<int>& dims, const AllreduceOptions& opts);
 
 struct ReduceScatterOptions {
   uint8_t* data = nullptr;   // in: this rank's values (all blocks); out: block `rank` holds the reduction

@@ -195,10 +195,16 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
 
 }  // namespace
 
-bool carriesPayload(const Proposal& p) {
+bool carriesPayload(const Proposal& p, const Context& ctx) {
   if (p.kind != static_cast<uint8_t>(Kind::kAllreduce) || p.count == 0) return false;
-  if (p.algorithm == static_cast<uint8_t>(Algorithm::kRing)) return false;
-  return p.count * dtypeSize(static_cast<DType>(p.dtype)) <= kSmallAllreduceBytes;
+  if (p.count * dtypeSize(static_cast<DType>(p.dtype)) > kSmallAllreduceBytes) return false;
+  // The exchange is recursive doubling: it carries the payload when that is the algorithm this
+  // allreduce would run anyway (the same choice on every rank: the topology is the same everywhere).
+  AllreduceOptions o;
+  o.count = p.count;
+  o.dtype = static_cast<DType>(p.dtype);
+  o.algorithm = static_cast<Algorithm>(p.algorithm);
+  return chooseAllreduceAlgorithm(ctx, o) == Algorithm::kRecursiveDoubling;
 }
 
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload) {

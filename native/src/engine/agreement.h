@@ -43,6 +43,6 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
 // reduced over all ranks (not yet divided for avg), in the same single pass, halving the latency of the
 // collectives that are pure latency.
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr);
-bool carriesPayload(const Proposal& p);
+bool carriesPayload(const Proposal& p, const Context& ctx);
 
 }  // namespace hora

@@ -76,6 +76,10 @@ void Communicator::connect(std::shared_ptr<Work> work, std::vector<PeerInfo> pee
 }
 
 void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
+  // HORA_ALGO (or init's algorithm option) applies to every allreduce that does not name its own.
+  for (auto& w : batch) {
+    if (w->algorithm == Algorithm::kAuto) w->algorithm = options_.algorithm;
+  }
   Task t;
   t.batch = std::move(batch);
   {
@@ -185,6 +189,7 @@ void Communicator::run() {
 
 void Communicator::runConnect(Task& task) {
   Status st = ctx_.connect(task.peers, task.jobId, options_.transport);
+  if (st.isOk()) st = completeTopology(ctx_, options_.grid, options_.costLocal, options_.costCross);
   if (!st.isOk()) broken_ = st;
   complete(task.batch.front(), st, "connecting the data plane");
 }
@@ -253,7 +258,7 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
   ctx_.startDeadline();
   Proposal proposal = proposalFor(first, seq_++, end - begin, total);
   Status st;
-  if (carriesPayload(proposal)) {
+  if (carriesPayload(proposal, ctx_)) {
     st = agree(ctx_, proposal, "", buf);
     if (st.isOk() && first.op == ReduceOp::kAvg) scaleForAvg(first.dtype, buf, total, options_.size);
   } else {
@@ -263,7 +268,7 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     complete(batch[begin], st, describeWork(first));
     return begin + 1;
   }
-  if (st.isOk() && !carriesPayload(proposal)) {
+  if (st.isOk() && !carriesPayload(proposal, ctx_)) {
     AllreduceOptions o;
     o.data = buf;
     o.count = total;
@@ -288,7 +293,7 @@ Status Communicator::execute(Work& w) {
   const int p = options_.size, r = options_.rank;
   uint64_t count = w.kind == Kind::kBarrier ? 0 : w.count;
   Proposal proposal = proposalFor(w, seq_++, 1, count);
-  if (carriesPayload(proposal)) {
+  if (carriesPayload(proposal, ctx_)) {
     HORA_RETURN_IF_ERROR(agree(ctx_, proposal, w.invalidReason, w.data));
     if (w.op == ReduceOp::kAvg) scaleForAvg(w.dtype, w.data, w.count, p);
     return Status::ok();

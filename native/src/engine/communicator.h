@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/probe.h"
 #include "engine/work.h"
 #include "transport/context.h"
 
@@ -31,6 +32,9 @@ struct CommunicatorOptions {
   Algorithm algorithm = Algorithm::kAuto;               // HORA_ALGO
   TransportChoice transport = TransportChoice::kAuto;   // HORA_TRANSPORT
   std::string bindHost;              // data-plane listen address (HORA_IFACE); empty: all interfaces
+  std::vector<int> grid;             // HORA_TOPOLOGY, fastest dimension first; empty: none
+  LinkOverride costLocal;            // HORA_COST_LOCAL, else measured at connect
+  LinkOverride costCross;            // HORA_COST_CROSS, else measured at connect
 };
 
 class Communicator {
@@ -42,6 +46,9 @@ class Communicator {
   ~Communicator();
 
   const CommunicatorOptions& options() const { return options_; }
+  // Valid once connected (the connect work has completed).
+  const Topology& topology() const { return ctx_.topology(); }
+  Algorithm chooseAllreduce(const AllreduceOptions& o) const { return chooseAllreduceAlgorithm(ctx_, o); }
 
   // Opens the data-plane listener (synchronously: it is quick) and returns its port.
   Status listen(int* port);

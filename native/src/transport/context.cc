@@ -86,6 +86,9 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
                                               " entries for a world of " + std::to_string(size_));
   }
   Deadline deadline(timeoutMs_);
+  std::vector<std::string> hostIds;
+  for (const PeerInfo& p : peers) hostIds.push_back(p.hostId);
+  topology_ = Topology::fromHostIds(hostIds);
   std::vector<tcp::PeerAddress> addrs(size_);
   for (int r = 0; r < size_; ++r) addrs[r] = {peers[r].addr, peers[r].port};
   std::vector<int> fds;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/topology.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/types.h"
@@ -68,6 +69,9 @@ class Context {
   int rank() const { return rank_; }
   int size() const { return size_; }
   Pair* pair(int peer) const { return pairs_[peer].get(); }
+  // Where the ranks are and what the links cost; set up by connect(), refined by setTopology().
+  const Topology& topology() const { return topology_; }
+  void setTopology(Topology t) { topology_ = std::move(t); }
   bool usesSharedMemory(int peer) const { return pairs_[peer] != nullptr && pairs_[peer]->pollFd() < 0; }
   int64_t timeoutMs() const { return timeoutMs_; }
 
@@ -99,6 +103,7 @@ class Context {
   int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
   bool oversubscribed_ = false;  // more ranks on this host than cores
   std::vector<std::unique_ptr<Pair>> pairs_;
+  Topology topology_;
   std::vector<std::unique_ptr<shm::Segment>> segments_;  // outlive the pairs that point into them
 
   std::atomic<bool> aborted_{false};

@@ -1,0 +1,31 @@
+// Ring steps shared by the flat ring allreduce, reduce-scatter and the multi-dimensional allreduce.
+//
+// A ring is an ordered set of ranks; each member sends to its right neighbour and receives from its left.
+// The buffer is cut into one block per member (blocks.h). Each step's send and receive progress together
+// and the receive is reduced chunk by chunk as it arrives (a TCP read-ahead buffer or a shared-memory slot
+// at a time), so reducing one chunk overlaps the transfer of the next.
+#pragma once
+
+#include "common/types.h"
+#include "transport/context.h"
+
+namespace hora {
+
+struct Ring {
+  Pair* right;
+  Pair* left;
+  int size;  // members
+  int me;    // this rank's index in the ring
+};
+
+// The whole world in rank order.
+Ring worldRing(const Context& ctx);
+
+// Reduce-scatter of [data, data + count): after size-1 steps member i holds block i reduced over the ring
+// (for kAvg still to be scaled). Each link carries (size-1)/size of the buffer.
+Status ringReduceScatter(Context& ctx, const Ring& ring, uint8_t* data, size_t count, DType dtype, ReduceOp op);
+
+// Allgather of the blocks of [data, data + count): member i holds block i; afterwards every member holds all.
+Status ringAllgather(Context& ctx, const Ring& ring, uint8_t* data, size_t count, DType dtype);
+
+}  // namespace hora
