@@ -356,12 +356,12 @@ t.test('config', async (t) => {
 
   t.test('Open MPI', async (t) => {
     const env = {
-      OMPI_COMM_WORLD_RANK: '0', OMPI_COMM_WORLD_SIZE: '8', OMPI_COMM_WORLD_LOCAL_RANK: '0', OMPI_COMM_WORLD_LOCAL_SIZE: '4',
+      OMPI_COMM_WORLD_RANK: '0', OMPI_COMM_WORLD_SIZE: '8', OMPI_COMM_WORLD_LOCAL_RANK: '0', OMPI_COMM_WORLD_LOCAL_SIZE: '8',
       OMPI_MCA_ess_base_jobid: '123456',
     };
     const l0 = config.resolveLaunch(env);
     const l5 = config.resolveLaunch({ ...env, OMPI_COMM_WORLD_RANK: '5', OMPI_COMM_WORLD_LOCAL_RANK: '1' });
-    t.match(l0, { source: 'ompi', rank: 0, size: 8, localRank: 0, localSize: 4, rendezvousAddr: '127.0.0.1', isRendezvousHost: true, secretDerived: true });
+    t.match(l0, { source: 'ompi', rank: 0, size: 8, localRank: 0, localSize: 8, rendezvousAddr: '127.0.0.1', isRendezvousHost: true, secretDerived: true });
     t.match(l5, { rank: 5, localRank: 1, isRendezvousHost: false });
     t.equal(l0.rendezvousPort, l5.rendezvousPort, 'every rank derives the same port');
     t.equal(l0.secret, l5.secret, 'and the same secret');
@@ -378,8 +378,8 @@ t.test('config', async (t) => {
   });
 
   t.test('Slurm', async (t) => {
-    const l = config.resolveLaunch({ SLURM_PROCID: '3', SLURM_NTASKS: '4', SLURM_LOCALID: '1', SLURM_NODEID: '1', SLURM_NNODES: '2', SLURM_JOB_ID: '777' });
-    t.match(l, { source: 'slurm', rank: 3, size: 4, localRank: 1, crossRank: 1, crossSize: 2, isRendezvousHost: false, secretDerived: true });
+    const l = config.resolveLaunch({ SLURM_PROCID: '3', SLURM_NTASKS: '4', SLURM_LOCALID: '1', SLURM_NODEID: '1', SLURM_NNODES: '2', SLURM_JOB_ID: '777', SLURM_STEP_NODELIST: 'n[1-2]' });
+    t.match(l, { source: 'slurm', rank: 3, size: 4, localRank: 1, crossRank: 1, crossSize: 2, rendezvousAddr: 'n1', isRendezvousHost: false, secretDerived: true });
     const step1 = config.resolveLaunch({ SLURM_PROCID: '3', SLURM_NTASKS: '4', SLURM_JOB_ID: '777', SLURM_STEP_ID: '1' });
     t.not(step1.rendezvousPort === l.rendezvousPort && step1.secret === l.secret, true, 'job steps do not share a secret');
   });

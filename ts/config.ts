@@ -17,7 +17,7 @@ export type DebugLevel = 'WARN' | 'INFO' | 'TRACE';
 export const DEBUG_LEVELS: readonly DebugLevel[] = ['WARN', 'INFO', 'TRACE'];
 
 /** Allreduce algorithms HORA_ALGO accepts; the native engine owns their meaning. */
-export const ALGORITHMS = ['auto', 'ring', 'recursive_doubling'] as const;
+export const ALGORITHMS = ['auto', 'ring', 'recursive_doubling', 'hierarchical', 'multidim'] as const;
 export type Algorithm = (typeof ALGORITHMS)[number];
 
 export const TRANSPORTS = ['auto', 'tcp', 'shm'] as const;
@@ -46,7 +46,7 @@ export const VARIABLE_GROUP_TITLES: Record<VariableGroup, string> = {
 
 export const HORA_VARIABLES: readonly HoraVariable[] = [
   { name: 'HORA_RANK', group: 'launch', help: 'Rank of this process, 0 <= rank < HORA_SIZE.' },
-  { name: 'HORA_SIZE', group: 'launch', help: 'Number of processes in the job.' },
+  { name: 'HORA_SIZE', group: 'launch', help: 'Number of processes in the job. In a Kubernetes Indexed Job set it (or WORLD_SIZE) in the manifest; the rank is JOB_COMPLETION_INDEX.' },
   { name: 'HORA_LOCAL_RANK', group: 'launch', help: 'Rank among the processes on this host (e.g. to pick a GPU).' },
   { name: 'HORA_LOCAL_SIZE', group: 'launch', help: 'Number of processes on this host.' },
   { name: 'HORA_CROSS_RANK', group: 'launch', help: 'Index of this host among the hosts of the job.' },
@@ -55,17 +55,17 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
   {
     name: 'HORA_RENDEZVOUS_ADDR',
     group: 'rendezvous',
-    help: 'Address of the rendezvous server. Under mpirun/Slurm defaults to MASTER_ADDR, else 127.0.0.1 (single host only).',
+    help: 'Address of the rendezvous server (rank 0\'s host outside `hora run`). Default: MASTER_ADDR; 127.0.0.1 for a job on one host; under Slurm the first node of SLURM_STEP_NODELIST. mpirun across hosts and Kubernetes Indexed Jobs must set it.',
   },
   {
     name: 'HORA_RENDEZVOUS_PORT',
     group: 'rendezvous',
-    help: 'Port of the rendezvous server. Under mpirun/Slurm defaults to MASTER_PORT, else a port in 20000-60000 derived from the job id.',
+    help: 'Port of the rendezvous server. Default: MASTER_PORT, else a port in 20000-60000 derived from the Open MPI / PMIx / Slurm job id, else 29500 in a Kubernetes Indexed Job.',
   },
   {
     name: 'HORA_SECRET',
     group: 'rendezvous',
-    help: 'Per-job secret that authenticates workers (HMAC-SHA256). `hora run` makes a random one; otherwise it is derived from the job id, which anyone who can see the job id can repeat: set it for untrusted networks.',
+    help: 'Per-job secret that authenticates workers (HMAC-SHA256). `hora run` makes a random one, and under Open MPI 4 it comes from mpirun\'s random per-job key; otherwise it is derived from the job id or rendezvous address, which anyone who can see those can repeat: set it on shared networks.',
   },
   {
     name: 'HORA_IFACE',
@@ -88,7 +88,22 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     name: 'HORA_ALGO',
     group: 'performance',
     default: 'auto',
-    help: `Allreduce algorithm: ${ALGORITHMS.join(', ')}. auto picks by message size and topology.`,
+    help: `Allreduce algorithm: ${ALGORITHMS.join(', ')}. auto picks by message size on one host, and by a cost model of the measured links across hosts.`,
+  },
+  {
+    name: 'HORA_TOPOLOGY',
+    group: 'performance',
+    help: 'Grid for the multi-dimensional allreduce, fastest dimension first, e.g. 4x8x2 (ranks per host x hosts per rack x racks); the product must be the world size.',
+  },
+  {
+    name: 'HORA_COST_LOCAL',
+    group: 'performance',
+    help: 'Cost of a link between ranks on one host as ALPHA_US:GBPS (latency in microseconds, bandwidth in GB/s), e.g. 2:8; default: measured at init. Read on rank 0.',
+  },
+  {
+    name: 'HORA_COST_CROSS',
+    group: 'performance',
+    help: 'Cost of a link between hosts as ALPHA_US:GBPS, e.g. 50:1.25; default: measured at init. Read on rank 0.',
   },
   {
     name: 'HORA_TIMEOUT_S',
@@ -176,6 +191,42 @@ export interface HoraSettings {
   timeline?: string;
   /** HORA_HOST_ID, or defaultHostId(). */
   hostId: string;
+  /** HORA_TOPOLOGY dimensions, fastest first; empty when unset. */
+  topology: number[];
+  /** HORA_COST_LOCAL / HORA_COST_CROSS as {alpha: s, beta: s/byte}; undefined: measure. */
+  costLocal?: LinkCost;
+  costCross?: LinkCost;
+}
+
+/** alpha-beta cost of a link: a message of n bytes takes alpha + n * beta seconds. */
+export interface LinkCost {
+  alpha: number;
+  beta: number;
+}
+
+/** HORA_TOPOLOGY: '4x8x2' -> [4, 8, 2]. */
+export function parseTopology(env: Env, name = 'HORA_TOPOLOGY'): number[] {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return [];
+  const parts = raw.trim().toLowerCase().split('x');
+  const dims = parts.map((p) => (/^\d+$/.test(p.trim()) ? Number(p.trim()) : NaN));
+  if (dims.some((d) => !Number.isSafeInteger(d) || d < 1)) {
+    throw new HoraConfigError(name, raw, 'positive integers joined by x, fastest dimension first, e.g. 4x8x2');
+  }
+  return dims;
+}
+
+/** HORA_COST_*: 'ALPHA_US:GBPS' -> seconds and seconds per byte. */
+function parseLinkCost(env: Env, name: string): LinkCost | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const m = /^\s*([0-9.eE+-]+)\s*:\s*([0-9.eE+-]+)\s*$/.exec(raw);
+  const alphaUs = m ? Number(m[1]) : NaN;
+  const gbps = m ? Number(m[2]) : NaN;
+  if (!(Number.isFinite(alphaUs) && alphaUs >= 0 && Number.isFinite(gbps) && gbps > 0)) {
+    throw new HoraConfigError(name, raw, 'ALPHA_US:GBPS, a latency in microseconds >= 0 and a bandwidth in GB/s > 0, e.g. 50:1.25');
+  }
+  return { alpha: alphaUs * 1e-6, beta: 1 / (gbps * 1e9) };
 }
 
 export function readSettings(env: Env = process.env): HoraSettings {
@@ -190,6 +241,9 @@ export function readSettings(env: Env = process.env): HoraSettings {
     ifaceAddr: iface ? resolveIface(iface) : undefined,
     timeline: timeline ? timeline : undefined,
     hostId: isSet(env, 'HORA_HOST_ID') ? (env.HORA_HOST_ID as string).trim() : defaultHostId(),
+    topology: parseTopology(env),
+    costLocal: parseLinkCost(env, 'HORA_COST_LOCAL'),
+    costCross: parseLinkCost(env, 'HORA_COST_CROSS'),
   };
 }
 
@@ -240,7 +294,7 @@ export function isLoopback(addr: string): boolean {
 // ---------------------------------------------------------------------------
 // Launch resolution.
 
-export type LaunchSource = 'hora' | 'ompi' | 'pmi' | 'slurm' | 'torchrun' | 'single';
+export type LaunchSource = 'hora' | 'ompi' | 'pmi' | 'slurm' | 'torchrun' | 'kubernetes' | 'single';
 
 export interface LaunchInfo {
   /** Which launcher's variables were used. */
@@ -255,6 +309,8 @@ export interface LaunchInfo {
   /** Where to register; undefined only for source 'single'. */
   rendezvousAddr?: string;
   rendezvousPort?: number;
+  /** Address the rendezvous host binds: rendezvousAddr when it is an IP address, else 0.0.0.0. */
+  rendezvousBindAddr?: string;
   /** HMAC key for registration; undefined only for source 'single'. */
   secret?: string;
   /** True when the secret was derived from public job ids rather than given (weaker). */
@@ -306,6 +362,11 @@ interface Layout {
   localSize?: number;
   crossRank?: number;
   crossSize?: number;
+  /** Variables that gave the local and cross values, named in errors. */
+  localRankVar?: string;
+  localSizeVar?: string;
+  crossRankVar?: string;
+  crossSizeVar?: string;
 }
 
 function requireInteger(env: Env, name: string, min: number, why: string): number {
@@ -314,54 +375,174 @@ function requireInteger(env: Env, name: string, min: number, why: string): numbe
   return v;
 }
 
+/**
+ * Tasks on node `node` from a Slurm tasks-per-node value ("2(x3),1": three
+ * nodes with 2 tasks, then one with 1); undefined when the list is shorter.
+ */
+function slurmTasksOnNode(env: Env, name: string, node: number): number | undefined {
+  const raw = env[name] as string;
+  let first = 0;
+  let found: number | undefined;
+  for (const part of raw.trim().split(',')) {
+    const m = /^(\d+)(?:\(x(\d+)\))?$/.exec(part.trim());
+    if (!m || Number(m[1]) < 1) throw new HoraConfigError(name, raw, 'a Slurm task count list such as "2(x3),1"');
+    const nodes = m[2] === undefined ? 1 : Number(m[2]);
+    if (found === undefined && node < first + nodes) found = Number(m[1]);
+    first += nodes;
+  }
+  return found;
+}
+
+/** First host of a Slurm hostlist: "gpu[07-09,12],login1" -> "gpu07". */
+function firstSlurmHost(env: Env, name: string): string | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const text = raw.trim();
+  const bad = () => new HoraConfigError(name, raw, 'a Slurm hostlist such as "node[01-04],gpu7"');
+  let host = '';
+  for (let i = 0; i < text.length && text[i] !== ','; ) {
+    if (text[i] === '[') {
+      const end = text.indexOf(']', i);
+      const first = end < 0 ? null : /^\d+/.exec(text.slice(i + 1, end));
+      if (first === null) throw bad();
+      host += first[0];
+      i = end + 1;
+    } else {
+      host += text[i++];
+    }
+  }
+  if (host === '' || host.includes(']')) throw bad();
+  return host;
+}
+
+/**
+ * The job layout from the first launcher whose variables are set, in this
+ * order: HORA_* (`hora run`, or by hand), Open MPI, PMI (MPICH's Hydra),
+ * Slurm, torchrun-style (also Kubeflow's PyTorchJob), a Kubernetes Indexed
+ * Job. mpirun and Hydra come before Slurm because inside an allocation they
+ * start their daemons with srun, so their ranks inherit the daemons' SLURM_*.
+ */
 function readLayout(env: Env): Layout | undefined {
-  const pick = (source: LaunchSource, rankVar: string, sizeVar: string): Layout => {
-    const size = requireInteger(env, sizeVar, 1, `${rankVar} is set`);
+  const pick = (source: LaunchSource, rankVar: string, sizeVar: string, why = `${rankVar} is set`): Layout => {
+    const size = requireInteger(env, sizeVar, 1, why);
     const rank = requireInteger(env, rankVar, 0, `${sizeVar} is set`);
     return { source, rankVar, sizeVar, rank, size };
   };
-  if (isSet(env, 'HORA_RANK') || isSet(env, 'HORA_SIZE')) {
+  // An Indexed Job's manifest may set HORA_SIZE or WORLD_SIZE alone; the rank is the completion index.
+  const indexed = isSet(env, 'JOB_COMPLETION_INDEX');
+  if (isSet(env, 'HORA_RANK') || (isSet(env, 'HORA_SIZE') && !indexed)) {
     return {
       ...pick('hora', 'HORA_RANK', 'HORA_SIZE'),
       localRank: parseInteger(env, 'HORA_LOCAL_RANK', 0),
       localSize: parseInteger(env, 'HORA_LOCAL_SIZE', 1),
       crossRank: parseInteger(env, 'HORA_CROSS_RANK', 0),
       crossSize: parseInteger(env, 'HORA_CROSS_SIZE', 1),
+      localRankVar: 'HORA_LOCAL_RANK',
+      localSizeVar: 'HORA_LOCAL_SIZE',
+      crossRankVar: 'HORA_CROSS_RANK',
+      crossSizeVar: 'HORA_CROSS_SIZE',
     };
   }
   if (isSet(env, 'OMPI_COMM_WORLD_RANK') || isSet(env, 'OMPI_COMM_WORLD_SIZE')) {
+    // Open MPI gives no node index (OMPI_COMM_WORLD_NODE_RANK is this process's index among the
+    // processes on its node): the cross rank comes from the host ids at the rendezvous.
     return {
       ...pick('ompi', 'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),
       localRank: parseInteger(env, 'OMPI_COMM_WORLD_LOCAL_RANK', 0),
       localSize: parseInteger(env, 'OMPI_COMM_WORLD_LOCAL_SIZE', 1),
+      localRankVar: 'OMPI_COMM_WORLD_LOCAL_RANK',
+      localSizeVar: 'OMPI_COMM_WORLD_LOCAL_SIZE',
     };
   }
-  if (isSet(env, 'PMI_RANK') || isSet(env, 'PMI_SIZE')) {
-    return pick('pmi', 'PMI_RANK', 'PMI_SIZE');
+  // srun with a PMI plugin sets PMI_RANK (and PMI_SIZE) equal to SLURM_PROCID (and SLURM_NTASKS): that is
+  // Slurm, whose variables also say where rank 0 is.
+  const srunPmi = isSet(env, 'SLURM_PROCID') && env.SLURM_PROCID?.trim() === env.PMI_RANK?.trim() &&
+    (!isSet(env, 'PMI_SIZE') || env.SLURM_NTASKS?.trim() === env.PMI_SIZE?.trim());
+  if ((isSet(env, 'PMI_RANK') || isSet(env, 'PMI_SIZE')) && !srunPmi) {
+    // Hydra names the local values MPI_LOCAL*; Cray PALS, PMI_LOCAL_*.
+    const hydra = isSet(env, 'MPI_LOCALRANKID') || isSet(env, 'MPI_LOCALNRANKS');
+    const localRankVar = hydra ? 'MPI_LOCALRANKID' : 'PMI_LOCAL_RANK';
+    const localSizeVar = hydra ? 'MPI_LOCALNRANKS' : 'PMI_LOCAL_SIZE';
+    return {
+      ...pick('pmi', 'PMI_RANK', 'PMI_SIZE'),
+      localRank: parseInteger(env, localRankVar, 0),
+      localSize: parseInteger(env, localSizeVar, 1),
+      localRankVar,
+      localSizeVar,
+    };
   }
   if (isSet(env, 'SLURM_PROCID') && isSet(env, 'SLURM_NTASKS')) {
+    const node = parseInteger(env, 'SLURM_NODEID', 0);
+    const tasksVar = isSet(env, 'SLURM_STEP_TASKS_PER_NODE') ? 'SLURM_STEP_TASKS_PER_NODE' : 'SLURM_TASKS_PER_NODE';
+    const nodesVar = isSet(env, 'SLURM_STEP_NUM_NODES') ? 'SLURM_STEP_NUM_NODES' : 'SLURM_NNODES';
     return {
       ...pick('slurm', 'SLURM_PROCID', 'SLURM_NTASKS'),
       localRank: parseInteger(env, 'SLURM_LOCALID', 0),
-      crossRank: parseInteger(env, 'SLURM_NODEID', 0),
-      crossSize: parseInteger(env, 'SLURM_NNODES', 1),
+      localSize: node !== undefined && isSet(env, tasksVar) ? slurmTasksOnNode(env, tasksVar, node) : undefined,
+      crossRank: node,
+      crossSize: parseInteger(env, nodesVar, 1),
+      localRankVar: 'SLURM_LOCALID',
+      localSizeVar: tasksVar,
+      crossRankVar: 'SLURM_NODEID',
+      crossSizeVar: nodesVar,
     };
   }
-  if (isSet(env, 'RANK') || isSet(env, 'WORLD_SIZE')) {
+  if (isSet(env, 'RANK') || (isSet(env, 'WORLD_SIZE') && !indexed)) {
     return {
       ...pick('torchrun', 'RANK', 'WORLD_SIZE'),
       localRank: parseInteger(env, 'LOCAL_RANK', 0),
       localSize: parseInteger(env, 'LOCAL_WORLD_SIZE', 1),
       crossRank: parseInteger(env, 'GROUP_RANK', 0),
+      crossSize: parseInteger(env, 'GROUP_WORLD_SIZE', 1),
+      localRankVar: 'LOCAL_RANK',
+      localSizeVar: 'LOCAL_WORLD_SIZE',
+      crossRankVar: 'GROUP_RANK',
+      crossSizeVar: 'GROUP_WORLD_SIZE',
     };
+  }
+  if (indexed) {
+    const sizeVar = isSet(env, 'HORA_SIZE') || !isSet(env, 'WORLD_SIZE') ? 'HORA_SIZE' : 'WORLD_SIZE';
+    return pick('kubernetes', 'JOB_COMPLETION_INDEX', sizeVar, "JOB_COMPLETION_INDEX is set: give the Job's completions in the manifest");
   }
   return undefined;
 }
 
+/** Port rank 0 of a Kubernetes Indexed Job listens on when the manifest names none (pods do not share ports). */
+const KUBERNETES_RENDEZVOUS_PORT = 29500;
+
+/**
+ * Where the ranks meet, when HORA_RENDEZVOUS_ADDR and MASTER_ADDR are unset:
+ * loopback for a job on one host; under Slurm the first node of the step
+ * (srun puts rank 0 there with the block, cyclic and plane distributions) or,
+ * for mpirun/Hydra inside an allocation, of the job. `nodelistVar` says which.
+ * A job known to span hosts with no way to find rank 0 is an error: a
+ * loopback default would only time out.
+ */
+function defaultRendezvousAddr(env: Env, layout: Layout): { addr: string; nodelistVar?: string } {
+  const { source, size, localSize, crossSize } = layout;
+  if (source === 'kubernetes') {
+    throw new HoraConfigError('HORA_RENDEZVOUS_ADDR', undefined,
+      'the address of index 0, e.g. "<job>-0.<headless service>": an Indexed Job cannot find it by itself (set HORA_RENDEZVOUS_ADDR or MASTER_ADDR in the manifest)');
+  }
+  if (source !== 'slurm' && source !== 'ompi' && source !== 'pmi') return { addr: '127.0.0.1' };
+  const spans = crossSize !== undefined && crossSize > 1
+    ? `${layout.crossSizeVar}=${crossSize}`
+    : localSize !== undefined && localSize < size ? `${layout.localSizeVar}=${localSize} < ${layout.sizeVar}=${size}` : undefined;
+  if (spans === undefined) return { addr: '127.0.0.1' };
+  const lists = source === 'slurm' ? ['SLURM_STEP_NODELIST', 'SLURM_JOB_NODELIST', 'SLURM_NODELIST'] : ['SLURM_JOB_NODELIST', 'SLURM_NODELIST'];
+  for (const nodelistVar of lists) {
+    const host = firstSlurmHost(env, nodelistVar);
+    if (host !== undefined) return { addr: host, nodelistVar };
+  }
+  const how = source === 'ompi' ? 'mpirun -x HORA_RENDEZVOUS_ADDR=<host of rank 0>' : source === 'pmi' ? 'mpiexec -genv HORA_RENDEZVOUS_ADDR <host of rank 0>' : 'export HORA_RENDEZVOUS_ADDR=<host of rank 0>';
+  throw new HoraConfigError('HORA_RENDEZVOUS_ADDR', undefined, `the address of rank 0's host, reachable from every host: the job spans hosts (${spans}); pass it with \`${how}\``);
+}
+
 /**
  * Who is this process in the job? Reads, in order of precedence, HORA_*,
- * Open MPI, PMI, Slurm and torchrun variables; with none of them the job is a
- * single process. Throws HoraConfigError naming the variable for bad values.
+ * Open MPI, PMI, Slurm, torchrun and Kubernetes Indexed Job variables; with
+ * none of them the job is a single process. Throws HoraConfigError naming the
+ * variable for bad values. docs/cluster.md tells what each launcher sets.
  */
 export function resolveLaunch(env: Env = process.env): LaunchInfo {
   const layout = readLayout(env);
@@ -371,42 +552,60 @@ export function resolveLaunch(env: Env = process.env): LaunchInfo {
   const { source, rankVar, rank, size } = layout;
   if (rank >= size) throw new HoraConfigError(rankVar, env[rankVar], `an integer < ${layout.sizeVar}=${size}`);
   if (layout.localRank !== undefined && layout.localSize !== undefined && layout.localRank >= layout.localSize) {
-    const name = source === 'hora' ? 'HORA_LOCAL_RANK' : source === 'ompi' ? 'OMPI_COMM_WORLD_LOCAL_RANK' : 'LOCAL_RANK';
+    const name = layout.localRankVar as string;
     throw new HoraConfigError(name, env[name], `an integer < local size ${layout.localSize}`);
   }
   if (layout.crossRank !== undefined && layout.crossSize !== undefined && layout.crossRank >= layout.crossSize) {
-    const name = source === 'hora' ? 'HORA_CROSS_RANK' : 'SLURM_NODEID';
+    const name = layout.crossRankVar as string;
     throw new HoraConfigError(name, env[name], `an integer < cross size ${layout.crossSize}`);
   }
 
   const jobKey = externalJobKey(env);
   const launchedByHora = source === 'hora' && isSet(env, 'HORA_JOB_ID');
-  const jobId = isSet(env, 'HORA_JOB_ID')
-    ? (env.HORA_JOB_ID as string).trim()
-    : jobKey !== undefined
-      ? sha256(`hora-job\0${jobKey}`).toString('hex').slice(0, 16)
-      : undefined;
+  const givenJobId = isSet(env, 'HORA_JOB_ID') ? (env.HORA_JOB_ID as string).trim() : undefined;
+  // `hora run` hosts the server itself; every other launcher leaves it to rank 0.
+  const isRendezvousHost = size > 1 && !launchedByHora && rank === 0;
+  if (size === 1) {
+    return { source, rank, size, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, secretDerived: false, isRendezvousHost, jobId: givenJobId };
+  }
 
-  const addrGiven = env.HORA_RENDEZVOUS_ADDR?.trim() || (source !== 'hora' ? env.MASTER_ADDR?.trim() : '') || '';
-  const rendezvousAddr = addrGiven || '127.0.0.1';
+  const given = env.HORA_RENDEZVOUS_ADDR?.trim() || (source !== 'hora' ? env.MASTER_ADDR?.trim() : '') || '';
+  // 'localhost' may resolve to ::1 on one side and 127.0.0.1 on the other.
+  const { addr: rendezvousAddr, nodelistVar } = given ? { addr: given === 'localhost' ? '127.0.0.1' : given } : defaultRendezvousAddr(env, layout);
+  if (nodelistVar !== undefined && isRendezvousHost && isSet(env, 'SLURMD_NODENAME') && env.SLURMD_NODENAME?.trim() !== rendezvousAddr) {
+    throw new HoraConfigError('HORA_RENDEZVOUS_ADDR', undefined,
+      `the address of rank 0's host: it defaults to ${rendezvousAddr}, the first node of ${nodelistVar}, but rank 0 runs on SLURMD_NODENAME=${env.SLURMD_NODENAME?.trim()}`);
+  }
+
   let rendezvousPort = parsePort(env, 'HORA_RENDEZVOUS_PORT');
   if (rendezvousPort === undefined && source !== 'hora') rendezvousPort = parsePort(env, 'MASTER_PORT');
   if (rendezvousPort === undefined && jobKey !== undefined && source !== 'torchrun') rendezvousPort = derivePort(jobKey);
-  if (rendezvousPort === undefined && size > 1) {
+  if (rendezvousPort === undefined && source === 'kubernetes') rendezvousPort = KUBERNETES_RENDEZVOUS_PORT;
+  if (rendezvousPort === undefined) {
     const name = source === 'torchrun' ? 'MASTER_PORT' : 'HORA_RENDEZVOUS_PORT';
-    throw new HoraConfigError(name, undefined, `a TCP port: ${layout.sizeVar}=${size} needs a rendezvous server (start the job with \`hora run\`, or set HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT)`);
+    const how = source === 'pmi' ? ' (MPICH: mpiexec -genv HORA_RENDEZVOUS_PORT <port>)' : '';
+    throw new HoraConfigError(name, undefined, `a TCP port: ${layout.sizeVar}=${size} needs a rendezvous server and this launcher gives no job id to derive a port from (start the job with \`hora run\`, or set HORA_RENDEZVOUS_PORT${how})`);
   }
 
+  // The secret: HORA_SECRET; else the 128 random bits mpirun (Open MPI 4) puts in every rank's
+  // environment; else a hash of the job id or of the rendezvous address, which anyone who can see
+  // those can repeat (secretDerived).
   let secret = env.HORA_SECRET?.trim() || undefined;
   let secretDerived = false;
-  if (secret === undefined && size > 1) {
-    const key = jobKey ?? (source === 'torchrun' ? `torchrun ${rendezvousAddr}:${rendezvousPort}` : undefined);
+  const ompiKey = source !== 'hora' ? env.OMPI_MCA_orte_precondition_transports?.trim() : undefined;
+  if (secret === undefined && ompiKey) {
+    secret = deriveSecret(`ompi-precondition-transports\0${ompiKey}`);
+  } else if (secret === undefined) {
+    const key = jobKey ?? (source === 'hora' ? undefined : `${source} ${rendezvousAddr}:${rendezvousPort}`);
     if (key === undefined) {
       throw new HoraConfigError('HORA_SECRET', undefined, 'a per-job secret: no launcher job id was found to derive one from');
     }
     secret = deriveSecret(key);
     secretDerived = true;
   }
+  // The job id reaches only ranks that passed the rendezvous, and its hash admits data-plane connections:
+  // mix the secret in, so that it is as hard to guess as the secret. No launcher job id: the server picks one.
+  const jobId = givenJobId ?? (jobKey !== undefined ? sha256(`hora-job\0${jobKey}\0${secret}`).toString('hex').slice(0, 16) : undefined);
 
   return {
     source,
@@ -416,12 +615,14 @@ export function resolveLaunch(env: Env = process.env): LaunchInfo {
     localSize: layout.localSize,
     crossRank: layout.crossRank,
     crossSize: layout.crossSize,
-    rendezvousAddr: size > 1 ? rendezvousAddr : undefined,
-    rendezvousPort: size > 1 ? rendezvousPort : undefined,
+    rendezvousAddr,
+    rendezvousPort,
+    // A name may resolve to another address on rank 0 (Debian maps its own hostname to 127.0.1.1)
+    // or not at all yet (a pod's DNS record): listen on every interface instead.
+    rendezvousBindAddr: isRendezvousHost ? (net.isIP(rendezvousAddr) ? rendezvousAddr : '0.0.0.0') : undefined,
     secret,
     secretDerived,
-    // `hora run` hosts the server itself; every other launcher leaves it to rank 0.
-    isRendezvousHost: size > 1 && !launchedByHora && rank === 0,
+    isRendezvousHost,
     jobId,
   };
 }

@@ -5,13 +5,14 @@
  * placeholder so that the other ranks fail the same collective with ERR_INVALID_ARGUMENT instead of
  * waiting for it: the order of collectives stays aligned and nothing after it is lost.
  */
-import { advertiseAddress, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
+import { advertiseAddress, makeLogger, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
+import type { Peer } from './control/messages';
 import { register, RendezvousConnection } from './control/client';
 import { RendezvousServer } from './control/server';
 import { CallSite, HoraError, describeValue, invalidArgument } from './errors';
 import { loadNative } from './loader';
 import {
-  NativeAlgorithm, NativeCommunicator, NativeDType, NativeItem, NativeKind, NativeOp, NativeResult, NativeTransport,
+  NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKind, NativeOp, NativeResult, NativeTransport,
 } from './native';
 import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, DType, InitOptions, ReduceOp,
@@ -42,6 +43,7 @@ let shutDown = false;
 const OPS: Record<ReduceOp, NativeOp> = { sum: NativeOp.Sum, avg: NativeOp.Avg, min: NativeOp.Min, max: NativeOp.Max, prod: NativeOp.Prod };
 const ALGORITHMS: Record<string, NativeAlgorithm> = {
   auto: NativeAlgorithm.Auto, ring: NativeAlgorithm.Ring, recursive_doubling: NativeAlgorithm.RecursiveDoubling,
+  hierarchical: NativeAlgorithm.Hierarchical, multidim: NativeAlgorithm.MultiDim,
 };
 const LOG_LEVELS: Record<string, number> = { WARN: 0, INFO: 1, TRACE: 2 };
 
@@ -87,6 +89,11 @@ async function join(options: InitOptions): Promise<void> {
   } catch (e) {
     throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: ${(e as Error).message}`);
   }
+  const gridSize = settings.topology.reduce((a, b) => a * b, 1);
+  if (settings.topology.length > 0 && gridSize !== launch.size) {
+    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: HORA_TOPOLOGY=${JSON.stringify(process.env.HORA_TOPOLOGY)} ` +
+      `has ${gridSize} positions but the job has ${launch.size} ranks: the product of the dimensions must be the world size`);
+  }
   if (launch.size === 1) {
     world = { rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, dispatcher: null, control: null, server: null };
     return;
@@ -102,6 +109,7 @@ async function join(options: InitOptions): Promise<void> {
   const dispatcher = new Dispatcher(addon, (onComplete) => new addon.Communicator({
     rank: launch.rank, size: launch.size, timeoutMs, fusionBytes, algorithm, transport,
     bindHost: dataAddr, logLevel: LOG_LEVELS[settings.debug] ?? 0,
+    grid: settings.topology, costLocal: settings.costLocal, costCross: settings.costCross,
   }, onComplete), launch.rank, fusionBytes);
   const comm = dispatcher.comm;
   let server: RendezvousServer | null = null;
@@ -110,7 +118,7 @@ async function join(options: InitOptions): Promise<void> {
     const dataPort = comm.listen();
     if (launch.isRendezvousHost) {
       server = new RendezvousServer({
-        size: launch.size, secret: launch.secret as string, host: launch.rendezvousAddr, port: launch.rendezvousPort,
+        size: launch.size, secret: launch.secret as string, host: launch.rendezvousBindAddr ?? launch.rendezvousAddr, port: launch.rendezvousPort,
         timeoutMs, jobId: launch.jobId,
       });
       await server.listen();
@@ -126,6 +134,7 @@ async function join(options: InitOptions): Promise<void> {
     }));
     await dispatcher.track((r: NativeResult) => r, new CallSite(join), (id) => comm.connect(id, peers, reg.table.jobId));
     const self = reg.self;
+    checkLauncherLayout(launch, self, settings);
     world = {
       rank: self.rank, size: reg.table.size, localRank: self.localRank, localSize: self.localSize,
       crossRank: self.crossRank, crossSize: self.crossSize, dispatcher, control, server,
@@ -139,6 +148,19 @@ async function join(options: InitOptions): Promise<void> {
     const err = e as Error & { code?: string };
     throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora.init on rank ${launch.rank}: ${err.message}`, launch.rank);
   }
+}
+
+/**
+ * Local and cross ranks come from the host ids in the peer table (ARCHITECTURE invariant 7), not from the
+ * launcher's variables. A launcher that counts hosts differently points at wrong host ids (two machines
+ * with one id would try shared memory; one machine with two ids uses TCP), so say so.
+ */
+function checkLauncherLayout(launch: LaunchInfo, self: Peer, settings: HoraSettings): void {
+  const agrees = (said: number | undefined, got: number) => said === undefined || said === got;
+  if (agrees(launch.localSize, self.localSize) && agrees(launch.crossSize, self.crossSize)) return;
+  makeLogger('init', settings.debug)('WARN', `rank ${self.rank}: the launcher (${launch.source}) puts ${launch.localSize ?? '?'} ranks on ` +
+    `this host and ${launch.crossSize ?? '?'} hosts in the job, but the host ids give ${self.localSize} and ${self.crossSize} ` +
+    `(this host's id: ${JSON.stringify(self.hostId)}); hora goes by the host ids: set HORA_HOST_ID where they are wrong`);
 }
 
 /** Aborts in-flight collectives when the launcher says the job is over, or when the launcher is gone. */
@@ -408,6 +430,17 @@ function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite): 
 }
 
 /** @internal For hora bench and tests: the engine's communicator (null in a world of one). */
+/**
+ * The cost model's predicted seconds of a float32 allreduce of `bytes` with each algorithm, and which one
+ * `algorithm` (default: this job's setting) resolves to; null in a world of one. For `hora bench`.
+ */
+export function allreduceEstimate(bytes: number, algorithm: string): NativeEstimate | null {
+  const comm = current('allreduceEstimate').dispatcher?.comm;
+  if (!comm) return null;
+  if (!(algorithm in ALGORITHMS)) throw invalidArgument('allreduceEstimate', 'algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, algorithm, rank());
+  return comm.estimate(bytes, ALGORITHMS[algorithm]);
+}
+
 export function nativeCommunicator(): NativeCommunicator | null {
   return world?.dispatcher?.comm ?? null;
 }

@@ -16,7 +16,7 @@
 export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5 }
 export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6 }
 export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
-export const enum NativeAlgorithm { Auto = 0, Ring = 1, RecursiveDoubling = 2 }
+export const enum NativeAlgorithm { Auto = 0, Ring = 1, RecursiveDoubling = 2, Hierarchical = 3, MultiDim = 4 }
 export const enum NativeTransport { Auto = 0, Tcp = 1 }
 
 export interface NativeCommOptions {
@@ -30,6 +30,11 @@ export interface NativeCommOptions {
   bindHost: string;
   /** 0 WARN, 1 INFO, 2 TRACE */
   logLevel: number;
+  /** HORA_TOPOLOGY grid, fastest dimension first (product = size); [] for none. */
+  grid: number[];
+  /** Link costs set by the user ({alpha: s, beta: s/byte}); absent: measured at connect. */
+  costLocal?: { alpha: number; beta: number };
+  costCross?: { alpha: number; beta: number };
 }
 
 export interface NativePeer {
@@ -73,8 +78,22 @@ export interface NativeCommunicator {
   submit(items: NativeItem[]): void;
   wait(id: number): NativeResult | true | null;
   abort(code: string, message: string): void;
+  /**
+   * The cost model's predicted seconds of a float32 allreduce of `bytes` per algorithm (absent where
+   * not applicable), and the algorithm `algorithm` resolves to. `measured` is false on one host.
+   */
+  estimate(bytes: number, algorithm: NativeAlgorithm): NativeEstimate;
   /** Stops the communication thread after the queue drains and closes every connection. */
   close(): void;
+}
+
+export interface NativeEstimate {
+  measured: boolean;
+  ring: number;
+  recursive_doubling: number;
+  hierarchical?: number;
+  multidim?: number;
+  chosen: string;
 }
 
 export interface NativeAddon {

@@ -14,8 +14,11 @@ export interface InitOptions {
   timeoutSeconds?: number;
   /** Fusion buffer size in MiB; 0 disables fusion (default HORA_FUSION_MB). */
   fusionMB?: number;
-  /** Force an allreduce algorithm: 'auto' | 'ring' | 'recursive_doubling' (default HORA_ALGO). */
-  algorithm?: 'auto' | 'ring' | 'recursive_doubling';
+  /**
+   * Force an allreduce algorithm (default HORA_ALGO, else 'auto'): 'hierarchical' needs the same number of
+   * ranks on every host; 'multidim' walks the HORA_TOPOLOGY grid (default: ranks per host x hosts).
+   */
+  algorithm?: 'auto' | 'ring' | 'recursive_doubling' | 'hierarchical' | 'multidim';
   /** 'auto' uses shared memory between ranks on one host; 'tcp' forces TCP (default HORA_TRANSPORT). */
   transport?: 'auto' | 'tcp';
 }

@@ -74,10 +74,14 @@ function pick(h, lo, hi) {
   return lo + (h % (hi - lo + 1));
 }
 
-// Exactly representable values per dtype and op; the bounds keep every partial result of up to 5 ranks exact.
+// Exactly representable values per dtype and op; the bounds shrink with the world size so that every
+// partial result over all ranks stays exact (set once the size is known).
+let worldSize = 5;
+
 function exactValue(dtype, op, h, h2) {
+  const p = worldSize;
   if (op === 'prod') {
-    if (dtype === 'uint8') return pick(h, 1, 3); // 3^5 = 243
+    if (dtype === 'uint8') return pick(h, 1, Math.max(1, Math.floor(255 ** (1 / p) + 1e-9))); // 3^5 = 243
     return [-1, 1, 2][h % 3];
   }
   const minmax = op === 'min' || op === 'max';
@@ -85,19 +89,25 @@ function exactValue(dtype, op, h, h2) {
     case 'float32':
     case 'float64':
       return minmax ? pick(h, -1e6, 1e6) : pick(h, -1000, 1000);
-    case 'float16':
-      return minmax ? pick(h, -8000, 8000) / 4 : pick(h, -400, 400) / 4; // |sum| <= 500 in quarters: 11 bits
-    case 'bfloat16':
-      return minmax ? pick(h, -1000, 1000) / 4 : pick(h, -32, 32) / 4; // |sum| <= 40 in quarters: 8 bits
-    case 'int32':
-      return minmax ? h | 0 : pick(h, -(1 << 28), 1 << 28);
+    case 'float16': {
+      const q = Math.floor(2000 / p); // |sum| <= 500 in quarters: 11 bits
+      return minmax ? pick(h, -8000, 8000) / 4 : pick(h, -q, q) / 4;
+    }
+    case 'bfloat16': {
+      const q = Math.floor(160 / p); // |sum| <= 40 in quarters: 8 bits
+      return minmax ? pick(h, -1000, 1000) / 4 : pick(h, -q, q) / 4;
+    }
+    case 'int32': {
+      const m = Math.floor(2 ** 31 / p) - 1;
+      return minmax ? h | 0 : pick(h, -m, m);
+    }
     case 'int64': {
       // Beyond 32 bits, still exact as a JS number: |v| < 2^45 (sum) or 2^52 (min/max).
       const high = minmax ? pick(h, -(1 << 27), 1 << 27) : pick(h, -(1 << 20), 1 << 20);
       return high * 2 ** 25 + (h2 % 2 ** 25);
     }
     case 'uint8':
-      return minmax ? h & 255 : pick(h, 0, 51); // 5 * 51 = 255
+      return minmax ? h & 255 : pick(h, 0, Math.floor(255 / p)); // p * max <= 255
   }
   throw new Error(dtype);
 }
@@ -525,6 +535,7 @@ async function main() {
   await hora.init();
   const rank = hora.rank();
   const p = hora.size();
+  worldSize = p;
   const seed = Number(process.env.COLLECTIVES_SEED || 1) * 100000;
   const counts = process.env.COLLECTIVES_COUNTS
     ? process.env.COLLECTIVES_COUNTS.split(',').map(Number)

@@ -7,6 +7,8 @@
  *   (n-1)/n for allgather and reducescatter, and 1 for broadcast (nccl-tests' definitions).
  */
 import * as hora from '../index';
+import { allreduceEstimate } from '../hora';
+import { ALGORITHMS, readSettings } from '../config';
 import type { DType, ReduceOp, Tensor } from '../types';
 
 const OPS = ['allreduce', 'broadcast', 'allgather', 'reducescatter'] as const;
@@ -23,6 +25,8 @@ interface BenchArgs {
   warmup: number;
   sync: boolean;
   check: boolean;
+  /** HORA_ALGO for this run; undefined: the environment's. */
+  algo?: string;
 }
 
 const USAGE = `usage: hora run -np N hora bench [options]
@@ -35,6 +39,7 @@ const USAGE = `usage: hora run -np N hora bench [options]
   --reduce-op OP      sum|avg|min|max|prod for allreduce/reducescatter (sum)
   --iters N           timed iterations per size (default: 200 below 1 MiB, 20 below 16 MiB, else 5)
   --warmup N          untimed iterations per size (20; fewer above 16 MiB)
+  --algo A            allreduce algorithm: ${ALGORITHMS.join('|')} (HORA_ALGO, else auto)
   --sync              block with Work.wait() instead of awaiting
   --no-check          skip the correctness check`;
 
@@ -84,6 +89,12 @@ export function parseArgs(argv: string[]): BenchArgs {
       }
       case '--iters': a.iters = parseInteger(flag, next(), 1); break;
       case '--warmup': a.warmup = parseInteger(flag, next(), 0); break;
+      case '--algo': {
+        const v = next();
+        if (!(ALGORITHMS as readonly string[]).includes(v)) throw new UsageError(`--algo expects one of ${ALGORITHMS.join(', ')}; received ${JSON.stringify(v)}`);
+        a.algo = v;
+        break;
+      }
       case '--sync': a.sync = true; break;
       case '--no-check': a.check = false; break;
       case '-h': case '--help': throw new UsageError('');
@@ -198,11 +209,15 @@ export async function main(argv: string[]): Promise<number> {
     }
     throw e;
   }
-  await hora.init();
+  const algo = a.algo ?? readSettings().algo;
+  await hora.init(a.algo ? { algorithm: a.algo as hora.InitOptions['algorithm'] } : {});
   const n = hora.size(), r = hora.rank(), el = ELEMENT[a.dtype];
+  // Across hosts the cost model's prediction for each size is printed beside the measurement.
+  const model = a.op === 'allreduce' && n > 1 && allreduceEstimate(4, algo)?.measured;
   const header = ['bytes', 'count', 'type', 'iters', 'time_us', 'algbw_GBs', 'busbw_GBs', '#wrong'];
+  if (model) header.push('model_us', 'algorithm');
   if (r === 0) {
-    console.log(`# hora bench: ${a.op} (${a.op === 'allreduce' || a.op === 'reducescatter' ? a.reduceOp : 'n/a'}), ${n} ranks, ${hora.localSize()} on this host, ${a.sync ? 'wait()' : 'await'}`);
+    console.log(`# hora bench: ${a.op} (${a.op === 'allreduce' || a.op === 'reducescatter' ? a.reduceOp : 'n/a'}), ${n} ranks, ${hora.localSize()} on this host, ${a.sync ? 'wait()' : 'await'}, algorithm ${algo}`);
     console.log(header.map((h, i) => (i === 2 ? h.padStart(9) : h.padStart(12))).join(' '));
   }
   // Let V8 compile the hot path first: its optimizing compiler runs on a background thread, and on a
@@ -235,7 +250,12 @@ export async function main(argv: string[]): Promise<number> {
     anyWrong += totalWrong;
     if (r === 0) {
       const algbw = (count * el.bytes) / slowest / 1e9;
-      const row = [count * el.bytes, count, a.dtype, iters, (slowest * 1e6).toFixed(1), algbw.toFixed(3), (algbw * busFactor(a.op, n)).toFixed(3), a.check ? totalWrong : 'n/a'];
+      const row: (string | number)[] = [count * el.bytes, count, a.dtype, iters, (slowest * 1e6).toFixed(1), algbw.toFixed(3), (algbw * busFactor(a.op, n)).toFixed(3), a.check ? totalWrong : 'n/a'];
+      if (model) {
+        const e = allreduceEstimate(count * el.bytes, algo) as NonNullable<ReturnType<typeof allreduceEstimate>>;
+        const predicted = e[e.chosen as 'ring'] ?? NaN;
+        row.push((predicted * 1e6).toFixed(1), e.chosen);
+      }
       console.log(row.map((v, i) => (i === 2 ? String(v).padStart(9) : String(v).padStart(12))).join(' '));
     }
   }
