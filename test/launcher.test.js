@@ -157,7 +157,14 @@ t.test('bad arguments: exit 2 with a message naming the flag and the value', asy
     [['run', '-np', '2', '--algo', 'bogus', NODE], /--algo "bogus"/],
     [['run', '-np', '2', '--debug', 'LOUD', NODE], /--debug "LOUD"/],
     [['run', '-np', '3', '-H', 'localhost:2', NODE], /-np "3".*at most 2/],
-    [['run', '-np', '1', '-H', 'gpu-node-17.example.invalid:4', NODE], /-H .*remote/],
+    [['run', '-np', '1', '-H', '-oProxyCommand=x:4', NODE], /-H "-oProxyCommand=x:4" is invalid: .*host names/],
+    [['run', '-H', 'a:1,b:1', '--hostfile', __filename, NODE], /--hostfile .*either -H or --hostfile/],
+    [['run', '--hostfile', '/no/such/hostfile', NODE], /--hostfile "\/no\/such\/hostfile" is invalid: expected a readable file/],
+    [['run', '-np', '1', '-p', '0', NODE], /-p "0" is invalid: expected a TCP port/],
+    [['run', '-np', '1', '--ssh-port', 'ssh', NODE], /-p "ssh" is invalid/],
+    [['run', '-np', '1', '-i', '/no/such/key', NODE], /-i "\/no\/such\/key" is invalid: expected a readable private key/],
+    [['run', '-np', '1', '--ssh-opts', '-o "User=x', NODE], /--ssh-opts "-o \\"User=x" is invalid: .*unbalanced "/],
+    [['run', '-np', '1', '--iface', 'no-such-iface0', NODE], /--iface "no-such-iface0"/],
     [['bogus'], /unknown command "bogus"/],
   ];
   for (const [args, pattern] of cases) {
@@ -192,4 +199,121 @@ t.test('help, version and env', async (t) => {
   const json = await hora(['env', '--json']);
   t.equal(json.code, 0);
   t.ok(JSON.parse(json.stdout).variables.some((v) => v.name === 'HORA_TIMEOUT_S'));
+});
+
+// ---------------------------------------------------------------------------
+// Launching over ssh: the parts that need no remote host (test/cluster-launcher.test.js runs real ones).
+
+const run = require(path.join(dist, 'cli', 'run.js'));
+const ssh = require(path.join(dist, 'cli', 'ssh.js'));
+const os = require('node:os');
+
+t.test('hostfile: "host slots=N" lines, comments and blank lines; errors name the file, line and text', async (t) => {
+  const text = '# cluster\n\nnode1 slots=4\n  alice@node2   slots = 2  # trailing comment\nnode3\nlocalhost slots=1\n';
+  t.same(run.parseHostfile(text, 'hosts.txt'), [
+    { host: 'node1', slots: 4, remote: true },
+    { host: 'alice@node2', slots: 2, remote: true },
+    { host: 'node3', slots: 1, remote: true },
+    { host: 'localhost', slots: 1, remote: false },
+  ]);
+  const bad = [
+    ['node1 slots=4\nnode2 slots=zero\n', /--hostfile hosts.txt line 2 "node2 slots=zero" is invalid: expected "host slots=N"/],
+    ['node1 slots=0', /line 1 "node1 slots=0" is invalid: expected at least 1 slot for node1/],
+    ['node1 4', /line 1 "node1 4"/],
+    ['# nothing\n\n', /--hostfile "hosts.txt" is invalid: expected at least one/],
+    ['-oProxyCommand=x slots=1', /line 1 "-oProxyCommand=x slots=1" is invalid: expected a host name/],
+  ];
+  for (const [content, pattern] of bad) t.throws(() => run.parseHostfile(content, 'hosts.txt'), pattern, JSON.stringify(content));
+
+  const file = path.join(os.tmpdir(), `hora-hostfile-${process.pid}`);
+  fs.writeFileSync(file, 'localhost slots=2\n127.0.0.1 slots=1 # three workers in all\n');
+  t.teardown(() => fs.rmSync(file, { force: true }));
+  const r = await hora(['run', '--hostfile', file, NODE, '-e', 'console.log(process.env.HORA_SIZE)']);
+  t.equal(r.code, 0, r.stderr);
+  t.same(r.stdout.split('\n').filter(Boolean).sort(), ['[0] 3', '[1] 3', '[2] 3'], '-np defaults to the slots of the hostfile');
+  fs.writeFileSync(file, 'localhost slots=2\nlocalhost slots=two\n');
+  const bad2 = await hora(['run', '--hostfile', file, NODE, '-e', '0']);
+  t.equal(bad2.code, 2);
+  t.match(bad2.stderr, `--hostfile ${file} line 2 "localhost slots=two" is invalid`);
+});
+
+t.test('--ssh-opts is split like a shell would', async (t) => {
+  const cases = [
+    ['', []],
+    ['  -F  ./cfg  ', ['-F', './cfg']],
+    [`-o 'ProxyCommand=ssh -W %h:%p gw' -o "User=a b"`, ['-o', 'ProxyCommand=ssh -W %h:%p gw', '-o', 'User=a b']],
+    [`a\\ b "c\\"d" 'e\\f' x""y ''`, ['a b', 'c"d', 'e\\f', 'xy', '']],
+  ];
+  for (const [text, words] of cases) t.same(ssh.splitShellWords(text), words, text);
+  t.throws(() => ssh.splitShellWords(`-o 'x`), /unbalanced '/);
+  t.throws(() => ssh.splitShellWords('x\\'), /trailing/);
+});
+
+t.test('shellQuote: a POSIX shell gets every word back unchanged', async (t) => {
+  const words = ['plain', 'with space', "it's", '"dq"', '$HOME', '`cmd`', 'a\nb', '*', '', 'back\\slash', '-e'];
+  const r = require('node:child_process').spawnSync('/bin/sh', ['-c', `printf '%s\\0' ${words.map(ssh.shellQuote).join(' ')}`], { encoding: 'utf8' });
+  t.same(r.stdout.split('\0').slice(0, -1), words);
+});
+
+t.test('ssh arguments: user options first (they win), then -p, -i, hora defaults, and the host after --', async (t) => {
+  const args = ssh.sshArgs('user@node1', { extraArgs: ['-F', 'cfg'], port: 2222, identity: '/k' }, 'echo hi');
+  t.same(args.slice(0, 6), ['-F', 'cfg', '-p', '2222', '-i', '/k']);
+  t.ok(args.includes('BatchMode=yes'), 'never prompts for a password');
+  t.match(args.join(' '), /ConnectTimeout=\d+/);
+  t.same(args.slice(-3), ['--', 'user@node1', 'echo hi']);
+  t.same(ssh.sshArgs('h', { extraArgs: [] }, 'x').slice(0, 2), ['-o', 'BatchMode=yes']);
+});
+
+t.test('remote workers get the launcher\'s HORA_* variables; an HORA_IFACE address stays behind', async (t) => {
+  const env = ssh.remoteWorkerEnv({ PATH: '/bin', HORA_TEST_X: 'y', HORA_IFACE: '10.0.0.5', HORA_RANK: 'old' }, { HORA_RANK: '3' });
+  t.same(env, { HORA_TEST_X: 'y', HORA_RANK: '3' });
+  t.same(ssh.remoteWorkerEnv({ HORA_IFACE: 'eth1' }, {}), { HORA_IFACE: 'eth1' }, 'an interface name is passed on');
+  t.throws(() => ssh.remoteCommandLine('/', { 'BAD NAME': 'x' }, 'true', []), /BAD NAME/);
+});
+
+// Runs a remote command line through a local shell, as sshd would; stdin is the control channel.
+function runRemoteLine(line) {
+  const child = spawn('/bin/sh', ['-c', line], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  const done = new Promise((resolve) => child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr })));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20000);
+  done.then(() => clearTimeout(timer));
+  return { child, done, stdout: () => stdout };
+}
+
+t.test('remote command line: cwd, variables and arguments arrive intact; the exit status comes back', async (t) => {
+  const args = ['with space', "it's", '$HOME', '-e'];
+  const script = 'console.log(JSON.stringify({ cwd: process.cwd(), v: process.env.HORA_TEST_V, args: process.argv.slice(1) })); process.exit(7)';
+  const r = await runRemoteLine(ssh.remoteCommandLine(os.tmpdir(), { HORA_TEST_V: `a 'b' "c" $d` }, NODE, ['-e', script, ...args])).done;
+  t.equal(r.code, 7, r.stderr);
+  t.same(JSON.parse(r.stdout), { cwd: fs.realpathSync(os.tmpdir()), v: `a 'b' "c" $d`, args });
+  const missing = await runRemoteLine(ssh.remoteCommandLine('/', {}, 'hora-no-such-command-xyz', [])).done;
+  t.equal(missing.code, 127);
+  t.match(missing.stderr, /cannot start "hora-no-such-command-xyz"/);
+});
+
+t.test('remote wrapper: a line on stdin signals the worker\'s group; end of input stops it, children included', async (t) => {
+  // The worker starts a child of its own and ignores the first SIGTERM.
+  const script = `const c = require("child_process").spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"], { stdio: "ignore" });
+    console.log("pids", process.pid, c.pid);
+    let terms = 0;
+    process.on("SIGUSR2", () => console.log("got SIGUSR2"));
+    process.on("SIGTERM", () => { if (++terms > 1) process.exit(0); console.log("ignoring SIGTERM"); });
+    setInterval(() => {}, 1000);`;
+  const job = runRemoteLine(ssh.remoteCommandLine('/', {}, NODE, ['-e', script]));
+  while (!/pids \d+ \d+/.test(job.stdout())) await sleep(20);
+  const pids = job.stdout().match(/pids (\d+) (\d+)/).slice(1).map(Number);
+  job.child.stdin.write('SIGUSR2\n');
+  while (!/got SIGUSR2/.test(job.stdout())) await sleep(20);
+  job.child.stdin.write('SIGTERM\n');
+  while (!/ignoring SIGTERM/.test(job.stdout())) await sleep(20);
+  const ended = Date.now();
+  job.child.stdin.end(); // as when the launcher or ssh goes away
+  const r = await job.done;
+  t.equal(r.code, 0, 'the worker took the second SIGTERM and exited 0');
+  t.ok(Date.now() - ended < 3000, 'end of input sent SIGTERM at once');
+  for (const pid of pids) t.notOk(isAlive(pid), `process ${pid} is gone`);
 });

@@ -8,16 +8,18 @@
 // to the launcher are forwarded the same way.
 //
 // Workers are started through a Spawner. LocalSpawner starts them on this
-// machine; an ssh spawner for remote hosts slots in behind the same interface
-// (it must also choose a rendezvous address the remote hosts can reach).
+// machine, SshSpawner (ssh.ts) on other hosts; HostSpawner picks one per -H
+// entry and binds the rendezvous server where every worker can reach it. With
+// a remote host in the job, output lines are prefixed [rank@host].
 
 import * as child_process from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import type { Readable, Writable } from 'node:stream';
-import { defaultHostId, HoraConfigError, isLoopback, Logger, makeLogger, readSettings, DebugLevel, DEBUG_LEVELS } from '../config';
+import { defaultHostId, firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, readSettings, resolveIface, DebugLevel, DEBUG_LEVELS } from '../config';
 import { RendezvousServer } from '../control/server';
+import { hostPart, localAddressToward, splitShellWords, SshOptions, SshSpawner } from './ssh';
 
 // ---------------------------------------------------------------------------
 // Arguments.
@@ -37,10 +39,12 @@ export class UsageError extends Error {
 }
 
 export interface HostSlots {
-  /** Host name or address as written in -H. */
+  /** Host name or address as written in -H or the hostfile ([user@]host). */
   host: string;
   /** Workers that may run there. */
   slots: number;
+  /** Not this machine: workers start over ssh. */
+  remote: boolean;
 }
 
 export interface RunOptions {
@@ -56,6 +60,10 @@ export interface RunOptions {
   graceS: number;
   /** Extra environment for every worker (from tuning flags). */
   workerEnv: Record<string, string>;
+  /** --iface, else HORA_IFACE: where the rendezvous server binds (name or address). */
+  iface?: string;
+  /** How to reach remote hosts. */
+  ssh: SshOptions;
   /** Launcher log level. */
   debug: DebugLevel;
   command: string;
@@ -65,16 +73,36 @@ export interface RunOptions {
 export const RUN_USAGE = `Usage: hora run -np N [options] [--] command [args...]
 
 Starts N copies of command as one hora job: hosts the rendezvous server, sets
-HORA_RANK, HORA_SIZE, ... in each worker, prefixes worker output with [rank],
-and stops every worker when one fails. Exits with the failed worker's status
-(128 + signal number when it was killed by a signal), 0 when all succeed.
+HORA_RANK, HORA_SIZE, ... in each worker, prefixes worker output with [rank]
+([rank@host] when a host is remote), and stops every worker when one fails.
+Exits with the failed worker's status (128 + signal number when it was killed
+by a signal), 0 when all succeed.
 
 Job layout:
-  -np, -n, --num-proc N      number of worker processes (required unless -H gives slots)
-  -H, --hosts HOST:SLOTS,...  hosts and worker slots, filled in order
-                              (default localhost:N; only this machine for now)
-  --simulate-hosts            treat every -H entry as a separate host with its own
+  -np, -n, --num-proc N      number of worker processes (default: all slots of -H or
+                              --hostfile; required without them)
+  -H, --hosts HOST:SLOTS,...  hosts and worker slots, filled in order (default
+                              localhost:N); HOST may be user@host; SLOTS defaults to 1
+  --hostfile FILE             hosts from FILE, one "host slots=N" a line (# comments)
+  --simulate-hosts            treat every local -H entry as a separate host with its own
                               HORA_HOST_ID, to exercise multi-host code on one machine
+
+Remote hosts (any host that is not this machine is reached over ssh):
+  -p, --ssh-port PORT         ssh port on the remote hosts
+  -i, --ssh-identity FILE     ssh private key
+  --ssh-opts "OPTS"           more ssh options, split like a shell would,
+                              e.g. --ssh-opts "-F ./ssh_config -o User=train"
+  Remote workers run the same node binary (for command "node", this node), in the
+  same working directory, with the same script path: these must exist on every
+  host. They get the launcher's HORA_* variables. ssh must log in without a
+  prompt (keys or an agent). A failed ssh or remote worker stops the job.
+
+Network:
+  --iface NAME|ADDR           HORA_IFACE: interface or address the rendezvous server
+                              binds to and workers use for the data plane. Without it,
+                              a job with remote hosts binds the address that routes to
+                              the first of them. An address applies to this machine
+                              only; an interface name is passed to remote workers too.
 
 Timeouts and shutdown:
   --timeout S                 seconds, from the first registration, for all workers to
@@ -86,7 +114,6 @@ Tuning (passed to workers as HORA_* variables, see \`hora env\`):
   --fusion-mb MB              HORA_FUSION_MB, fusion buffer size
   --algo NAME                 HORA_ALGO, allreduce algorithm
   --transport T               HORA_TRANSPORT: auto, tcp or shm
-  --iface NAME|ADDR           HORA_IFACE, interface for the data plane
 
 Logging and timeline:
   --debug LEVEL               HORA_DEBUG for launcher and workers: WARN, INFO, TRACE
@@ -94,14 +121,17 @@ Logging and timeline:
 
   -h, --help                  show this help
 
-Example:
+Examples:
   hora run -np 4 node train.js --epochs 3
+  hora run -H node1:4,node2:4 node train.js
+  hora run --hostfile hosts.txt -i ~/.ssh/cluster_key node train.js
 `;
 
 // Flags that take a value, by every spelling.
 const VALUE_FLAGS: Record<string, string> = {
   '-np': '-np', '-n': '-np', '--num-proc': '-np', '--np': '-np',
-  '-H': '-H', '--hosts': '-H',
+  '-H': '-H', '--hosts': '-H', '--hostfile': '--hostfile',
+  '-p': '-p', '--ssh-port': '-p', '-i': '-i', '--ssh-identity': '-i', '--ssh-opts': '--ssh-opts',
   '--timeout': '--timeout', '--grace': '--grace',
   '--fusion-mb': '--fusion-mb', '--algo': '--algo', '--transport': '--transport', '--iface': '--iface',
   '--debug': '--debug', '--timeline': '--timeline',
@@ -151,7 +181,13 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
 
   let hosts: HostSlots[] | undefined;
   const hostsText = values.get('-H');
+  const hostfile = values.get('--hostfile');
+  if (hostsText !== undefined && hostfile !== undefined) {
+    throw new UsageError('--hostfile', hostfile, 'either -H or --hostfile, not both');
+  }
   if (hostsText !== undefined) hosts = parseHosts(hostsText);
+  if (hostfile !== undefined) hosts = readHostfile(hostfile);
+  const hostsFlag = hostfile !== undefined ? `--hostfile ${hostfile}` : `-H ${hostsText}`;
 
   const npText = values.get('-np');
   let np: number;
@@ -165,9 +201,9 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   } else {
     throw new UsageError('-np', undefined, 'missing: say how many workers to start, e.g. hora run -np 2 node train.js');
   }
-  if (hosts === undefined) hosts = [{ host: 'localhost', slots: np }];
+  if (hosts === undefined) hosts = [{ host: 'localhost', slots: np, remote: false }];
   const slots = hosts.reduce((n, h) => n + h.slots, 0);
-  if (np > slots) throw new UsageError('-np', npText, `at most ${slots}, the slots given by -H ${hostsText}`);
+  if (np > slots) throw new UsageError('-np', npText, `at most ${slots}, the slots given by ${hostsFlag}`);
 
   let timeoutS: number;
   const timeoutText = values.get('--timeout');
@@ -190,10 +226,41 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   const level = debugText?.trim().toUpperCase();
   if (level && (DEBUG_LEVELS as readonly string[]).includes(level)) debug = level as DebugLevel;
 
+  let iface = values.get('--iface')?.trim();
+  if (iface === undefined && env.HORA_IFACE !== undefined && env.HORA_IFACE.trim() !== '') {
+    iface = env.HORA_IFACE.trim();
+    readSettingsSubset({ HORA_IFACE: iface }, 'HORA_IFACE', 'HORA_IFACE');
+  }
+
+  const ssh: SshOptions = { extraArgs: [] };
+  const portText = values.get('-p');
+  if (portText !== undefined) {
+    const port = Number(portText);
+    if (!/^\d+$/.test(portText.trim()) || port < 1 || port > 65535) throw new UsageError('-p', portText, 'a TCP port 1-65535');
+    ssh.port = port;
+  }
+  const identity = values.get('-i');
+  if (identity !== undefined) {
+    try {
+      fs.accessSync(identity, fs.constants.R_OK);
+    } catch (e) {
+      throw new UsageError('-i', identity, `a readable private key file (${(e as Error).message})`);
+    }
+    ssh.identity = identity;
+  }
+  const sshOpts = values.get('--ssh-opts');
+  if (sshOpts !== undefined) {
+    try {
+      ssh.extraArgs = splitShellWords(sshOpts);
+    } catch (e) {
+      throw new UsageError('--ssh-opts', sshOpts, `ssh options quoted as for a shell: ${(e as Error).message}`);
+    }
+  }
+
   if (command === undefined || command === '') {
     throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
   }
-  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, debug, command, args };
+  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, iface, ssh, debug, command, args };
 }
 
 // Validates one variable through the shared config parser; errors name `flag`.
@@ -214,23 +281,60 @@ function positiveNumber(flag: string, text: string, allowZero: boolean): number 
   return n;
 }
 
-function parseHosts(text: string): HostSlots[] {
+// [user@]host: letters, digits, dots, dashes, underscores. No leading dash
+// (ssh would read an option) and nothing a shell or ssh would interpret.
+const HOST_PATTERN = /^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9_][A-Za-z0-9._-]*$/;
+
+/** -H text: host[:slots],... */
+export function parseHosts(text: string): HostSlots[] {
   const out: HostSlots[] = [];
   for (const entry of text.split(',')) {
     const trimmed = entry.trim();
     const m = /^(.+?)(?::(\d+))?$/.exec(trimmed);
     if (!m || trimmed === '') throw new UsageError('-H', text, 'host[:slots][,host[:slots]...], e.g. localhost:4');
+    if (!HOST_PATTERN.test(m[1])) {
+      throw new UsageError('-H', text, `host names of letters, digits, ".", "-", "_" (optionally user@host); ${JSON.stringify(m[1])} is not one (IPv6 addresses are not supported)`);
+    }
     const slots = m[2] === undefined ? 1 : Number(m[2]);
     if (slots < 1) throw new UsageError('-H', text, `at least 1 slot for ${m[1]}`);
-    if (!isLocalHost(m[1])) {
-      throw new UsageError('-H', text, `hosts on this machine: ${m[1]} is remote, and launching over ssh is not implemented yet`);
-    }
-    out.push({ host: m[1], slots });
+    out.push({ host: m[1], slots, remote: !isLocalHost(m[1]) });
   }
   return out;
 }
 
-function isLocalHost(host: string): boolean {
+/**
+ * Hostfile text: one "host [slots=N]" a line; "#" starts a comment; blank
+ * lines are skipped. Errors name the file, the line number and the line.
+ */
+export function parseHostfile(text: string, file: string): HostSlots[] {
+  const out: HostSlots[] = [];
+  text.split(/\r?\n/).forEach((raw, index) => {
+    const line = raw.replace(/#.*/, '').trim();
+    if (line === '') return;
+    const m = /^(\S+)(?:\s+slots\s*=\s*(\d+))?$/.exec(line);
+    const bad = (expected: string) => new UsageError(`--hostfile ${file} line ${index + 1}`, raw.trim(), expected);
+    if (!m) throw bad('"host slots=N", e.g. "node1 slots=4"');
+    if (!HOST_PATTERN.test(m[1])) throw bad(`a host name of letters, digits, ".", "-", "_" (optionally user@host), then slots=N`);
+    const slots = m[2] === undefined ? 1 : Number(m[2]);
+    if (slots < 1) throw bad(`at least 1 slot for ${m[1]}`);
+    out.push({ host: m[1], slots, remote: !isLocalHost(m[1]) });
+  });
+  if (out.length === 0) throw new UsageError('--hostfile', file, 'at least one "host slots=N" line');
+  return out;
+}
+
+function readHostfile(file: string): HostSlots[] {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new UsageError('--hostfile', file, `a readable file (${(e as Error).message})`);
+  }
+  return parseHostfile(text, file);
+}
+
+function isLocalHost(userHost: string): boolean {
+  const host = hostPart(userHost);
   if (isLoopback(host) || host === os.hostname()) return true;
   for (const addrs of Object.values(os.networkInterfaces())) {
     for (const a of addrs ?? []) if (a.address === host) return true;
@@ -245,6 +349,8 @@ export interface WorkerSpec {
   rank: number;
   /** The -H entry this worker runs on. */
   host: string;
+  /** True when host is not this machine. */
+  remote: boolean;
   /** Variables added to the launcher's environment. */
   env: Record<string, string>;
   command: string;
@@ -261,12 +367,22 @@ export interface WorkerHandle {
   onDone(cb: (code: number | null, signal: NodeJS.Signals | null) => void): void;
   /** Called once, as soon as the worker exits (output may still be in flight). */
   onExit(cb: (code: number | null, signal: NodeJS.Signals | null) => void): void;
+  /** Why it failed when the worker itself never ran (e.g. "ssh to h failed ..."); undefined otherwise. */
+  describeFailure?(code: number | null, signal: NodeJS.Signals | null): string | undefined;
 }
 
 export interface Spawner {
   /** Address to bind the rendezvous server to: one every worker can reach. */
-  rendezvousBindAddress(hosts: HostSlots[]): string;
+  rendezvousBindAddress(hosts: HostSlots[]): string | Promise<string>;
   spawn(spec: WorkerSpec): WorkerHandle;
+}
+
+/** A launch that cannot start (no address for the rendezvous server): message, exit status 1. */
+export class LaunchError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'LaunchError';
+  }
 }
 
 /** Runs workers on this machine, each in its own process group so that kill() reaches its children too. */
@@ -338,6 +454,52 @@ export class LocalSpawner implements Spawner {
         else doneCbs.push(cb);
       },
     };
+  }
+}
+
+/**
+ * Workers on this machine through LocalSpawner, on remote hosts over ssh. The
+ * rendezvous server binds to --iface if given; else, with a remote host in the
+ * job, to the local address that routes to it (never loopback, which remote
+ * workers cannot reach); else to 127.0.0.1.
+ */
+export class HostSpawner implements Spawner {
+  private readonly local = new LocalSpawner();
+  private readonly ssh: SshSpawner;
+
+  constructor(
+    ssh: SshOptions,
+    private readonly iface: string | undefined,
+    private readonly log: Logger,
+  ) {
+    this.ssh = new SshSpawner(ssh);
+  }
+
+  async rendezvousBindAddress(hosts: HostSlots[]): Promise<string> {
+    if (this.iface !== undefined) return resolveIface(this.iface);
+    const remote = hosts.filter((h) => h.remote);
+    if (remote.length === 0) return '127.0.0.1';
+    const reasons: string[] = [];
+    for (const h of remote) {
+      try {
+        const addr = await localAddressToward(h.host);
+        if (!isLoopback(addr)) return addr;
+        reasons.push(`${h.host}: routed over loopback (${addr})`);
+      } catch (e) {
+        reasons.push(`${h.host}: ${(e as Error).message}`);
+      }
+    }
+    // ssh will report the bad host itself; bind where it has the best chance.
+    const fallback = firstExternalIPv4();
+    if (fallback === undefined) {
+      throw new LaunchError(`no address of this machine reaches the remote hosts (${reasons.join('; ')}); name one with --iface`);
+    }
+    this.log('WARN', `no route to any remote host (${reasons.join('; ')}); binding the rendezvous server to ${fallback}`);
+    return fallback;
+  }
+
+  spawn(spec: WorkerSpec): WorkerHandle {
+    return spec.remote ? this.ssh.spawn(spec) : this.local.spawn(spec);
   }
 }
 
@@ -421,16 +583,18 @@ interface Failure {
 }
 
 /** Runs the job to completion; resolves with the launcher's exit status. */
-export async function launch(opts: RunOptions, spawner: Spawner = new LocalSpawner()): Promise<number> {
+export async function launch(opts: RunOptions, spawner?: Spawner): Promise<number> {
   const log: Logger = makeLogger('run', opts.debug);
+  spawner ??= new HostSpawner(opts.ssh, opts.iface, log);
   const jobId = crypto.randomBytes(8).toString('hex');
   const secret = crypto.randomBytes(32).toString('hex');
   const baseHostId = process.env.HORA_HOST_ID?.trim() || defaultHostId();
+  const multiHost = opts.hosts.some((h) => h.remote);
 
   const server = new RendezvousServer({
     size: opts.np,
     secret,
-    host: spawner.rendezvousBindAddress(opts.hosts),
+    host: await spawner.rendezvousBindAddress(opts.hosts),
     port: 0,
     timeoutMs: opts.timeoutS * 1000,
     jobId,
@@ -491,19 +655,25 @@ export async function launch(opts: RunOptions, spawner: Spawner = new LocalSpawn
         HORA_SECRET: secret,
         HORA_JOB_ID: jobId,
       };
+      // Local workers of a multi-host job must advertise an address the remote hosts reach, not loopback.
+      if (multiHost && !spec.remote && opts.iface === undefined) env.HORA_IFACE = rvAddr;
       const w = spawner.spawn({ ...spec, env, command: opts.command, args: opts.args });
       workers.push(w);
       running.add(w.rank);
-      outputs.push(prefixLines(w.stdout, process.stdout, `[${w.rank}] `));
-      outputs.push(prefixLines(w.stderr, process.stderr, `[${w.rank}] `));
+      const prefix = multiHost ? `[${w.rank}@${spec.host}] ` : `[${w.rank}] `;
+      outputs.push(prefixLines(w.stdout, process.stdout, prefix));
+      outputs.push(prefixLines(w.stderr, process.stderr, prefix));
       w.onExit((code, signal) => {
         running.delete(w.rank);
         if ((code === 0 && signal === null) || failure || interrupted) return;
         const exitCode = signal ? signalExitCode(signal) : (code ?? 1);
-        const description = signal ? `was killed by ${signal}` : `exited with code ${code}`;
+        const who = multiHost ? `rank ${w.rank} on ${spec.host}` : `rank ${w.rank}`;
+        const cause = w.describeFailure?.(code, signal);
+        const description = cause ?? (signal ? `was killed by ${signal}` : `exited with code ${code}`);
         failure = { rank: w.rank, exitCode, description };
-        process.stderr.write(`hora run: rank ${w.rank} ${description}; stopping the other workers\n`);
-        stopJob(`rank ${w.rank} ${description}`, w.rank, 'ERR_PEER_LOST', undefined);
+        const what = cause ? `${who}: ${cause}` : `${who} ${description}`;
+        process.stderr.write(`hora run: ${what}; stopping the other workers\n`);
+        stopJob(what, w.rank, 'ERR_PEER_LOST', undefined);
       });
       w.onDone(() => {
         if (--remaining === 0) resolve();
@@ -527,24 +697,26 @@ export async function launch(opts: RunOptions, spawner: Spawner = new LocalSpawn
 
 /** Worker specs (without rendezvous variables): ranks fill -H entries in order. */
 function place(opts: RunOptions, baseHostId: string): Omit<WorkerSpec, 'command' | 'args'>[] {
-  // Every local -H entry is the same machine unless --simulate-hosts asks otherwise.
-  const hostKey = (index: number) => (opts.simulateHosts ? index : 0);
-  const hostIdOf = (index: number) => (opts.simulateHosts ? `${baseHostId}#${index}` : baseHostId);
-  const entries: { index: number; host: string }[] = [];
+  // A remote host is its host name (entries naming it twice are one host; its HORA_HOST_ID is that name).
+  // Every local -H entry is this machine, unless --simulate-hosts makes each one a host of its own.
+  const hostIdOf = (h: HostSlots, index: number) =>
+    h.remote ? hostPart(h.host) : opts.simulateHosts ? `${baseHostId}#${index}` : baseHostId;
+  const entries: { host: string; remote: boolean; key: string }[] = [];
   opts.hosts.forEach((h, index) => {
-    for (let s = 0; s < h.slots && entries.length < opts.np; s++) entries.push({ index, host: h.host });
+    for (let s = 0; s < h.slots && entries.length < opts.np; s++) entries.push({ host: h.host, remote: h.remote, key: hostIdOf(h, index) });
   });
-  const keys = [...new Set(entries.map((e) => hostKey(e.index)))];
-  const localSize = new Map<number, number>();
-  for (const e of entries) localSize.set(hostKey(e.index), (localSize.get(hostKey(e.index)) ?? 0) + 1);
-  const seen = new Map<number, number>();
+  const keys = [...new Set(entries.map((e) => e.key))];
+  const localSize = new Map<string, number>();
+  for (const e of entries) localSize.set(e.key, (localSize.get(e.key) ?? 0) + 1);
+  const seen = new Map<string, number>();
   return entries.map((e, rank) => {
-    const key = hostKey(e.index);
+    const key = e.key;
     const localRank = seen.get(key) ?? 0;
     seen.set(key, localRank + 1);
     return {
       rank,
       host: e.host,
+      remote: e.remote,
       env: {
         HORA_RANK: String(rank),
         HORA_SIZE: String(opts.np),
@@ -552,7 +724,7 @@ function place(opts: RunOptions, baseHostId: string): Omit<WorkerSpec, 'command'
         HORA_LOCAL_SIZE: String(localSize.get(key)),
         HORA_CROSS_RANK: String(keys.indexOf(key)),
         HORA_CROSS_SIZE: String(keys.length),
-        HORA_HOST_ID: hostIdOf(e.index),
+        HORA_HOST_ID: key,
       },
     };
   });
@@ -593,5 +765,13 @@ export async function runMain(argv: string[]): Promise<number> {
     process.stdout.write(RUN_USAGE);
     return 0;
   }
-  return launch(opts);
+  try {
+    return await launch(opts);
+  } catch (e) {
+    if (e instanceof LaunchError || e instanceof HoraConfigError) {
+      process.stderr.write(`hora run: ${e.message}\n`);
+      return 1;
+    }
+    throw e;
+  }
 }

@@ -1,0 +1,317 @@
+// Starting workers on other machines over ssh, for `hora run -H`.
+//
+// One ssh per worker: `ssh [--ssh-opts] [-p] [-i] -o BatchMode=yes ... -- host
+// '<command line>'`. The command line goes to the remote login shell (POSIX
+// quoting): it enters the launcher's working directory, sets the worker's
+// HORA_* variables with env, and runs the worker under REMOTE_WRAPPER with the
+// launcher's node binary, which must exist at the same path on every host
+// (as must the script: the usual shared-filesystem or identical-image setup).
+//
+// Why a wrapper: sshd delivers no signals to a command started without a tty,
+// and closing the connection does not kill it. So ssh's stdin is the control
+// channel: every line the launcher writes names a signal for the worker's
+// process group, and end of input (the launcher closed it, or it or ssh died)
+// stops the worker: SIGTERM, then SIGKILL 3 s later.
+
+import * as child_process from 'node:child_process';
+import * as dgram from 'node:dgram';
+import * as net from 'node:net';
+import type { Readable } from 'node:stream';
+import type { WorkerHandle, WorkerSpec } from './run';
+
+export interface SshOptions {
+  /** -p: ssh port on every remote host; undefined = ssh's default (its config, else 22). */
+  port?: number;
+  /** -i: private key file; undefined = ssh's default. */
+  identity?: string;
+  /** --ssh-opts, already split into words. Placed first, so they win over hora's defaults. */
+  extraArgs: string[];
+}
+
+// ssh keeps the first value it is given for an option, so user options (earlier) win.
+// BatchMode: never prompt (no terminal: a password prompt would hang the job).
+// ConnectTimeout / ServerAlive*: an unreachable or vanished host fails the job within seconds.
+const DEFAULT_SSH_OPTIONS = ['BatchMode=yes', 'ConnectTimeout=10', 'ServerAliveInterval=5', 'ServerAliveCountMax=3'];
+
+/** Seconds between end of input and SIGKILL in the remote wrapper. */
+const REMOTE_KILL_DELAY_MS = 3000;
+
+/** Seconds after kill('SIGKILL') before the local ssh itself is killed (remote host unresponsive). */
+const LOCAL_SSH_KILL_DELAY_MS = 2000;
+
+/**
+ * Runs on the remote host as `node -e '(<this function>)()' -- command args...`
+ * (it is sent as source text, so it may use nothing from this module). The
+ * worker runs in its own process group so that a signal reaches whatever it
+ * started; the wrapper exits with the worker's status, 128 + signal number
+ * when a signal ended it.
+ */
+function remoteWrapper(killDelayMs: number): void {
+  const cp: typeof import('node:child_process') = require('node:child_process');
+  const os: typeof import('node:os') = require('node:os');
+  const [command, ...args] = process.argv.slice(1);
+  const child = cp.spawn(command, args, { stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+  const requested = new Set<string>();
+  const signalGroup = (signal: NodeJS.Signals) => {
+    requested.add(signal);
+    try {
+      if (child.pid !== undefined) process.kill(-child.pid, signal);
+    } catch {
+      // the group is gone
+    }
+  };
+  child.on('error', (err) => {
+    process.stderr.write(`hora run: cannot start ${JSON.stringify(command)} on ${os.hostname()}: ${err.message}\n`);
+    process.exit(127);
+  });
+  child.on('exit', (code, signal) => {
+    // Said only when the signal came from elsewhere (the launcher knows what it sent).
+    if (signal && !requested.has(signal)) {
+      process.stderr.write(`hora run: ${command} (pid ${child.pid}) on ${os.hostname()} was killed by ${signal}\n`);
+    }
+    // Children the worker left behind would hold ssh's output open and keep the job from ending.
+    signalGroup('SIGKILL');
+    process.exit(signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1));
+  });
+  let pending = '';
+  let ended = false;
+  const stop = () => {
+    if (ended) return;
+    ended = true;
+    signalGroup('SIGTERM');
+    setTimeout(() => signalGroup('SIGKILL'), killDelayMs);
+  };
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', (text: string) => {
+    pending += text;
+    for (let nl = pending.indexOf('\n'); nl >= 0; nl = pending.indexOf('\n')) {
+      const line = pending.slice(0, nl).trim();
+      pending = pending.slice(nl + 1);
+      if (/^SIG[A-Z0-9]+$/.test(line) && line in os.constants.signals) signalGroup(line as NodeJS.Signals);
+    }
+  });
+  process.stdin.on('end', stop);
+  process.stdin.on('error', stop);
+  // sshd may HUP or TERM the session when the connection goes: pass it on as a stop.
+  for (const s of ['SIGHUP', 'SIGTERM', 'SIGINT'] as const) process.on(s, stop);
+}
+
+/** Quotes one word for a POSIX shell. */
+export function shellQuote(word: string): string {
+  if (/^[A-Za-z0-9_@%+=:,./-]+$/.test(word)) return word;
+  return `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * Splits text into words the way a POSIX shell would (quotes and backslashes,
+ * no expansions). Throws an Error saying what is wrong for unbalanced quotes.
+ */
+export function splitShellWords(text: string): string[] {
+  const words: string[] = [];
+  let word = '';
+  let inWord = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === "'") {
+      const end = text.indexOf("'", i + 1);
+      if (end < 0) throw new Error(`unbalanced ' at character ${i + 1}`);
+      word += text.slice(i + 1, end);
+      inWord = true;
+      i = end;
+    } else if (c === '"') {
+      let j = i + 1;
+      for (; j < text.length && text[j] !== '"'; j++) {
+        // Inside double quotes a backslash escapes only these.
+        if (text[j] === '\\' && j + 1 < text.length && '"\\$`\n'.includes(text[j + 1])) {
+          j++;
+          if (text[j] !== '\n') word += text[j];
+        } else word += text[j];
+      }
+      if (j >= text.length) throw new Error(`unbalanced " at character ${i + 1}`);
+      inWord = true;
+      i = j;
+    } else if (c === '\\') {
+      if (i + 1 >= text.length) throw new Error('a trailing \\ escapes nothing');
+      i++;
+      if (text[i] !== '\n') {
+        word += text[i];
+        inWord = true;
+      }
+    } else if (/\s/.test(c)) {
+      if (inWord) words.push(word);
+      word = '';
+      inWord = false;
+    } else {
+      word += c;
+      inWord = true;
+    }
+  }
+  if (inWord) words.push(word);
+  return words;
+}
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** The command line the remote shell runs for one worker. */
+export function remoteCommandLine(cwd: string, env: Record<string, string>, command: string, args: string[], node = process.execPath): string {
+  const assignments = Object.entries(env).map(([name, value]) => {
+    if (!ENV_NAME.test(name)) throw new Error(`environment variable name ${JSON.stringify(name)} cannot be passed over ssh`);
+    return shellQuote(`${name}=${value}`);
+  });
+  const wrapper = `(${remoteWrapper.toString()})(${REMOTE_KILL_DELAY_MS})`;
+  const worker = [command, ...args].map(shellQuote).join(' ');
+  return `cd ${shellQuote(cwd)} && exec env ${assignments.join(' ')} ${shellQuote(node)} -e ${shellQuote(wrapper)} -- ${worker}`;
+}
+
+/** Arguments for ssh to run `remoteCommand` on host. */
+export function sshArgs(host: string, ssh: SshOptions, remoteCommand: string): string[] {
+  const args = [...ssh.extraArgs];
+  if (ssh.port !== undefined) args.push('-p', String(ssh.port));
+  if (ssh.identity !== undefined) args.push('-i', ssh.identity);
+  for (const o of DEFAULT_SSH_OPTIONS) args.push('-o', o);
+  // -T: no tty (output stays a plain stream); -x: no X11. "--" so that the host is never read as an option.
+  args.push('-T', '-x', '--', host, remoteCommand);
+  return args;
+}
+
+/** The host part of "user@host". */
+export function hostPart(host: string): string {
+  const at = host.lastIndexOf('@');
+  return at >= 0 ? host.slice(at + 1) : host;
+}
+
+/**
+ * The local IPv4 address the kernel would use to reach host: a connected UDP
+ * socket gets one without sending anything. Rejects when host does not resolve
+ * or no route leads there.
+ */
+export function localAddressToward(host: string, timeoutMs = 5000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = dgram.createSocket('udp4');
+    const timer = setTimeout(() => finish(new Error(`resolving ${host} took over ${timeoutMs / 1000} s`)), timeoutMs);
+    let done = false;
+    const finish = (err: Error | null, addr?: string) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      socket.close();
+      if (err) reject(err);
+      else resolve(addr as string);
+    };
+    socket.on('error', (err) => finish(err));
+    // Port 9 (discard): any port does, nothing is sent.
+    socket.connect(9, hostPart(host), () => finish(null, socket.address().address));
+  });
+}
+
+/**
+ * HORA_* variables of the launcher's environment, then spec's on top. An
+ * HORA_IFACE that is an address belongs to the launcher's machine: a remote
+ * worker could not bind it, so it is left out (an interface name is kept).
+ */
+export function remoteWorkerEnv(launcherEnv: NodeJS.ProcessEnv, specEnv: Record<string, string>): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [name, value] of Object.entries(launcherEnv)) {
+    if (name.startsWith('HORA_') && value !== undefined) env[name] = value;
+  }
+  Object.assign(env, specEnv);
+  if (env.HORA_IFACE !== undefined && net.isIP(env.HORA_IFACE.trim())) delete env.HORA_IFACE;
+  return env;
+}
+
+/** Starts workers on remote hosts; see the top of this file. */
+export class SshSpawner {
+  constructor(
+    private readonly ssh: SshOptions,
+    private readonly sshCommand = 'ssh',
+  ) {}
+
+  spawn(spec: WorkerSpec): WorkerHandle {
+    const command = spec.command === 'node' ? process.execPath : spec.command;
+    const line = remoteCommandLine(process.cwd(), remoteWorkerEnv(process.env, spec.env), command, spec.args);
+    const child = child_process.spawn(this.sshCommand, sshArgs(spec.host, this.ssh, line), {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      // Own process group: a Ctrl-C at the terminal reaches the launcher, which stops workers in order.
+      detached: true,
+    });
+    // Writing a signal to an ssh that has just exited fails with EPIPE: nothing is left to signal then.
+    child.stdin?.on('error', () => undefined);
+
+    // The last lines of ssh's stderr, to say why ssh failed.
+    let stderrTail = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      stderrTail = (stderrTail + chunk.toString('utf8')).slice(-4096);
+    });
+
+    let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+    let done = false;
+    let startError: string | undefined;
+    const exitCbs: ((code: number | null, signal: NodeJS.Signals | null) => void)[] = [];
+    const doneCbs: ((code: number | null, signal: NodeJS.Signals | null) => void)[] = [];
+    const markExit = (code: number | null, signal: NodeJS.Signals | null) => {
+      if (exited) return;
+      exited = { code, signal };
+      for (const cb of exitCbs) cb(code, signal);
+      setTimeout(() => {
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+      }, 2000).unref();
+    };
+    const markDone = () => {
+      if (done || !exited) return;
+      done = true;
+      for (const cb of doneCbs) cb(exited.code, exited.signal);
+    };
+    child.on('exit', (code, signal) => markExit(code, signal));
+    child.on('close', (code, signal) => {
+      markExit(code, signal);
+      markDone();
+    });
+    child.on('error', (err) => {
+      if (child.pid === undefined) {
+        startError = `cannot start ${this.sshCommand} for rank ${spec.rank} on ${spec.host}: ${err.message}`;
+        markExit(127, null);
+        markDone();
+      }
+    });
+
+    let killTimer: NodeJS.Timeout | undefined;
+    return {
+      rank: spec.rank,
+      stdout: child.stdout as Readable,
+      stderr: child.stderr as Readable,
+      kill: (signal: NodeJS.Signals) => {
+        if (exited || child.pid === undefined || !child.stdin) return;
+        if (!child.stdin.writableEnded) child.stdin.write(`${signal}\n`);
+        if (signal !== 'SIGKILL' || killTimer) return;
+        child.stdin.end();
+        // A host that does not answer any more cannot be told: end ssh here.
+        killTimer = setTimeout(() => {
+          if (exited || child.pid === undefined) return;
+          try {
+            process.kill(-child.pid, 'SIGKILL');
+          } catch {
+            // already gone
+          }
+        }, LOCAL_SSH_KILL_DELAY_MS);
+        killTimer.unref();
+      },
+      describeFailure: (code: number | null) => {
+        if (startError) return startError;
+        // 255 is ssh's own failure (no connection, refused, authentication).
+        if (code !== 255) return undefined;
+        const lines = stderrTail.split('\n').map((l) => l.trim()).filter(Boolean);
+        const why = lines.length > 0 ? `: ${lines[lines.length - 1]}` : '';
+        return `ssh to ${spec.host} failed (exit 255)${why}`;
+      },
+      onExit(cb) {
+        if (exited) cb(exited.code, exited.signal);
+        else exitCbs.push(cb);
+      },
+      onDone(cb) {
+        if (done && exited) cb(exited.code, exited.signal);
+        else doneCbs.push(cb);
+      },
+    };
+  }
+}
