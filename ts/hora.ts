@@ -119,7 +119,7 @@ async function join(options: InitOptions): Promise<void> {
     if (launch.isRendezvousHost) {
       server = new RendezvousServer({
         size: launch.size, secret: launch.secret as string, host: launch.rendezvousBindAddr ?? launch.rendezvousAddr, port: launch.rendezvousPort,
-        timeoutMs, jobId: launch.jobId,
+        timeoutMs, jobId: launch.jobId, log: makeLogger('rendezvous', settings.debug),
       });
       await server.listen();
       server.unref();
@@ -171,7 +171,15 @@ function watchControl(w: World, launch: LaunchInfo): void {
     comm.abort(a.code || 'ERR_PEER_LOST', `the job was aborted${a.rank >= 0 ? ` because of rank ${a.rank}` : ''}: ${a.reason}`);
   });
   if (launch.source === 'hora') {
-    w.control.onClose(() => comm.abort('ERR_PEER_LOST', 'lost the connection to the hora launcher'));
+    // The launcher owns the job: when it is gone (killed, even with SIGKILL, or its host lost), nobody
+    // will collect this worker, so after failing what is pending it leaves instead of running on as an
+    // orphan. The second's grace lets rejections be handled and logged.
+    w.control.onClose(() => {
+      comm.abort('ERR_PEER_LOST', 'lost the connection to the hora launcher');
+      if (world !== w) return;
+      process.stderr.write(`hora: rank ${w.rank}: lost the connection to the hora launcher (it exited or was killed); exiting\n`);
+      setTimeout(() => process.exit(1), 1000).unref();
+    });
   }
 }
 

@@ -1,0 +1,40 @@
+'use strict';
+// A launcher killed outright (SIGKILL: no chance to stop anyone) leaves no worker running: each worker
+// notices that its control connection to the launcher closed and exits.
+const t = require('tap');
+const path = require('node:path');
+const { spawn } = require('node:child_process');
+const { HORA, NODE, ROOT } = require('./support/hora-job');
+
+const alive = (pid) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+t.test('hora run SIGKILLed: its idle workers exit within seconds', async (t) => {
+  const launcher = spawn(NODE, [HORA, 'run', '-np', '3', '--', NODE, path.join(__dirname, 'workers', 'idle-worker.js')],
+    { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const pids = new Set();
+  let out = '';
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`workers did not start: ${out}`)), 30000);
+    launcher.stdout.on('data', (d) => {
+      out += d;
+      for (const m of String(d).matchAll(/ready pid (\d+)/g)) pids.add(Number(m[1]));
+      if (pids.size === 3) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+  launcher.kill('SIGKILL');
+  const killedAt = Date.now();
+  while ([...pids].some(alive) && Date.now() - killedAt < 10000) await new Promise((r) => setTimeout(r, 100));
+  const left = [...pids].filter(alive);
+  t.same(left, [], `no worker left ${((Date.now() - killedAt) / 1000).toFixed(1)} s after the launcher was killed`);
+  for (const pid of left) process.kill(pid, 'SIGKILL');
+});
