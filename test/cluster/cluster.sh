@@ -38,12 +38,14 @@
 # --subnet lets it run beside one.
 #
 # Shaping is rate only: this kernel has tbf and htb but no netem, so no added
-# delay or loss. tbf's burst is kept small (32 KB) so that a short probe sees
-# the configured rate rather than a burst at link speed.
+# delay or loss. tbf's bucket holds 2 ms at the configured rate (at least 32 KB):
+# smaller buckets fall short of the rate (measured with iperf3 at 1gbit: 32 KB
+# gave 786 Mbit/s of TCP goodput, 256 KB gave 955, which is line rate for
+# 1500-byte frames), larger ones let more through at link speed at the start.
 set -euo pipefail
 
 MAX_HOSTS=32
-BURST=32kb
+BURST=256kb
 
 die() {
   echo "cluster.sh: $*" >&2
@@ -161,12 +163,23 @@ down() {
   rm -rf "$STATE"
 }
 
+# Bytes of 2 ms at a tc rate such as 1gbit, 500mbit or 100mbps (bytes), at least 32 KB.
+burst_bytes() {
+  local rate=$1 unit per_s
+  unit=$(sed -E 's/^[0-9.]+//' <<<"$rate")
+  case "$unit" in
+    bit) per_s=1 ;; kbit) per_s=1000 ;; mbit) per_s=1000000 ;; gbit) per_s=1000000000 ;; tbit) per_s=1000000000000 ;;
+    bps) per_s=8 ;; kbps) per_s=8000 ;; mbps) per_s=8000000 ;; gbps) per_s=8000000000 ;; tbps) per_s=8000000000000 ;;
+  esac
+  awk -v n="${rate%"$unit"}" -v m="$per_s" 'BEGIN { b = n * m / 8 / 500; if (b < 32768) b = 32768; printf "%d\n", b }'
+}
+
 # tbf on the egress of one interface: egress of the host's eth0 limits what it
 # sends, egress of the bridge port (root end of its veth) what it receives.
 shape() {
   local netns=$1 dev=$2
   ip ${netns:+-n "$netns"} link set "$dev" txqueuelen 1000
-  tc ${netns:+-n "$netns"} qdisc replace dev "$dev" root tbf rate "$RATE" burst "$BURST" latency 20ms
+  tc ${netns:+-n "$netns"} qdisc replace dev "$dev" root tbf rate "$RATE" burst "$(burst_bytes "$RATE")" latency 20ms
 }
 
 up() {

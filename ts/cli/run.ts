@@ -114,6 +114,8 @@ Tuning (passed to workers as HORA_* variables, see \`hora env\`):
   --fusion-mb MB              HORA_FUSION_MB, fusion buffer size
   --algo NAME                 HORA_ALGO, allreduce algorithm
   --transport T               HORA_TRANSPORT: auto, tcp or shm
+  --topology GRID             HORA_TOPOLOGY, grid of the multi-dimensional allreduce,
+                              fastest dimension first, e.g. 4x8x2
 
 Logging and timeline:
   --debug LEVEL               HORA_DEBUG for launcher and workers: WARN, INFO, TRACE
@@ -134,7 +136,7 @@ const VALUE_FLAGS: Record<string, string> = {
   '-p': '-p', '--ssh-port': '-p', '-i': '-i', '--ssh-identity': '-i', '--ssh-opts': '--ssh-opts',
   '--timeout': '--timeout', '--grace': '--grace',
   '--fusion-mb': '--fusion-mb', '--algo': '--algo', '--transport': '--transport', '--iface': '--iface',
-  '--debug': '--debug', '--timeline': '--timeline',
+  '--debug': '--debug', '--timeline': '--timeline', '--topology': '--topology',
 };
 
 const TUNING_FLAGS: Record<string, string> = {
@@ -144,6 +146,7 @@ const TUNING_FLAGS: Record<string, string> = {
   '--iface': 'HORA_IFACE',
   '--debug': 'HORA_DEBUG',
   '--timeline': 'HORA_TIMELINE',
+  '--topology': 'HORA_TOPOLOGY',
 };
 
 /** Returns options, or 'help'. Throws UsageError naming the flag and the value received. */
