@@ -16,7 +16,8 @@
 // $HORA_TEST_RESULT_DIR/rank-<rank>.json when that is set. The process exits 0 even when checks failed:
 // the test asserts on the report.
 //
-// Env: COLLECTIVES_COUNTS  comma-separated element counts (default 0,1,7,p*13+1,300001)
+// Env: COLLECTIVES_COUNTS  comma-separated element counts (default 0,1,7,p*13+1,300001); also read as
+//                          HORA_TEST_COUNTS, which `hora run` passes on to workers on other hosts
 //      COLLECTIVES_SEED    integer mixed into every input (default 1)
 
 const crypto = require('node:crypto');
@@ -537,8 +538,9 @@ async function main() {
   const p = hora.size();
   worldSize = p;
   const seed = Number(process.env.COLLECTIVES_SEED || 1) * 100000;
-  const counts = process.env.COLLECTIVES_COUNTS
-    ? process.env.COLLECTIVES_COUNTS.split(',').map(Number)
+  const countsText = process.env.COLLECTIVES_COUNTS || process.env.HORA_TEST_COUNTS;
+  const counts = countsText
+    ? countsText.split(',').map(Number)
     : [0, 1, 7, p * 13 + 1, 300001];
   const started = Date.now();
   check(Number.isInteger(rank) && rank >= 0 && rank < p, `rank ${rank} out of range for size ${p}`);
