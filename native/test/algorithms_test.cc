@@ -897,6 +897,11 @@ void gridTests(World& w) {
       allreduceCase(w, check, Algorithm::kHierarchical, DType::kFloat32, ReduceOp::kSum, count);
       allreduceCase(w, check, Algorithm::kAuto, DType::kFloat32, ReduceOp::kAvg, count);
     }
+    // Large enough to be cut into pipelined segments (several ticks with two segments in flight).
+    if (t.numHosts > 1 && t.ranksPerHost() > 1) {
+      allreduceCase(w, check, Algorithm::kHierarchical, DType::kFloat32, ReduceOp::kAvg, 9000011);
+      allreduceCase(w, check, Algorithm::kHierarchical, DType::kBFloat16, ReduceOp::kMax, 20000003);
+    }
   } else {
     std::vector<uint8_t> buf(400);
     std::string err = expectSameVerdict(onEveryRank(w, [&](int, Context& c) {

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "algorithms/blocks.h"
 #include "algorithms/collectives.h"
@@ -37,30 +39,100 @@ Ring ringAlong(const Context& ctx, const Topology& t, int stride, int d) {
 
 }  // namespace
 
+// Pipelining. A large buffer is cut into segments that go through the same steps one tick apart: in one
+// tick, segment s takes its step j while segment s+1 takes step j-1, all in one progress() call. So while
+// one segment crosses the slow link between hosts, the next is reduced over shared memory, and the
+// in-host phases hide behind the network instead of adding to it. Each segment's steps are exactly those
+// of the unsegmented algorithm on its sub-range; every rank runs the same schedule, so transfers on one
+// connection are queued and matched in the same order on both ends.
+namespace {
+
+constexpr size_t kSegmentBytes = size_t(8) << 20;
+constexpr int kMaxSegments = 8;
+
+struct Step {
+  const Ring* ring;
+  bool reduce;          // reduce-scatter step (combine what arrives) or allgather step (copy)
+  size_t sendOffset, sendCount, recvOffset, recvCount;  // elements
+};
+
+struct SegmentPlan {
+  std::vector<Step> steps;
+  size_t reduceSteps = 0;          // steps before the allgathers
+  size_t ownOffset = 0, ownCount = 0;  // the block this rank holds fully reduced after them
+};
+
+SegmentPlan planSegment(const std::vector<Ring>& rings, size_t offset, size_t count) {
+  SegmentPlan plan;
+  struct Level {
+    const Ring* ring;
+    size_t offset, count;
+  };
+  std::vector<Level> levels;
+  for (const Ring& ring : rings) {
+    const int d = ring.size, i = ring.me;
+    levels.push_back({&ring, offset, count});
+    for (int s = 0; s < d - 1; ++s) {
+      const int sendBlock = wrapRank(i - s - 1, d), recvBlock = wrapRank(i - s - 2, d);
+      plan.steps.push_back({&ring, true, offset + blockStart(count, d, sendBlock), blockCount(count, d, sendBlock),
+                            offset + blockStart(count, d, recvBlock), blockCount(count, d, recvBlock)});
+    }
+    offset += blockStart(count, d, i);
+    count = blockCount(count, d, i);
+  }
+  plan.reduceSteps = plan.steps.size();
+  plan.ownOffset = offset;
+  plan.ownCount = count;
+  for (auto it = levels.rbegin(); it != levels.rend(); ++it) {
+    const int d = it->ring->size, i = it->ring->me;
+    for (int s = 0; s < d - 1; ++s) {
+      const int sendBlock = wrapRank(i - s, d), recvBlock = wrapRank(i - s - 1, d);
+      plan.steps.push_back({it->ring, false, it->offset + blockStart(it->count, d, sendBlock),
+                            blockCount(it->count, d, sendBlock), it->offset + blockStart(it->count, d, recvBlock),
+                            blockCount(it->count, d, recvBlock)});
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
 Status gridAllreduce(Context& ctx, const std::vector<int>& dims, const AllreduceOptions& o) {
   const Topology& t = ctx.topology();
   const size_t elem = dtypeSize(o.dtype);
-  struct Level {
-    Ring ring;
-    size_t offset;  // elements: the segment this level works on
-    size_t count;
-  };
-  std::vector<Level> levels;
-  size_t offset = 0, count = o.count;
+  std::vector<Ring> rings;
   int stride = 1;
   for (int d : dims) {
-    if (d > 1) {
-      Ring ring = ringAlong(ctx, t, stride, d);
-      levels.push_back({ring, offset, count});
-      HORA_RETURN_IF_ERROR(ringReduceScatter(ctx, ring, o.data + offset * elem, count, o.dtype, o.op));
-      offset += blockStart(count, d, ring.me);
-      count = blockCount(count, d, ring.me);
-    }
+    if (d > 1) rings.push_back(ringAlong(ctx, t, stride, d));
     stride *= d;
   }
-  if (o.op == ReduceOp::kAvg) scaleForAvg(o.dtype, o.data + offset * elem, count, ctx.size());
-  for (auto it = levels.rbegin(); it != levels.rend(); ++it) {
-    HORA_RETURN_IF_ERROR(ringAllgather(ctx, it->ring, o.data + it->offset * elem, it->count, o.dtype));
+  if (rings.empty()) return Status::ok();
+  // One level has nothing to overlap with; otherwise segments of at least kSegmentBytes.
+  const size_t bytes = o.count * elem;
+  const int segments = rings.size() < 2 ? 1 : static_cast<int>(std::min<size_t>(kMaxSegments, std::max<size_t>(1, bytes / kSegmentBytes)));
+  std::vector<SegmentPlan> plans;
+  for (int s = 0; s < segments; ++s) {
+    plans.push_back(planSegment(rings, blockStart(o.count, segments, s), blockCount(o.count, segments, s)));
+  }
+  const int steps = static_cast<int>(plans[0].steps.size());
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (int tick = 0; tick < steps + segments - 1; ++tick) {
+    sends.clear();
+    recvs.clear();
+    for (int s = 0; s < segments; ++s) {
+      const int j = tick - s;
+      if (j < 0 || j >= steps) continue;
+      const SegmentPlan& plan = plans[s];
+      // Between its reduce-scatters and its allgathers a segment's own block is final: divide it for avg.
+      if (static_cast<size_t>(j) == plan.reduceSteps && o.op == ReduceOp::kAvg) {
+        scaleForAvg(o.dtype, o.data + plan.ownOffset * elem, plan.ownCount, ctx.size());
+      }
+      const Step& st = plan.steps[j];
+      sends.push_back({st.ring->right, o.data + st.sendOffset * elem, st.sendCount * elem});
+      recvs.push_back({st.ring->left, o.data + st.recvOffset * elem, st.recvCount * elem, 0, st.reduce, o.op, o.dtype});
+    }
+    HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size())));
   }
   return Status::ok();
 }

@@ -210,6 +210,13 @@ Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecv
     for (int i = 0; i < numRecvs; ++i) {
       RecvOp& r = recvs[i];
       if (r.done == r.len) continue;
+      // Likewise receives from one peer: the bytes arrive in the order the peer queued its sends.
+      bool queuedBehind = false;
+      for (int j = 0; j < i; ++j) queuedBehind |= recvs[j].pair == r.pair && recvs[j].done < recvs[j].len;
+      if (queuedBehind) {
+        pending = true;
+        continue;
+      }
       if (!r.reduce) {
         size_t got = 0;
         HORA_RETURN_IF_ERROR(r.pair->tryRecvInto(r.dst + r.done, r.len - r.done, &got));

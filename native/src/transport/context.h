@@ -38,7 +38,8 @@ enum class TransportChoice : uint8_t {
   kTcp = 1,   // TCP for every pair (HORA_TRANSPORT=tcp)
 };
 
-// Several sends to the same peer in one progress() call go out in array order.
+// Several sends to the same peer in one progress() call go out in array order, and several receives from
+// one peer are filled in array order.
 struct SendOp {
   Pair* pair;
   const uint8_t* data;
