@@ -25,18 +25,32 @@ export function encodeFrame(payload: Uint8Array): Buffer {
   return out;
 }
 
-/** Splits a byte stream into frame payloads. */
+/**
+ * Splits a byte stream into frame payloads.
+ *
+ * Bytes are copied out of each chunk as they arrive, into the 4-byte header
+ * and then into a payload buffer that grows by doubling up to the length the
+ * header announced. So the work per byte is constant however the stream is
+ * cut (a 16 KiB frame sent one byte at a time once took 14 s to reassemble,
+ * re-reading every held chunk per byte), the memory held is at most twice
+ * what was received and never above the limit, and no socket buffer is kept
+ * alive by a slice of it.
+ */
 export class FrameDecoder {
-  private chunks: Buffer[] = [];
-  private buffered = 0;
+  private readonly header = Buffer.alloc(HEADER_BYTES);
+  private headerFill = 0;
+  /** Payload being received, once its header is in; its length is the capacity so far. */
+  private payload: Buffer | undefined;
+  private payloadLength = 0;
+  private payloadFill = 0;
   private failed: ControlProtocolError | undefined;
 
   /** @param maxFrameBytes largest payload accepted; larger lengths fail before allocation. */
   constructor(readonly maxFrameBytes: number = MAX_FRAME_BYTES) {}
 
-  /** Bytes received but not yet returned as a complete frame. */
+  /** Bytes received but not yet returned as a complete frame (header included). */
   get pendingBytes(): number {
-    return this.buffered;
+    return this.payload === undefined ? this.headerFill : HEADER_BYTES + this.payloadFill;
   }
 
   /**
@@ -45,57 +59,56 @@ export class FrameDecoder {
    */
   push(chunk: Uint8Array): Buffer[] {
     if (this.failed) throw this.failed;
-    if (chunk.length > 0) {
-      this.chunks.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length));
-      this.buffered += chunk.length;
-    }
     const frames: Buffer[] = [];
-    for (;;) {
-      if (this.buffered < HEADER_BYTES) break;
-      const length = this.peekLength();
-      if (length > this.maxFrameBytes) {
-        this.failed = new ControlProtocolError(
-          `control frame of ${length} bytes exceeds the limit of ${this.maxFrameBytes} bytes (not a hora peer, or a corrupted stream)`,
-        );
-        this.chunks = [];
-        this.buffered = 0;
-        throw this.failed;
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.payload === undefined) {
+        const take = Math.min(HEADER_BYTES - this.headerFill, chunk.length - at);
+        this.header.set(chunk.subarray(at, at + take), this.headerFill);
+        this.headerFill += take;
+        at += take;
+        if (this.headerFill < HEADER_BYTES) break;
+        const length = this.header.readUInt32BE(0);
+        if (length > this.maxFrameBytes) {
+          this.failed = new ControlProtocolError(
+            `control frame of ${length} bytes exceeds the limit of ${this.maxFrameBytes} bytes (not a hora peer, or a corrupted stream)`,
+          );
+          this.headerFill = 0;
+          throw this.failed;
+        }
+        this.headerFill = 0;
+        if (chunk.length - at >= length) {
+          // The common case: the whole payload is in this chunk; one copy of exactly its size.
+          frames.push(Buffer.from(chunk.subarray(at, at + length)));
+          at += length;
+          continue;
+        }
+        this.payloadLength = length;
+        this.payloadFill = 0;
+        this.payload = Buffer.allocUnsafe(Math.min(length, Math.max(256, chunk.length - at)));
       }
-      if (this.buffered < HEADER_BYTES + length) break;
-      this.consume(HEADER_BYTES);
-      frames.push(this.consume(length));
+      const take = Math.min(this.payloadLength - this.payloadFill, chunk.length - at);
+      this.reserve(this.payloadFill + take);
+      this.payload.set(chunk.subarray(at, at + take), this.payloadFill);
+      this.payloadFill += take;
+      at += take;
+      if (this.payloadFill === this.payloadLength) {
+        frames.push(this.payload);
+        this.payload = undefined;
+        this.payloadFill = 0;
+      }
     }
     return frames;
   }
 
-  private peekLength(): number {
-    const first = this.chunks[0];
-    if (first.length >= HEADER_BYTES) return first.readUInt32BE(0);
-    const head = Buffer.concat(this.chunks, HEADER_BYTES);
-    return head.readUInt32BE(0);
-  }
-
-  // Removes and returns the next n bytes (n <= buffered); copies only when they span chunks.
-  private consume(n: number): Buffer {
-    this.buffered -= n;
-    const first = this.chunks[0];
-    if (first !== undefined && first.length >= n) {
-      const out = first.subarray(0, n);
-      if (first.length === n) this.chunks.shift();
-      else this.chunks[0] = first.subarray(n);
-      return Buffer.from(out); // detach from the socket's buffer so the rest can be freed
-    }
-    const out = Buffer.allocUnsafe(n);
-    let filled = 0;
-    while (filled < n) {
-      const c = this.chunks[0];
-      const take = Math.min(c.length, n - filled);
-      c.copy(out, filled, 0, take);
-      filled += take;
-      if (take === c.length) this.chunks.shift();
-      else this.chunks[0] = c.subarray(take);
-    }
-    return out;
+  // Grows the payload buffer to hold n bytes: doubling, capped at the announced length,
+  // so that it ends exactly that long.
+  private reserve(n: number): void {
+    const current = this.payload as Buffer;
+    if (n <= current.length) return;
+    const grown = Buffer.allocUnsafe(Math.min(this.payloadLength, Math.max(n, 2 * current.length)));
+    current.copy(grown, 0, 0, this.payloadFill);
+    this.payload = grown;
   }
 }
 
@@ -116,6 +129,7 @@ export class ControlConnection extends EventEmitter {
   private socketError: Error | undefined;
   private closed = false;
   private invalidated = false;
+  private ending = false;
 
   constructor(
     readonly socket: net.Socket,
@@ -138,6 +152,11 @@ export class ControlConnection extends EventEmitter {
     return this.closed || this.socket.destroyed;
   }
 
+  /** Closed, or closing after sendAndEnd(): takes no more messages in either direction. */
+  get isFinished(): boolean {
+    return this.isClosed || this.ending;
+  }
+
   /** "addr:port" of the other end, for log lines. */
   get remote(): string {
     return `${this.socket.remoteAddress ?? '?'}:${this.socket.remotePort ?? '?'}`;
@@ -145,14 +164,17 @@ export class ControlConnection extends EventEmitter {
 
   /** Queues a message; returns false when the socket is already closed. */
   send(msg: ControlMessage): boolean {
-    if (this.isClosed) return false;
+    if (this.isFinished) return false;
     this.socket.write(encodeFrame(encodeEnvelope(msg)));
     return true;
   }
 
-  /** Sends a last message, then closes once it is flushed. */
+  /** Sends a last message, then closes once it is flushed; nothing more is read or sent. */
   sendAndEnd(msg: ControlMessage): void {
-    if (this.isClosed) return;
+    if (this.isClosed || this.ending) return;
+    // Frames already received behind the one that got this answer must not be
+    // handled (a second answer would be written after end() and cut off this one).
+    this.ending = true;
     this.socket.end(encodeFrame(encodeEnvelope(msg)));
     // A peer that never reads must not keep the socket half-open forever.
     setTimeout(() => this.socket.destroy(), 2000).unref();
@@ -163,7 +185,7 @@ export class ControlConnection extends EventEmitter {
   }
 
   private onData(chunk: Buffer): void {
-    if (this.isClosed || this.invalidated) return;
+    if (this.isFinished || this.invalidated) return;
     let frames: Buffer[];
     try {
       frames = this.decoder.push(chunk);
@@ -180,7 +202,7 @@ export class ControlConnection extends EventEmitter {
         return;
       }
       this.emit('message', msg);
-      if (this.isClosed || this.invalidated) return;
+      if (this.isFinished || this.invalidated) return;
     }
   }
 

@@ -3,6 +3,10 @@
 // The .proto file is the contract and is loaded at run time with protobufjs
 // (no generated code to keep in sync). Callers only see the plain objects
 // below; decodeEnvelope() turns anything malformed into a ControlProtocolError.
+// Nothing read from the network is trusted (ARCHITECTURE invariant 5): after
+// protobuf decoding, validateMessage() holds every field to the bounds in
+// FIELD_LIMITS and a PeerTable to its own invariants, so that the server, the
+// client and the native core never index or allocate by an unchecked number.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -142,5 +146,135 @@ export function decodeEnvelope(bytes: Uint8Array): ControlMessage {
     throw new ControlProtocolError(`control message (${bytes.length} bytes) carries no known message`);
   }
   const body = obj[kind] as Record<string, unknown>;
-  return { kind, ...body } as ControlMessage;
+  const msg = { kind, ...body } as ControlMessage;
+  validateMessage(msg);
+  return msg;
+}
+
+// ---------------------------------------------------------------------------
+// Field bounds. protobuf only says "a uint32" or "a string"; these say what a
+// hora peer can actually mean. Job-dependent checks (rank < the job's size,
+// the protocol version, the HMAC) stay with the server and the client, which
+// can explain them better.
+
+/** Bounds validateMessage() applies to every message received. */
+export const FIELD_LIMITS = {
+  /** UTF-8 bytes of an identifier: host id, data address, host name, job id, error code. */
+  nameBytes: 1024,
+  /** UTF-8 bytes of free text: Abort.reason, Error.message. */
+  textBytes: 64 * 1024,
+  /** Challenge.nonce length: enough randomness, and no more than a nonce needs. */
+  nonceMinBytes: 16,
+  nonceMaxBytes: 1024,
+  /** Register.auth length (an HMAC-SHA256 is 32; the server checks the exact value). */
+  authMaxBytes: 1024,
+  /** Largest TCP port. */
+  port: 65535,
+} as const;
+
+/**
+ * Throws ControlProtocolError, naming the field and its value, when a decoded
+ * message breaks the bounds of FIELD_LIMITS, or a PeerTable its invariants:
+ * 1 <= size, exactly `size` peers, peers[i].rank === i, your_rank < size, and
+ * local/cross ranks and sizes that agree with the host ids.
+ */
+export function validateMessage(msg: ControlMessage): void {
+  switch (msg.kind) {
+    case 'challenge':
+      checkBytes('Challenge.nonce', msg.nonce, FIELD_LIMITS.nonceMinBytes, FIELD_LIMITS.nonceMaxBytes);
+      return;
+    case 'register':
+      if (!Number.isInteger(msg.rank) || msg.rank < -1) {
+        fieldError('Register.rank', msg.rank, 'is out of range: must be -1 (assign one) or a rank >= 0');
+      }
+      checkName('Register.hostId', msg.hostId);
+      checkName('Register.dataAddr', msg.dataAddr);
+      checkPort('Register.dataPort', msg.dataPort);
+      checkName('Register.hostname', msg.hostname);
+      checkBytes('Register.auth', msg.auth, 0, FIELD_LIMITS.authMaxBytes);
+      return;
+    case 'peerTable':
+      checkPeerTable(msg);
+      return;
+    case 'abort':
+      checkText('Abort.reason', msg.reason);
+      if (!Number.isInteger(msg.rank) || msg.rank < -1) fieldError('Abort.rank', msg.rank, 'is out of range: must be -1 (none) or a rank >= 0');
+      checkName('Abort.code', msg.code);
+      return;
+    case 'heartbeat':
+      return; // two uint64 counters: any value means something
+    case 'error':
+      checkName('Error.code', msg.code);
+      checkText('Error.message', msg.message);
+      return;
+  }
+}
+
+function checkPeerTable(table: PeerTable): void {
+  checkName('PeerTable.jobId', table.jobId);
+  if (!Number.isInteger(table.size) || table.size < 1) fieldError('PeerTable.size', table.size, 'is out of range: a job has at least 1 rank');
+  if (table.peers.length !== table.size) {
+    fieldError('PeerTable.peers', `${table.peers.length} entries`, `does not match PeerTable.size ${table.size}`);
+  }
+  if (!Number.isInteger(table.yourRank) || table.yourRank < 0 || table.yourRank >= table.size) {
+    fieldError('PeerTable.yourRank', table.yourRank, `is out of range for size ${table.size}`);
+  }
+  // The topology must be the one the host ids give (see computeTopology in server.ts):
+  // local ranks count the ranks of a host in rank order, cross ranks the hosts in order of their lowest rank.
+  const hostIndex = new Map<string, number>();
+  const hostCount = new Map<string, number>();
+  for (const p of table.peers) {
+    if (!hostIndex.has(p.hostId)) hostIndex.set(p.hostId, hostIndex.size);
+    hostCount.set(p.hostId, (hostCount.get(p.hostId) ?? 0) + 1);
+  }
+  const seen = new Map<string, number>();
+  table.peers.forEach((p, i) => {
+    const at = `PeerTable.peers[${i}]`;
+    if (p.rank !== i) fieldError(`${at}.rank`, p.rank, `must equal its index ${i} (peers are ordered by rank, one per rank)`);
+    checkName(`${at}.hostId`, p.hostId);
+    checkName(`${at}.dataAddr`, p.dataAddr);
+    checkPort(`${at}.dataPort`, p.dataPort);
+    checkName(`${at}.hostname`, p.hostname);
+    const localRank = seen.get(p.hostId) ?? 0;
+    seen.set(p.hostId, localRank + 1);
+    const expect: [string, number, number][] = [
+      ['localRank', p.localRank, localRank],
+      ['localSize', p.localSize, hostCount.get(p.hostId) as number],
+      ['crossRank', p.crossRank, hostIndex.get(p.hostId) as number],
+      ['crossSize', p.crossSize, hostIndex.size],
+    ];
+    for (const [field, got, want] of expect) {
+      if (got !== want) fieldError(`${at}.${field}`, got, `disagrees with the host ids, which give ${want}`);
+    }
+  });
+}
+
+function checkPort(field: string, port: number): void {
+  if (!Number.isInteger(port) || port < 0 || port > FIELD_LIMITS.port) fieldError(field, port, `is not a TCP port (0..${FIELD_LIMITS.port})`);
+}
+
+function checkName(field: string, value: string): void {
+  checkText(field, value, FIELD_LIMITS.nameBytes);
+  // Identifiers end up in log lines, file names and getaddrinfo(): no control characters.
+  const bad = /[\u0000-\u001f\u007f]/.exec(value);
+  if (bad) fieldError(field, quote(value), `contains the control character U+${bad[0].charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+function checkText(field: string, value: string, maxBytes: number = FIELD_LIMITS.textBytes): void {
+  const bytes = Buffer.byteLength(value, 'utf8');
+  if (bytes > maxBytes) fieldError(field, `${bytes} bytes`, `exceeds the limit of ${maxBytes} bytes`);
+}
+
+function checkBytes(field: string, value: Buffer, min: number, max: number): void {
+  if (value.length < min || value.length > max) fieldError(field, `${value.length} bytes`, `must be ${min}..${max} bytes`);
+}
+
+/** A string from the network as it may appear in a log line: quoted, escaped, cut short. */
+function quote(value: string): string {
+  return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}...` : value);
+}
+
+// `shown` is the offending value as the message should show it: a number, quote(text), "N bytes".
+function fieldError(field: string, shown: number | string, problem: string): never {
+  throw new ControlProtocolError(`${field} ${shown} ${problem}`);
 }

@@ -16,7 +16,7 @@ import * as crypto from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import * as net from 'node:net';
 import type { Logger } from '../config';
-import { ControlConnection, MAX_FRAME_BYTES } from './frame';
+import { ControlConnection } from './frame';
 import { ControlMessage, Peer, PeerTable, PROTOCOL_VERSION, Register } from './messages';
 
 export interface RendezvousServerOptions {
@@ -34,11 +34,19 @@ export interface RendezvousServerOptions {
   handshakeTimeoutMs?: number;
   /** Goes into PeerTable.job_id. Default: random hex. */
   jobId?: string;
-  /** Frame size limit. Default MAX_FRAME_BYTES. */
+  /** Limit on frames received (workers send only Register and Heartbeat). Default SERVER_MAX_FRAME_BYTES. */
   maxFrameBytes?: number;
   /** Where diagnostics go. Default: nowhere. */
   log?: Logger;
 }
+
+/**
+ * Default limit on frames the server receives. A Register within FIELD_LIMITS
+ * is under 5 KiB; the 1 MiB limit the workers need for a large PeerTable would
+ * let every unauthenticated connection make the server buffer 1 MiB and spend
+ * hundreds of milliseconds decoding it (measured: docs/security.md).
+ */
+export const SERVER_MAX_FRAME_BYTES = 16 * 1024;
 
 /** One registered worker before the table is built. */
 interface Registration {
@@ -98,7 +106,7 @@ export class RendezvousServer extends EventEmitter {
     this.timeoutMs = opts.timeoutMs ?? 300_000;
     this.handshakeTimeoutMs = opts.handshakeTimeoutMs ?? 30_000;
     this.jobId = opts.jobId ?? crypto.randomBytes(8).toString('hex');
-    this.maxFrameBytes = opts.maxFrameBytes ?? MAX_FRAME_BYTES;
+    this.maxFrameBytes = opts.maxFrameBytes ?? SERVER_MAX_FRAME_BYTES;
     this.log = opts.log ?? (() => undefined);
     this.server = net.createServer((socket) => this.accept(socket));
     this.server.on('error', (err) => this.log('WARN', `rendezvous server error: ${err.message}`));
@@ -223,6 +231,8 @@ export class RendezvousServer extends EventEmitter {
   }
 
   private reject(conn: ControlConnection, code: string, message: string): void {
+    // Already answered (say, a bad frame, then the handshake timer before the socket is gone): once is enough.
+    if (conn.isFinished) return;
     const info: RejectionInfo = { code, message, remote: conn.remote };
     this.log('WARN', `rejected control connection from ${info.remote}: ${code}: ${message}`);
     conn.sendAndEnd({ kind: 'error', code, message });
