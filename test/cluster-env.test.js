@@ -284,9 +284,9 @@ t.test('srun\'s variables across two simulated hosts: the tasks meet at the firs
     return t.skip(cannot);
   }
   const name = 'hslurm';
-  const cluster = await up(2, { name });
+  const cluster = await up(2, { name, subnet: 44 }); // a subnet of its own: cluster tests run in parallel
   t.teardown(() => cluster.down());
-  // Node names that are addresses, so that they resolve in every namespace: "10.77.0.[1-2]".
+  // Node names that are addresses, so that they resolve in every namespace: "10.77.44.[1-2]".
   const [h0, h1] = cluster.hosts;
   const nodelist = `${h0.slice(0, h0.lastIndexOf('.') + 1)}[${h0.split('.')[3]}-${h1.split('.')[3]}]`;
   const envs = [0, 1, 2, 3].map((rank) => slurmEnv(rank, {

@@ -72,13 +72,13 @@ t.test('mpirun across two hosts', async (t) => {
     t.comment(`skipped: ${cannot}`);
     return t.skip(cannot);
   }
-  const cluster = await up(2, { name: NAME });
+  const cluster = await up(2, { name: NAME, subnet: 45 }); // a subnet of its own: cluster tests run in parallel
   t.teardown(() => cluster.down());
   const [h0, h1] = cluster.hosts;
   const mpirunArgs = (extra) => [
     ...rootFlag, '-np', '4', '-H', `${h0}:2,${h1}:2`,
     '--mca', 'plm_rsh_agent', `ssh -F ${cluster.sshConfig}`,
-    '--mca', 'oob_tcp_if_include', '10.77.0.0/24', // hora's workers never call MPI_Init: no btl options
+    '--mca', 'oob_tcp_if_include', cluster.subnet, // hora's workers never call MPI_Init: no btl options
     ...extra, process.execPath, WORKER,
   ];
 
