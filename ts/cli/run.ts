@@ -19,6 +19,7 @@ import * as os from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import { defaultHostId, firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, readSettings, resolveIface, DebugLevel, DEBUG_LEVELS } from '../config';
 import { RendezvousServer } from '../control/server';
+import { trackChild } from './child';
 import { hostPart, localAddressToward, splitShellWords, SshOptions, SshSpawner } from './ssh';
 
 // ---------------------------------------------------------------------------
@@ -401,43 +402,15 @@ export class LocalSpawner implements Spawner {
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
-    let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-    const exitCbs: ((code: number | null, signal: NodeJS.Signals | null) => void)[] = [];
-    const doneCbs: ((code: number | null, signal: NodeJS.Signals | null) => void)[] = [];
-    let done = false;
-    const markExit = (code: number | null, signal: NodeJS.Signals | null) => {
-      if (exited) return;
-      exited = { code, signal };
-      for (const cb of exitCbs) cb(code, signal);
-      // A grandchild that inherited stdout can hold the pipe open after the worker is gone.
-      setTimeout(() => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-      }, 2000).unref();
-    };
-    const markDone = () => {
-      if (done || !exited) return;
-      done = true;
-      for (const cb of doneCbs) cb(exited.code, exited.signal);
-    };
-    child.on('exit', (code, signal) => markExit(code, signal));
-    child.on('close', (code, signal) => {
-      markExit(code, signal);
-      markDone();
-    });
-    child.on('error', (err) => {
-      if (child.pid === undefined) {
-        process.stderr.write(`hora run: cannot start ${JSON.stringify(spec.command)} for rank ${spec.rank}: ${err.message}\n`);
-        markExit(127, null);
-        markDone();
-      }
+    const life = trackChild(child, (err) => {
+      process.stderr.write(`hora run: cannot start ${JSON.stringify(spec.command)} for rank ${spec.rank}: ${err.message}\n`);
     });
     return {
       rank: spec.rank,
       stdout: child.stdout as Readable,
       stderr: child.stderr as Readable,
       kill(signal: NodeJS.Signals) {
-        if (exited || child.pid === undefined) return;
+        if (life.exited || child.pid === undefined) return;
         try {
           process.kill(-child.pid, signal);
         } catch {
@@ -448,14 +421,8 @@ export class LocalSpawner implements Spawner {
           }
         }
       },
-      onExit(cb) {
-        if (exited) cb(exited.code, exited.signal);
-        else exitCbs.push(cb);
-      },
-      onDone(cb) {
-        if (done && exited) cb(exited.code, exited.signal);
-        else doneCbs.push(cb);
-      },
+      onExit: life.onExit,
+      onDone: life.onDone,
     };
   }
 }

@@ -17,6 +17,7 @@ import * as child_process from 'node:child_process';
 import * as dgram from 'node:dgram';
 import * as net from 'node:net';
 import type { Readable } from 'node:stream';
+import { trackChild } from './child';
 import type { WorkerHandle, WorkerSpec } from './run';
 
 export interface SshOptions {
@@ -243,36 +244,9 @@ export class SshSpawner {
       stderrTail = (stderrTail + chunk.toString('utf8')).slice(-4096);
     });
 
-    let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-    let done = false;
     let startError: string | undefined;
-    const exitCbs: ((code: number | null, signal: NodeJS.Signals | null) => void)[] = [];
-    const doneCbs: ((code: number | null, signal: NodeJS.Signals | null) => void)[] = [];
-    const markExit = (code: number | null, signal: NodeJS.Signals | null) => {
-      if (exited) return;
-      exited = { code, signal };
-      for (const cb of exitCbs) cb(code, signal);
-      setTimeout(() => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-      }, 2000).unref();
-    };
-    const markDone = () => {
-      if (done || !exited) return;
-      done = true;
-      for (const cb of doneCbs) cb(exited.code, exited.signal);
-    };
-    child.on('exit', (code, signal) => markExit(code, signal));
-    child.on('close', (code, signal) => {
-      markExit(code, signal);
-      markDone();
-    });
-    child.on('error', (err) => {
-      if (child.pid === undefined) {
-        startError = `cannot start ${this.sshCommand} for rank ${spec.rank} on ${spec.host}: ${err.message}`;
-        markExit(127, null);
-        markDone();
-      }
+    const life = trackChild(child, (err) => {
+      startError = `cannot start ${this.sshCommand} for rank ${spec.rank} on ${spec.host}: ${err.message}`;
     });
 
     let killTimer: NodeJS.Timeout | undefined;
@@ -281,13 +255,13 @@ export class SshSpawner {
       stdout: child.stdout as Readable,
       stderr: child.stderr as Readable,
       kill: (signal: NodeJS.Signals) => {
-        if (exited || child.pid === undefined || !child.stdin) return;
+        if (life.exited || child.pid === undefined || !child.stdin) return;
         if (!child.stdin.writableEnded) child.stdin.write(`${signal}\n`);
         if (signal !== 'SIGKILL' || killTimer) return;
         child.stdin.end();
         // A host that does not answer any more cannot be told: end ssh here.
         killTimer = setTimeout(() => {
-          if (exited || child.pid === undefined) return;
+          if (life.exited || child.pid === undefined) return;
           try {
             process.kill(-child.pid, 'SIGKILL');
           } catch {
@@ -304,14 +278,8 @@ export class SshSpawner {
         const why = lines.length > 0 ? `: ${lines[lines.length - 1]}` : '';
         return `ssh to ${spec.host} failed (exit 255)${why}`;
       },
-      onExit(cb) {
-        if (exited) cb(exited.code, exited.signal);
-        else exitCbs.push(cb);
-      },
-      onDone(cb) {
-        if (done && exited) cb(exited.code, exited.signal);
-        else doneCbs.push(cb);
-      },
+      onExit: life.onExit,
+      onDone: life.onDone,
     };
   }
 }
