@@ -102,6 +102,13 @@ export class Dispatcher {
     private readonly fusionBytes: number,
   ) {
     this.comm = createComm((id) => this.onComplete(id));
+    // A process that ends while collectives are outstanding (its event loop ran dry, or it called
+    // process.exit) leaves its peers waiting for it: say so, or the peers' errors are all there is.
+    process.once('exit', (code) => {
+      if (this.outstanding.size > 0) {
+        process.stderr.write(`hora: rank ${this.rank} is exiting (code ${code}) with ${this.outstanding.size} collective(s) outstanding\n`);
+      }
+    });
   }
 
   get pending(): number {
