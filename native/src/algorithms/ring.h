@@ -1,4 +1,5 @@
-// Ring steps shared by the flat ring allreduce, reduce-scatter and the multi-dimensional allreduce.
+// Ring steps of the flat ring allreduce and reduce-scatter (the multi-dimensional allreduce plans the same
+// steps per segment in multidim.cc, to run several segments in one progress() call).
 //
 // A ring is an ordered set of ranks; each member sends to its right neighbour and receives from its left.
 // The buffer is cut into one block per member (blocks.h). Each step's send and receive progress together
