@@ -5,6 +5,9 @@
 //   mismatch  ranks disagree on count, dtype, op, root or collective; later collectives must still work
 //   kill      rank $KILL_RANK SIGKILLs itself during a loop of 64 MiB allreduces; the others must see
 //             ERR_PEER_LOST quickly
+//   stop      rank $KILL_RANK SIGSTOPs itself during the same loop; with a short HORA_TIMEOUT_S the others
+//             must see ERR_TIMEOUT, then exit 1 as a training script whose step threw would
+//   spin      rank $KILL_RANK loops forever on its JS thread between collectives; the same for the others
 //   solo      no launcher: collectives before init, then a world of one, then after shutdown
 // Each rank records what it saw and writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json (the test
 // asserts on it), and exits 0 whatever it saw.
@@ -153,6 +156,28 @@ async function killScenario() {
   return { rejectedAt: null, iteration: 1000 };
 }
 
+// The victim hangs (SIGSTOP, or an endless loop on its JS thread) while its peers wait in a collective.
+async function hangScenario(how) {
+  const r = hora.rank();
+  const victim = Number(process.env.KILL_RANK || 1);
+  const x = new Float32Array(4 * 1024 * 1024).fill(1); // 16 MiB
+  for (let i = 0; i < 1000; i++) {
+    if (r === victim && i === 2) {
+      report(r, { hungAt: Date.now(), iteration: i, how, jobId: process.env.HORA_JOB_ID });
+      if (how === 'stop') process.kill(process.pid, 'SIGSTOP');
+      for (;;); // eslint-disable-line no-empty
+    }
+    const work = hora.allreduce(x, { op: 'max', inplace: true });
+    try {
+      await work;
+    } catch (e) {
+      process.exitCode = 1;
+      return { rejectedAt: Date.now(), iteration: i, error: describeError(e) };
+    }
+  }
+  return { rejectedAt: null, iteration: 1000 };
+}
+
 async function soloScenario() {
   const f32 = new Float32Array([1.5, -2, 3]);
   const before = {};
@@ -204,7 +229,7 @@ async function soloScenario() {
   return { before, world, single, barrier, invalid, after };
 }
 
-const SCENARIOS = { invalid: invalidScenario, 'invalid-same-tick': invalidSameTickScenario, mismatch: mismatchScenario, kill: killScenario, solo: soloScenario };
+const SCENARIOS = { invalid: invalidScenario, 'invalid-same-tick': invalidSameTickScenario, mismatch: mismatchScenario, kill: killScenario, stop: () => hangScenario('stop'), spin: () => hangScenario('spin'), solo: soloScenario };
 
 async function main() {
   const scenario = SCENARIOS[process.argv[2]];

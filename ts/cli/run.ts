@@ -413,6 +413,8 @@ export class LocalSpawner implements Spawner {
         if (life.exited || child.pid === undefined) return;
         try {
           process.kill(-child.pid, signal);
+          // A stopped worker (SIGSTOP, a debugger) only acts on SIGTERM once it runs again.
+          if (signal === 'SIGTERM') process.kill(-child.pid, 'SIGCONT');
         } catch {
           try {
             child.kill(signal);

@@ -57,6 +57,7 @@ function remoteWrapper(killDelayMs: number): void {
     requested.add(signal);
     try {
       if (child.pid !== undefined) process.kill(-child.pid, signal);
+      if (child.pid !== undefined && signal === 'SIGTERM') process.kill(-child.pid, 'SIGCONT');
     } catch {
       // the group is gone
     }
