@@ -14,6 +14,8 @@ const ROOT = path.join(__dirname, '..');
 const TESTS = [
   { name: 'reduce_test', minOk: 600, timeoutMs: 120000 },
   { name: 'algorithms_test', minOk: 190, timeoutMs: 300000 },
+  { name: 'sha256_test', minOk: 18, timeoutMs: 60000 },
+  { name: 'connect_test', minOk: 36, timeoutMs: 120000 },
 ];
 
 // Resolves {code, signal, output} with stdout and stderr interleaved as they arrived.

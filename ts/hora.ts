@@ -108,7 +108,7 @@ async function join(options: InitOptions): Promise<void> {
   const dataAddr = advertiseAddress(settings, launch.rendezvousAddr);
   const dispatcher = new Dispatcher(addon, (onComplete) => new addon.Communicator({
     rank: launch.rank, size: launch.size, timeoutMs, fusionBytes, algorithm, transport,
-    bindHost: dataAddr, logLevel: LOG_LEVELS[settings.debug] ?? 0,
+    bindHost: dataAddr, secret: launch.secret as string, logLevel: LOG_LEVELS[settings.debug] ?? 0,
     grid: settings.topology, costLocal: settings.costLocal, costCross: settings.costCross,
   }, onComplete), launch.rank, fusionBytes);
   const comm = dispatcher.comm;

@@ -28,6 +28,8 @@ export interface NativeCommOptions {
   transport: NativeTransport;
   /** IPv4 address the data-plane listener binds; '' for all interfaces. */
   bindHost: string;
+  /** Per-job secret (HORA_SECRET); its UTF-8 bytes key the data-plane handshake's HMAC. */
+  secret: string;
   /** 0 WARN, 1 INFO, 2 TRACE */
   logLevel: number;
   /** HORA_TOPOLOGY grid, fastest dimension first (product = size); [] for none. */

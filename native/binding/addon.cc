@@ -77,6 +77,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     opts.algorithm = enumFrom<hora::Algorithm>(o, "algorithm", hora::kNumAlgorithms);
     opts.transport = enumFrom<hora::TransportChoice>(o, "transport", 2);
     opts.bindHost = o.Get("bindHost").As<Napi::String>().Utf8Value();
+    opts.secret = o.Get("secret").As<Napi::String>().Utf8Value();
     if (o.Has("grid")) {
       Napi::Array grid = o.Get("grid").As<Napi::Array>();
       for (uint32_t i = 0; i < grid.Length(); ++i) opts.grid.push_back(grid.Get(i).As<Napi::Number>().Int32Value());

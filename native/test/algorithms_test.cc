@@ -169,7 +169,7 @@ Status connectWorld(Net net, int size, int64_t timeoutMs, World* w) {
   std::vector<Status> st(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] { st[r] = w->ctx[r]->connect(peers, jobId, choice); });
+    threads.emplace_back([&, r] { st[r] = w->ctx[r]->connect(peers, jobId, "algtest-secret", choice); });
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < size; ++r) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the native unit tests (reduce_test, algorithms_test) into $1 (default /tmp/hora-native-tests).
+# Builds the native unit tests (every native/test/*_test.cc: one executable each) into $1 (default
+# /tmp/hora-native-tests).
 # Run from the repository root. Every .cc under native/src is linked in; native/binding is Node-API glue
 # and is left out, so the tests need neither node-gyp nor Node headers.
 set -euo pipefail
@@ -16,7 +17,7 @@ mkdir -p "$out"
 mapfile -t sources < <(find native/src -name '*.cc' | sort)
 flags=(-std=c++17 -O2 -g -pthread -Wall -Inative/src)
 
-# The core is compiled once into objects shared by both tests; the two links then run in parallel.
+# The core is compiled once into objects shared by all tests; the links then run in parallel.
 # Waits for every job in pids; if any failed, says what failed and exits.
 wait_all() {
   local status=0
@@ -39,10 +40,13 @@ for src in "${sources[@]}"; do
 done
 wait_all "compiling native/src failed"
 
+mapfile -t tests < <(find native/test -maxdepth 1 -name '*_test.cc' -printf '%f\n' | sed 's/\.cc$//' | sort)
 pids=()
-for test in reduce_test algorithms_test; do
+built=()
+for test in "${tests[@]}"; do
   "$cxx" "${flags[@]}" "native/test/$test.cc" "${objects[@]}" -lrt -o "$out/$test" &
   pids+=($!)
+  built+=("$out/$test")
 done
 wait_all "building the tests failed"
-echo "built $out/reduce_test $out/algorithms_test"
+echo "built ${built[*]}"

@@ -188,7 +188,7 @@ void Communicator::run() {
 }
 
 void Communicator::runConnect(Task& task) {
-  Status st = ctx_.connect(task.peers, task.jobId, options_.transport);
+  Status st = ctx_.connect(task.peers, task.jobId, options_.secret, options_.transport);
   if (st.isOk()) st = completeTopology(ctx_, options_.grid, options_.costLocal, options_.costCross);
   if (!st.isOk()) broken_ = st;
   complete(task.batch.front(), st, "connecting the data plane");

@@ -32,6 +32,7 @@ struct CommunicatorOptions {
   Algorithm algorithm = Algorithm::kAuto;               // HORA_ALGO
   TransportChoice transport = TransportChoice::kAuto;   // HORA_TRANSPORT
   std::string bindHost;              // data-plane listen address (HORA_IFACE); empty: all interfaces
+  std::string secret;                // per-job secret (HORA_SECRET): authenticates data-plane connections
   std::vector<int> grid;             // HORA_TOPOLOGY, fastest dimension first; empty: none
   LinkOverride costLocal;            // HORA_COST_LOCAL, else measured at connect
   LinkOverride costCross;            // HORA_COST_CROSS, else measured at connect

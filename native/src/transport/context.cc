@@ -77,10 +77,15 @@ Context::~Context() {
 }
 
 Status Context::listen(const std::string& bindHost, int* port) {
-  return tcp::listenOn(bindHost, size_ + 16, &listenFd_, port);
+  // Connections queue here until connect() runs the handshakes; room for every peer and as many strangers
+  // as the handshake loop holds at once, so a burst of them does not make real peers' SYNs wait for a retry.
+  HORA_RETURN_IF_ERROR(tcp::listenOn(bindHost, size_ + tcp::kMaxPendingAccepts, &listenFd_, port));
+  HORA_INFO("data plane listening on %s:%d", bindHost.empty() ? "0.0.0.0" : bindHost.c_str(), *port);
+  return Status::ok();
 }
 
-Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& jobId, TransportChoice transport) {
+Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
+                        TransportChoice transport) {
   if (static_cast<int>(peers.size()) != size_) {
     return Status(Code::kInvalidArgument, "peer table has " + std::to_string(peers.size()) +
                                               " entries for a world of " + std::to_string(size_));
@@ -89,10 +94,15 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   std::vector<std::string> hostIds;
   for (const PeerInfo& p : peers) hostIds.push_back(p.hostId);
   topology_ = Topology::fromHostIds(hostIds);
-  std::vector<tcp::PeerAddress> addrs(size_);
-  for (int r = 0; r < size_; ++r) addrs[r] = {peers[r].addr, peers[r].port};
+  tcp::MeshOptions mesh;
+  mesh.rank = rank_;
+  mesh.size = size_;
+  mesh.peers.resize(size_);
+  for (int r = 0; r < size_; ++r) mesh.peers[r] = {peers[r].addr, peers[r].port};
+  mesh.jobTag = fnv1a64(jobId);
+  mesh.secret = secret;
   std::vector<int> fds;
-  HORA_RETURN_IF_ERROR(tcp::connectMesh(listenFd_, rank_, size_, addrs, fnv1a64(jobId), deadline, &fds));
+  HORA_RETURN_IF_ERROR(tcp::connectMesh(listenFd_, mesh, deadline, &fds));
   close(listenFd_);
   listenFd_ = -1;
 

@@ -64,8 +64,10 @@ class Context {
 
   // Opens the data-plane listener; call before the rendezvous so the port can be published.
   Status listen(const std::string& bindHost, int* port);
-  // Connects to every peer (table indexed by rank) and sets up shared memory with same-host peers.
-  Status connect(const std::vector<PeerInfo>& peers, const std::string& jobId, TransportChoice transport);
+  // Connects to every peer (table indexed by rank), authenticating each connection with the job's secret,
+  // and sets up shared memory with same-host peers. Closes the listener.
+  Status connect(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
+                 TransportChoice transport);
 
   int rank() const { return rank_; }
   int size() const { return size_; }

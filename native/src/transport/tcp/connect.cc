@@ -10,27 +10,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "common/log.h"
+#include "common/sha256.h"
+#include "transport/tcp/handshake.h"
 
 namespace hora {
 namespace tcp {
 namespace {
-
-constexpr uint32_t kMagic = 0x41524f48;  // "HORA" little-endian
-constexpr uint16_t kDataPlaneVersion = 1;
-
-struct Hello {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  int32_t rank;
-  int32_t size;
-  uint64_t jobTag;
-};
-static_assert(sizeof(Hello) == 24, "Hello is a wire struct");
 
 Status sysError(const std::string& what) {
   return Status(Code::kInternal, what + ": " + strerror(errno));
@@ -71,29 +60,6 @@ Status resolve(const std::string& host, int port, sockaddr_in* out) {
   out->sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
   freeaddrinfo(res);
   return Status::ok();
-}
-
-Status connectOne(const PeerAddress& addr, int peer, const Deadline& deadline, int* out) {
-  sockaddr_in sa;
-  HORA_RETURN_IF_ERROR(resolve(addr.host, addr.port, &sa));
-  for (int attempt = 0;; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return sysError("socket");
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
-      *out = fd;
-      return Status::ok();
-    }
-    int err = errno;
-    close(fd);
-    if (deadline.expired()) {
-      return Status(Code::kPeerLost,
-                    "cannot connect to rank " + std::to_string(peer) + " at " + addr.host + ":" +
-                        std::to_string(addr.port) + " (" + strerror(err) + ")",
-                    peer);
-    }
-    // The peer listens before it registers, so refusals are rare and short-lived; back off gently.
-    std::this_thread::sleep_for(std::chrono::milliseconds(attempt < 10 ? 10 : 100));
-  }
 }
 
 }  // namespace
@@ -171,69 +137,594 @@ Status configureForDataPlane(int fd) {
   return Status::ok();
 }
 
-Status connectMesh(int listenFd, int rank, int size, const std::vector<PeerAddress>& peers, uint64_t jobTag,
-                   const Deadline& deadline, std::vector<int>* fds) {
-  fds->assign(size, -1);
-  auto closeAll = [&]() {
-    for (int& f : *fds) {
-      if (f >= 0) close(f);
-      f = -1;
-    }
+namespace {
+
+using handshake::Answer;
+using handshake::Challenge;
+using handshake::Hello;
+using handshake::Transcript;
+using handshake::Verdict;
+
+// Dropped connections logged one by one; later ones are counted and summed up once.
+constexpr int kLoggedDrops = 32;
+constexpr size_t kMaxMessageBytes = handshake::kHelloBytes;
+static_assert(handshake::kChallengeBytes <= kMaxMessageBytes && handshake::kAnswerBytes <= kMaxMessageBytes,
+              "every handshake message fits a Link's buffers");
+
+std::string describeAddress(const sockaddr_in& sa) {
+  char ip[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+  return std::string(ip) + ":" + std::to_string(ntohs(sa.sin_port));
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// One connection being set up, in either direction.
+struct Link {
+  enum class Step {
+    kRetryWait,       // outgoing: waiting to dial again (no socket)
+    kConnecting,      // outgoing: non-blocking connect() in progress
+    kAwaitChallenge,  // outgoing
+    kSendHello,       // outgoing
+    kAwaitAnswer,     // outgoing
+    kSendChallenge,   // incoming
+    kAwaitHello,      // incoming
+    kSendAnswer,      // incoming: accepted; the socket is handed over once the answer is out
+    kSendRejection,   // incoming: rejected; closed once the answer is out (or cannot go out)
+    kDone,            // handed over or closed; removed at the end of the round
   };
-  Hello mine{kMagic, kDataPlaneVersion, 0, rank, size, jobTag};
-  for (int peer = 0; peer < rank; ++peer) {
-    int fd = -1;
-    Status st = connectOne(peers[peer], peer, deadline, &fd);
-    if (st.isOk()) st = sendAll(fd, &mine, sizeof(mine), deadline, peer);
-    Hello theirs{};
-    if (st.isOk()) st = recvAll(fd, &theirs, sizeof(theirs), deadline, peer);
-    if (st.isOk() && (theirs.magic != kMagic || theirs.rank != peer || theirs.jobTag != jobTag)) {
-      st = Status(Code::kAuth, "rank " + std::to_string(peer) + " at " + peers[peer].host + ":" +
-                                   std::to_string(peers[peer].port) + " answered the handshake as a different job or rank",
-                  peer);
+  int fd = -1;
+  bool outgoing = false;
+  int peer = -1;       // outgoing: the rank dialed; incoming: the rank an accepted Hello proved
+  std::string remote;  // "addr:port", for log lines and errors
+  Step step = Step::kDone;
+  Clock::time_point acceptedAt;  // incoming
+  Clock::time_point expires;     // incoming: the end of its own handshake deadline
+  Clock::time_point retryAt;     // outgoing, in kRetryWait
+  int attempts = 0;              // outgoing: dials so far
+  std::string lastError;         // outgoing: why the last attempt failed
+  sockaddr_in address{};         // outgoing: where to dial
+  uint8_t out[kMaxMessageBytes];
+  size_t outLen = 0, outDone = 0;
+  uint8_t in[kMaxMessageBytes];
+  size_t inLen = 0, inDone = 0;
+  handshake::Nonce myNonce{};
+  handshake::Nonce peerNonce{};
+
+  // Counted against kMaxPendingAccepts: accepted, not yet judged.
+  bool pendingIncoming() const { return !outgoing && (step == Step::kSendChallenge || step == Step::kAwaitHello); }
+  // Bound by its own handshake deadline: accepted and not yet handed over or closed.
+  bool openIncoming() const { return !outgoing && step != Step::kDone; }
+  short pollEvents() const {
+    switch (step) {
+      case Step::kAwaitChallenge:
+      case Step::kAwaitAnswer:
+      case Step::kAwaitHello:
+        return POLLIN;
+      case Step::kRetryWait:
+      case Step::kDone:
+        return 0;
+      default:
+        return POLLOUT;
     }
-    if (!st.isOk()) {
-      if (fd >= 0) close(fd);
-      closeAll();
-      return st;
-    }
-    (*fds)[peer] = fd;
   }
-  int expected = size - 1 - rank;
-  while (expected > 0) {
-    Status st = waitFd(listenFd, POLLIN, deadline, -1, "waiting for higher ranks to connect; still missing");
+  void expect(size_t len) {
+    inLen = len;
+    inDone = 0;
+  }
+  void closeSocket() {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+};
+
+enum class Io { kWaiting, kComplete, kFailed };
+
+Io pumpOut(Link& l, std::string* why) {
+  while (l.outDone < l.outLen) {
+    ssize_t n = ::send(l.fd, l.out + l.outDone, l.outLen - l.outDone, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      l.outDone += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Io::kWaiting;
+    } else {
+      *why = std::string("send failed: ") + strerror(errno);
+      return Io::kFailed;
+    }
+  }
+  return Io::kComplete;
+}
+
+// Reads no more than the message expected, so bytes that follow the handshake stay in the socket.
+Io pumpIn(Link& l, std::string* why) {
+  while (l.inDone < l.inLen) {
+    ssize_t n = ::recv(l.fd, l.in + l.inDone, l.inLen - l.inDone, MSG_DONTWAIT);
+    if (n > 0) {
+      l.inDone += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Io::kWaiting;
+    } else {
+      *why = n == 0 ? "closed" : std::string("receive failed: ") + strerror(errno);
+      if (l.inDone > 0) *why += " after " + std::to_string(l.inDone) + " of " + std::to_string(l.inLen) + " bytes";
+      return Io::kFailed;
+    }
+  }
+  return Io::kComplete;
+}
+
+// Drives every handshake of one rank's mesh from a single poll() loop (see connect.h).
+class MeshBuilder {
+ public:
+  MeshBuilder(int listenFd, const MeshOptions& o, const Deadline& deadline, std::vector<int>* fds)
+      : listenFd_(listenFd), o_(o), deadline_(deadline), fds_(fds), rejectedClaims_(o.size) {}
+
+  Status run() {
+    fds_->assign(o_.size, -1);
+    int flags = fcntl(listenFd_, F_GETFL, 0);
+    if (flags < 0 || fcntl(listenFd_, F_SETFL, flags | O_NONBLOCK) != 0) return sysError("O_NONBLOCK on listener");
+    for (int peer = 0; peer < o_.rank; ++peer) {
+      Link l;
+      l.outgoing = true;
+      l.peer = peer;
+      l.remote = o_.peers[peer].host + ":" + std::to_string(o_.peers[peer].port);
+      HORA_RETURN_IF_ERROR(resolve(o_.peers[peer].host, o_.peers[peer].port, &l.address));
+      links_.push_back(std::move(l));
+    }
+    for (Link& l : links_) dial(l);
+    Status st = loop();
+    for (Link& l : links_) {
+      if (st.isOk() && l.pendingIncoming()) drop(l, "still unauthenticated when the mesh was complete");
+      l.closeSocket();
+    }
+    if (drops_ > kLoggedDrops) HORA_WARN("dropped %d data-plane connections in all while connecting the mesh", drops_);
     if (!st.isOk()) {
-      std::string missing;
-      for (int peer = rank + 1; peer < size; ++peer) {
-        if ((*fds)[peer] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+      for (int& f : *fds_) {
+        if (f >= 0) close(f);
+        f = -1;
       }
-      closeAll();
-      return Status(Code::kTimeout, "timed out waiting for ranks " + missing + " to connect", -1);
     }
-    int fd = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    // A stranger gets a short deadline of its own so it cannot hold up the job.
-    Deadline helloDeadline(deadline.remainingMs(5000));
-    Hello theirs{};
-    st = recvAll(fd, &theirs, sizeof(theirs), helloDeadline, -1);
-    bool valid = st.isOk() && theirs.magic == kMagic && theirs.version == kDataPlaneVersion &&
-                 theirs.jobTag == jobTag && theirs.size == size && theirs.rank > rank && theirs.rank < size &&
-                 (*fds)[theirs.rank] < 0;
-    if (!valid) {
-      HORA_WARN("dropped a data-plane connection that failed the handshake (%s)",
-                st.isOk() ? "wrong magic, version, job, size or rank" : st.message().c_str());
-      close(fd);
-      continue;
-    }
-    st = sendAll(fd, &mine, sizeof(mine), deadline, theirs.rank);
-    if (!st.isOk()) {
-      close(fd);
-      continue;
-    }
-    (*fds)[theirs.rank] = fd;
-    --expected;
+    return st;
   }
-  return Status::ok();
+
+ private:
+  Status loop() {
+    std::vector<pollfd> pfds;
+    while (!complete()) {
+      if (!fatal_.isOk()) return fatal_;
+      if (deadline_.expired()) return timeoutStatus();
+      Clock::time_point now = Clock::now();
+      Clock::time_point wake = now + std::chrono::milliseconds(deadline_.remainingMs(1000));
+      pfds.clear();
+      pfds.push_back({now < listenPausedUntil_ ? -1 : listenFd_, POLLIN, 0});
+      for (const Link& l : links_) {
+        pfds.push_back({l.fd, l.pollEvents(), 0});
+        if (l.openIncoming()) wake = std::min(wake, l.expires);
+        if (l.step == Link::Step::kRetryWait) wake = std::min(wake, l.retryAt);
+      }
+      if (now < listenPausedUntil_) wake = std::min(wake, listenPausedUntil_);
+      auto waitMs = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
+      int r = poll(pfds.data(), pfds.size(), waitMs < 0 ? 0 : static_cast<int>(waitMs) + 1);
+      if (r < 0 && errno != EINTR) return sysError("poll");
+      // Accepting appends to links_, so the links polled this round are serviced first.
+      const size_t polled = links_.size();
+      for (size_t i = 0; i < polled && fatal_.isOk(); ++i) {
+        if (pfds[i + 1].revents != 0 && pfds[i + 1].fd >= 0) advance(links_[i]);
+      }
+      if (fatal_.isOk() && pfds[0].fd >= 0 && (pfds[0].revents & POLLIN)) acceptAll();
+      now = Clock::now();
+      for (Link& l : links_) {
+        if (!fatal_.isOk()) break;
+        if (l.openIncoming() && now >= l.expires) expire(l);
+        if (l.step == Link::Step::kRetryWait && now >= l.retryAt) dial(l);
+      }
+      links_.erase(std::remove_if(links_.begin(), links_.end(), [](const Link& l) { return l.step == Link::Step::kDone; }),
+                   links_.end());
+    }
+    return fatal_;
+  }
+
+  bool complete() const {
+    for (int p = 0; p < o_.size; ++p) {
+      if (p != o_.rank && (*fds_)[p] < 0) return false;
+    }
+    return true;
+  }
+
+  void fail(Status st) {
+    if (fatal_.isOk()) fatal_ = std::move(st);
+  }
+
+  // Logs why an incoming connection is dropped; closes it unless a rejection is still to be sent.
+  void warnDrop(const Link& l, const std::string& why) {
+    ++drops_;
+    if (drops_ <= kLoggedDrops) {
+      HORA_WARN("dropped data-plane connection from %s: %s", l.remote.c_str(), why.c_str());
+    } else if (drops_ == kLoggedDrops + 1) {
+      HORA_WARN("more data-plane connections are being dropped; they are counted, not logged one by one");
+    }
+  }
+  void drop(Link& l, const std::string& why) {
+    warnDrop(l, why);
+    l.closeSocket();
+    l.step = Link::Step::kDone;
+  }
+
+  void expire(Link& l) {
+    const std::string limit = std::to_string(kHandshakeMs / 1000) + " s";
+    switch (l.step) {
+      case Link::Step::kSendRejection:  // logged when it was rejected
+        l.closeSocket();
+        l.step = Link::Step::kDone;
+        return;
+      case Link::Step::kSendAnswer:
+        return drop(l, "rank " + std::to_string(l.peer) + " authenticated but did not take its answer within " + limit);
+      default:
+        return drop(l, "no complete handshake within " + limit + " (received " +
+                           std::to_string(l.step == Link::Step::kAwaitHello ? l.inDone : 0) + " of " +
+                           std::to_string(handshake::kHelloBytes) + " bytes of a Hello)");
+    }
+  }
+
+  // ---- outgoing ----
+
+  void dial(Link& l) {
+    l.closeSocket();
+    ++l.attempts;
+    l.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l.fd < 0) return fail(sysError("socket"));
+    if (::connect(l.fd, reinterpret_cast<const sockaddr*>(&l.address), sizeof(l.address)) == 0) {
+      l.step = Link::Step::kAwaitChallenge;
+      l.expect(handshake::kChallengeBytes);
+      return;
+    }
+    if (errno == EINPROGRESS || errno == EINTR) {
+      l.step = Link::Step::kConnecting;
+      return;
+    }
+    retryLater(l, strerror(errno));
+  }
+
+  // Anything short of an answer (refused, reset, closed by the peer's cap or handshake deadline) is
+  // worth another try until the deadline; only what the peer says in an answer is final.
+  void retryLater(Link& l, const std::string& why) {
+    l.closeSocket();
+    l.lastError = why;
+    l.step = Link::Step::kRetryWait;
+    // The peer listens before it registers, so refusals are rare and short-lived; back off gently.
+    l.retryAt = Clock::now() + std::chrono::milliseconds(l.attempts < 10 ? 10 : 100);
+    HORA_TRACE("connecting to rank %d at %s: %s; trying again", l.peer, l.remote.c_str(), why.c_str());
+  }
+
+  Status authError(const Link& l, const std::string& what) const {
+    return Status(Code::kAuth,
+                  "rank " + std::to_string(o_.rank) + " could not authenticate its data-plane connection to rank " +
+                      std::to_string(l.peer) + " at " + l.remote + ": " + what,
+                  l.peer);
+  }
+
+  void advanceOutgoing(Link& l) {
+    std::string why;
+    for (;;) {
+      switch (l.step) {
+        case Link::Step::kConnecting: {
+          int err = 0;
+          socklen_t len = sizeof(err);
+          if (getsockopt(l.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+          if (err == EINPROGRESS || err == EALREADY) return;
+          if (err != 0) return retryLater(l, strerror(err));
+          l.step = Link::Step::kAwaitChallenge;
+          l.expect(handshake::kChallengeBytes);
+          continue;
+        }
+        case Link::Step::kAwaitChallenge: {
+          Io io = pumpIn(l, &why);
+          if (io == Io::kWaiting) return;
+          if (io == Io::kFailed) return retryLater(l, "connection " + why + " before the challenge");
+          Challenge c = handshake::decodeChallenge(l.in);
+          if (c.magic != handshake::kMagic || c.version != handshake::kVersion) {
+            return fail(authError(l, "what listens there is not a hora rank speaking data-plane protocol " +
+                                         std::to_string(handshake::kVersion) + " (magic " + hex64(c.magic) +
+                                         ", version " + std::to_string(c.version) + ")"));
+          }
+          if (c.rank != l.peer) {
+            return fail(authError(l, "the process there is rank " + std::to_string(c.rank) +
+                                         ", not the rank the peer table puts there"));
+          }
+          l.peerNonce = c.nonce;
+          Status st = handshake::randomNonce(&l.myNonce);
+          if (!st.isOk()) return fail(st);
+          Hello h;
+          h.rank = o_.rank;
+          h.size = o_.size;
+          h.jobTag = o_.jobTag;
+          h.nonce = l.myNonce;
+          h.proof = handshake::connectProof(o_.secret, transcript(l.peerNonce, l.myNonce, o_.rank, l.peer));
+          handshake::encode(h, l.out);
+          l.outLen = handshake::kHelloBytes;
+          l.outDone = 0;
+          l.step = Link::Step::kSendHello;
+          continue;
+        }
+        case Link::Step::kSendHello: {
+          Io io = pumpOut(l, &why);
+          if (io == Io::kWaiting) return;
+          if (io == Io::kFailed) return retryLater(l, why);
+          l.step = Link::Step::kAwaitAnswer;
+          l.expect(handshake::kAnswerBytes);
+          continue;
+        }
+        case Link::Step::kAwaitAnswer: {
+          Io io = pumpIn(l, &why);
+          if (io == Io::kWaiting) return;
+          if (io == Io::kFailed) return retryLater(l, "connection " + why + " before the answer to the Hello");
+          return judgeAnswer(l);
+        }
+        default:
+          return;
+      }
+    }
+  }
+
+  void judgeAnswer(Link& l) {
+    Answer a = handshake::decodeAnswer(l.in);
+    if (a.magic != handshake::kMagic || a.version != handshake::kVersion || a.rank != l.peer) {
+      return fail(authError(l, "the answer to its Hello is malformed"));
+    }
+    switch (static_cast<Verdict>(a.verdict)) {
+      case Verdict::kAccepted:
+        break;
+      case Verdict::kBadProof:
+        return fail(authError(l, "rank " + std::to_string(l.peer) + " rejected the proof of rank " +
+                                     std::to_string(o_.rank) +
+                                     ": the two ranks have different secrets. Every rank of a job must get the "
+                                     "same HORA_SECRET"));
+      case Verdict::kOtherJob:
+        return fail(authError(l, "the rank there belongs to another job (a different job id or world size)"));
+      case Verdict::kBadRank:
+        return fail(authError(l, "rank " + std::to_string(l.peer) + " does not expect a connection from rank " +
+                                     std::to_string(o_.rank)));
+      case Verdict::kDuplicate:
+        return fail(authError(l, "rank " + std::to_string(l.peer) + " already has a connection from rank " +
+                                     std::to_string(o_.rank)));
+      default:
+        return fail(authError(l, "its answer carries an unknown verdict " + std::to_string(a.verdict)));
+    }
+    Sha256Digest expected = handshake::acceptProof(o_.secret, transcript(l.peerNonce, l.myNonce, o_.rank, l.peer));
+    if (!constantTimeEqual(expected.data(), a.proof.data(), kSha256Bytes)) {
+      return fail(authError(l, "it accepted this rank but could not prove that it holds the job's secret"));
+    }
+    (*fds_)[l.peer] = l.fd;
+    l.fd = -1;
+    l.step = Link::Step::kDone;
+    HORA_TRACE("connected to rank %d at %s", l.peer, l.remote.c_str());
+  }
+
+  // ---- incoming ----
+
+  void acceptAll() {
+    for (int round = 0; round < 4 * kMaxPendingAccepts; ++round) {
+      sockaddr_in sa{};
+      socklen_t len = sizeof(sa);
+      int fd = accept4(listenFd_, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: the listener would stay readable and spin the loop, so look away a while.
+          HORA_WARN("cannot accept data-plane connections for now: %s", strerror(errno));
+          listenPausedUntil_ = Clock::now() + std::chrono::milliseconds(100);
+        }
+        return;  // EAGAIN: none left; anything else concerns that one connection only
+      }
+      int pending = 0;
+      Link* oldest = nullptr;
+      for (Link& l : links_) {
+        if (!l.pendingIncoming()) continue;
+        ++pending;
+        if (oldest == nullptr || l.acceptedAt < oldest->acceptedAt) oldest = &l;
+      }
+      if (pending >= kMaxPendingAccepts && oldest != nullptr) {
+        drop(*oldest, "more than " + std::to_string(kMaxPendingAccepts) +
+                          " unauthenticated connections at once; the oldest makes room");
+      }
+      Link l;
+      l.fd = fd;
+      l.remote = describeAddress(sa);
+      l.acceptedAt = Clock::now();
+      l.expires = l.acceptedAt + std::chrono::milliseconds(deadline_.remainingMs(kHandshakeMs));
+      Status st = handshake::randomNonce(&l.myNonce);
+      if (!st.isOk()) {
+        close(fd);
+        return fail(st);
+      }
+      Challenge c;
+      c.rank = o_.rank;
+      c.nonce = l.myNonce;
+      handshake::encode(c, l.out);
+      l.outLen = handshake::kChallengeBytes;
+      l.step = Link::Step::kSendChallenge;
+      links_.push_back(std::move(l));
+      advance(links_.back());
+    }
+  }
+
+  // Answers a well-formed Hello with a verdict, then closes: a real rank with another secret learns why.
+  void reject(Link& l, Verdict verdict, const std::string& why) {
+    warnDrop(l, why);
+    Answer a;
+    a.verdict = static_cast<uint16_t>(verdict);
+    a.rank = o_.rank;
+    handshake::encode(a, l.out);
+    l.outLen = handshake::kAnswerBytes;
+    l.outDone = 0;
+    l.step = Link::Step::kSendRejection;
+  }
+
+  void judgeHello(Link& l) {
+    Hello h = handshake::decodeHello(l.in);
+    if (h.magic != handshake::kMagic) return drop(l, "not a hora data-plane Hello (wrong magic " + hex64(h.magic) + ")");
+    if (h.version != handshake::kVersion) {
+      return drop(l, "speaks data-plane protocol version " + std::to_string(h.version) + "; this rank speaks " +
+                         std::to_string(handshake::kVersion));
+    }
+    if (h.size != o_.size || h.jobTag != o_.jobTag) {
+      return reject(l, Verdict::kOtherJob,
+                    "a Hello for another job (world size " + std::to_string(h.size) + ", job tag " + hex64(h.jobTag) +
+                        "; this job has " + std::to_string(o_.size) + " ranks, tag " + hex64(o_.jobTag) + ")");
+    }
+    if (h.rank <= o_.rank || h.rank >= o_.size) {
+      return reject(l, Verdict::kBadRank,
+                    "claims rank " + std::to_string(h.rank) + ", which does not connect to rank " +
+                        std::to_string(o_.rank));
+    }
+    const Transcript t = transcript(l.myNonce, h.nonce, h.rank, o_.rank);
+    const Sha256Digest expected = handshake::connectProof(o_.secret, t);
+    if (!constantTimeEqual(expected.data(), h.proof.data(), kSha256Bytes)) {
+      rejectedClaims_[h.rank] = l.remote;
+      return reject(l, Verdict::kBadProof,
+                    "claims rank " + std::to_string(h.rank) +
+                        " but its proof does not verify (not a rank of this job, or a rank with a different "
+                        "HORA_SECRET)");
+    }
+    if ((*fds_)[h.rank] >= 0 || claimed(h.rank)) {
+      return reject(l, Verdict::kDuplicate,
+                    "a second authenticated connection from rank " + std::to_string(h.rank));
+    }
+    l.peer = h.rank;
+    Answer a;
+    a.verdict = static_cast<uint16_t>(Verdict::kAccepted);
+    a.rank = o_.rank;
+    a.proof = handshake::acceptProof(o_.secret, t);
+    handshake::encode(a, l.out);
+    l.outLen = handshake::kAnswerBytes;
+    l.outDone = 0;
+    l.step = Link::Step::kSendAnswer;
+  }
+
+  bool claimed(int rank) const {
+    for (const Link& l : links_) {
+      if (!l.outgoing && l.step == Link::Step::kSendAnswer && l.peer == rank) return true;
+    }
+    return false;
+  }
+
+  void advanceIncoming(Link& l) {
+    std::string why;
+    for (;;) {
+      switch (l.step) {
+        case Link::Step::kSendChallenge: {
+          Io io = pumpOut(l, &why);
+          if (io == Io::kWaiting) return;
+          if (io == Io::kFailed) return drop(l, "could not send the challenge: " + why);
+          l.step = Link::Step::kAwaitHello;
+          l.expect(handshake::kHelloBytes);
+          continue;
+        }
+        case Link::Step::kAwaitHello: {
+          Io io = pumpIn(l, &why);
+          if (io == Io::kWaiting) return;
+          if (io == Io::kFailed) return drop(l, "connection " + why + " before a complete Hello");
+          judgeHello(l);
+          continue;
+        }
+        case Link::Step::kSendAnswer: {
+          Io io = pumpOut(l, &why);
+          if (io == Io::kWaiting) return;
+          if (io == Io::kFailed) return drop(l, "rank " + std::to_string(l.peer) + " authenticated, but answering it failed: " + why);
+          (*fds_)[l.peer] = l.fd;
+          l.fd = -1;
+          l.step = Link::Step::kDone;
+          HORA_TRACE("rank %d connected from %s", l.peer, l.remote.c_str());
+          return;
+        }
+        case Link::Step::kSendRejection: {
+          if (pumpOut(l, &why) == Io::kWaiting) return;
+          l.closeSocket();
+          l.step = Link::Step::kDone;
+          return;
+        }
+        default:
+          return;
+      }
+    }
+  }
+
+  void advance(Link& l) {
+    if (l.outgoing) advanceOutgoing(l);
+    else advanceIncoming(l);
+  }
+
+  Transcript transcript(const handshake::Nonce& acceptorNonce, const handshake::Nonce& connectorNonce,
+                        int connectorRank, int acceptorRank) const {
+    Transcript t;
+    t.acceptorNonce = acceptorNonce;
+    t.connectorNonce = connectorNonce;
+    t.connectorRank = connectorRank;
+    t.acceptorRank = acceptorRank;
+    t.size = o_.size;
+    t.jobTag = o_.jobTag;
+    return t;
+  }
+
+  Status timeoutStatus() const {
+    for (const Link& l : links_) {
+      if (!l.outgoing || l.step == Link::Step::kDone) continue;
+      if (l.step == Link::Step::kRetryWait || l.step == Link::Step::kConnecting) {
+        return Status(Code::kPeerLost,
+                      "rank " + std::to_string(o_.rank) + " cannot connect to rank " + std::to_string(l.peer) + " at " +
+                          l.remote + " (" + (l.lastError.empty() ? "no answer" : l.lastError) + ")",
+                      l.peer);
+      }
+      return Status(Code::kTimeout,
+                    "rank " + std::to_string(o_.rank) + " timed out in the data-plane handshake with rank " +
+                        std::to_string(l.peer) + " at " + l.remote +
+                        (l.lastError.empty() ? std::string() : " (earlier attempt: " + l.lastError + ")"),
+                    l.peer);
+    }
+    std::string missing, rejected;
+    int firstMissing = -1;
+    for (int p = o_.rank + 1; p < o_.size; ++p) {
+      if ((*fds_)[p] >= 0) continue;
+      if (firstMissing < 0) firstMissing = p;
+      missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+      if (!rejectedClaims_[p].empty()) {
+        rejected += (rejected.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p) + " from " + rejectedClaims_[p];
+      }
+    }
+    std::string msg = "rank " + std::to_string(o_.rank) + " timed out waiting for ranks " + missing + " to connect";
+    if (!rejected.empty()) {
+      msg += "; connections claiming to be " + rejected +
+             " were rejected because their proof did not verify: do all ranks have the same HORA_SECRET?";
+    }
+    return Status(Code::kTimeout, msg, firstMissing);
+  }
+
+  int listenFd_;
+  const MeshOptions& o_;
+  const Deadline& deadline_;
+  std::vector<int>* fds_;
+  std::vector<Link> links_;
+  std::vector<std::string> rejectedClaims_;  // by claimed rank: the last address whose proof failed
+  Clock::time_point listenPausedUntil_{};
+  Status fatal_;
+  int drops_ = 0;
+};
+
+}  // namespace
+
+Status connectMesh(int listenFd, const MeshOptions& options, const Deadline& deadline, std::vector<int>* fds) {
+  if (options.rank < 0 || options.rank >= options.size || static_cast<int>(options.peers.size()) != options.size) {
+    return Status(Code::kInvalidArgument, "connectMesh: rank " + std::to_string(options.rank) + ", world of " +
+                                              std::to_string(options.size) + ", " +
+                                              std::to_string(options.peers.size()) + " peer addresses");
+  }
+  return MeshBuilder(listenFd, options, deadline, fds).run();
 }
 
 }  // namespace tcp

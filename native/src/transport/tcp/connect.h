@@ -1,9 +1,29 @@
-// Data-plane connection setup: every pair of ranks is connected exactly once, at init.
+// Data-plane connection setup: every pair of ranks is connected exactly once, at init, and each connection
+// is authenticated with the job's secret before it carries a byte of tensor data.
 //
-// Rank i connects to every rank j < i and accepts a connection from every rank j > i. The connecting side
-// sends a Hello (magic, protocol version, its rank, the world size and a tag derived from the job id); the
-// accepting side checks it and answers with its own. A connection that fails the check is logged and
-// dropped, and accepting goes on, so a stray client can neither join nor stall the job past the deadline.
+// Rank i dials every rank j < i and accepts a connection from every rank j > i, all at once: one poll()
+// loop drives the outgoing handshakes, the listening socket and every accepted connection, so no single
+// connection (a slow peer, a stranger that says nothing) can hold up the others.
+//
+// Why this handshake (protocol version 2):
+//  - The data port is reachable by anyone on the network, and knowing the job id (which shows up in logs
+//    and process listings) must not be enough to join: each side proves it holds the per-job secret with
+//    HMAC-SHA256 over a transcript, and the secret never goes over the wire.
+//  - The acceptor speaks first with a fresh random nonce, so a proof recorded on one connection is useless
+//    on any other. The connector adds its own nonce, so the acceptor's proof is fresh for it too.
+//  - Both proofs cover both nonces, both ranks, the world size and the job tag, under different labels
+//    ("hora-dp-1 connect" / "hora-dp-1 accept"), so neither can be reflected back as the other.
+//  - The acceptor answers every well-formed Hello with a verdict. A real rank whose secret differs thus
+//    learns at once that it was rejected and fails with ERR_AUTH naming the peer, instead of timing out.
+//    The acceptor itself cannot tell that rank from an impostor claiming its rank, so it only logs and
+//    keeps waiting (failing there would let any stranger end the job).
+//  - Every accepted connection has its own short deadline, and at most kMaxPendingAccepts unauthenticated
+//    ones are held at a time (the oldest is dropped for a new one), so strangers cost bounded memory and
+//    descriptors and cannot starve real peers: a real handshake takes one round trip.
+//  - Every field read from the wire is checked before it is used; a failed check drops the connection with
+//    a WARN naming the remote address and the reason.
+// The listener is closed as soon as the mesh is complete (Context::connect), so later connections are
+// refused by the kernel.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +44,26 @@ struct PeerAddress {
 // Binds a listening socket on host (an IPv4 address, "" or "0.0.0.0" for any) and an ephemeral port.
 Status listenOn(const std::string& host, int backlog, int* fd, int* port);
 
-// Connects the full mesh; on success (*fds)[peer] is a connected blocking socket for every peer != rank.
-Status connectMesh(int listenFd, int rank, int size, const std::vector<PeerAddress>& peers, uint64_t jobTag,
-                   const Deadline& deadline, std::vector<int>* fds);
+// Unauthenticated connections held at once; the oldest is dropped to make room for a new one.
+constexpr int kMaxPendingAccepts = 64;
+// How long an accepted connection has to complete its handshake.
+constexpr int kHandshakeMs = 5000;
 
-// Blocking exchange helpers with a deadline, for the short handshakes at init.
+// What connectMesh needs to know about the job.
+struct MeshOptions {
+  int rank = 0;
+  int size = 1;
+  std::vector<PeerAddress> peers;  // indexed by rank; peers[rank] is unused
+  uint64_t jobTag = 0;             // derived from the job id; tells another job's ranks apart in the logs
+  std::string secret;              // the per-job secret; the HMAC key is these bytes
+};
+
+// Connects the full mesh; on success (*fds)[peer] is a connected, authenticated, non-blocking socket for
+// every peer != rank. Fails with kAuth when a peer rejects this rank's proof or cannot prove its own, with
+// kTimeout (naming the missing ranks) at the deadline.
+Status connectMesh(int listenFd, const MeshOptions& options, const Deadline& deadline, std::vector<int>* fds);
+
+// Blocking exchange helpers with a deadline, for the short exchanges at init.
 Status sendAll(int fd, const void* data, size_t len, const Deadline& deadline, int peer);
 Status recvAll(int fd, void* data, size_t len, const Deadline& deadline, int peer);
 
