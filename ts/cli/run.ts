@@ -67,6 +67,8 @@ export interface RunOptions {
   ssh: SshOptions;
   /** Launcher log level. */
   debug: DebugLevel;
+  /** HORA_STALL_WARN_S: seconds before the stall inspector names ranks that hold a collective up (0 = off). */
+  stallWarnS: number;
   command: string;
   args: string[];
 }
@@ -121,6 +123,10 @@ Tuning (passed to workers as HORA_* variables, see \`hora env\`):
 Logging and timeline:
   --debug LEVEL               HORA_DEBUG for launcher and workers: WARN, INFO, TRACE
   --timeline FILE             HORA_TIMELINE, write a Chrome-trace timeline
+
+Monitoring:
+  HORA_STALL_WARN_S (default 60) sets when ranks that have not submitted a
+  collective the others wait in are named.
 
   -h, --help                  show this help
 
@@ -217,6 +223,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   }
   const graceText = values.get('--grace');
   const graceS = graceText === undefined ? 5 : positiveNumber('--grace', graceText, true);
+  const stallWarnS = readSettingsSubset(env, 'HORA_STALL_WARN_S', 'HORA_STALL_WARN_S').stallWarnS;
 
   const workerEnv: Record<string, string> = {};
   for (const [flag, variable] of Object.entries(TUNING_FLAGS)) {
@@ -264,7 +271,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (command === undefined || command === '') {
     throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
   }
-  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, iface, ssh, debug, command, args };
+  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, iface, ssh, debug, stallWarnS, command, args };
 }
 
 // Validates one variable through the shared config parser; errors name `flag`.
@@ -569,6 +576,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     timeoutMs: opts.timeoutS * 1000,
     jobId,
     log,
+    stallWarnMs: opts.stallWarnS * 1000,
   });
   const { host: rvAddr, port: rvPort } = await server.listen();
   server.on('worker-lost', (_rank: number, reason: string) => log('INFO', reason));
