@@ -140,6 +140,7 @@ class StepClock {
     this.count++;
     this.stepMs += ms;
     this.waitMs += Math.min(ms, this.openWaitMs);
+    reportIfDue();
   }
 
   /** Time the JS thread spent waiting for collectives; counts only inside a step. */
@@ -169,21 +170,30 @@ export const steps = new StepClock();
 // Reporting.
 
 const REPORT_INTERVAL_MS = 1000;
-let reporter: { timer: NodeJS.Timeout; send: () => void } | null = null;
+let reporter: { timer: NodeJS.Timeout; send: () => void; lastAt: number } | null = null;
+
+// A training loop that keeps the JS thread busy (tfjs's fit() runs whole epochs with few turns of the event
+// loop) would starve the timer; the end of each step sends the report when it is due. A socket write
+// goes out at once, event loop or not.
+function reportIfDue(sinceLastMs = REPORT_INTERVAL_MS): void {
+  if (reporter && performance.now() - reporter.lastAt >= sinceLastMs) reporter.send();
+}
 
 /** Sends a report now and then every second until stopReporting(); the timer never holds the process. */
 export function startReporting(stats: CollectiveStats, send: (s: Stats) => boolean): void {
   stopReporting(false);
   const report = () => {
+    if (reporter) reporter.lastAt = performance.now();
     try {
       send(stats.snapshot());
     } catch {
       // A report that cannot go out is not worth failing training for.
     }
   };
-  const timer = setInterval(report, REPORT_INTERVAL_MS);
+  // The timer leaves out a report that a step end has just sent.
+  const timer = setInterval(() => reportIfDue(REPORT_INTERVAL_MS / 2), REPORT_INTERVAL_MS);
   timer.unref();
-  reporter = { timer, send: report };
+  reporter = { timer, send: report, lastAt: 0 };
   report();
 }
 

@@ -26,6 +26,10 @@ const HISTORY = 60;
 const SILENT_MS = 5000;
 /** Rates older than this are shown as 0: the rank stopped reporting. */
 const STALE_MS = 3000;
+/** Rates span at least this much of the rank's clock: two reports sent close together say little. */
+const RATE_SPAN_MS = 500;
+/** Reports kept per rank to find one RATE_SPAN_MS back. */
+const RECENT_REPORTS = 8;
 
 /** bus bandwidth = algorithm bandwidth * factor, as nccl-tests defines it. */
 export function busBandwidthFactor(kind: CollectiveKind, size: number): number {
@@ -117,7 +121,10 @@ interface Report {
 
 interface RankState {
   last?: Report;
+  /** The latest report at least RATE_SPAN_MS older than `last`: the base of its rates. */
   previous?: Report;
+  /** The last few reports, oldest first (`last` included). */
+  recent: Report[];
   lost: boolean;
   history: [number, number, number][];
 }
@@ -128,7 +135,7 @@ export class JobMonitor {
   private readonly ranks: RankState[];
 
   constructor(readonly size: number) {
-    this.ranks = Array.from({ length: size }, () => ({ lost: false, history: [] }));
+    this.ranks = Array.from({ length: size }, () => ({ lost: false, history: [], recent: [] }));
   }
 
   /** Takes a rank's report. */
@@ -137,8 +144,16 @@ export class JobMonitor {
     if (!r) return;
     // A report older than the last one (by the rank's clock) is out of order: keep the newer.
     if (r.last && stats.timeMs < r.last.stats.timeMs) return;
-    r.previous = r.last;
     r.last = { stats, receivedAt: now };
+    r.recent.push(r.last);
+    if (r.recent.length > RECENT_REPORTS) r.recent.shift();
+    r.previous = undefined;
+    for (let i = r.recent.length - 2; i >= 0; i--) {
+      if (stats.timeMs - r.recent[i].stats.timeMs >= RATE_SPAN_MS) {
+        r.previous = r.recent[i];
+        break;
+      }
+    }
     const rates = this.rates(r);
     if (rates) {
       r.history.push([stats.timeMs, rates.collectivesPerS, rates.bytesPerS]);
