@@ -10,16 +10,17 @@
  */
 import * as hora from '../ts/index';
 import { HoraError } from '../ts/index';
+import { steps } from '../ts/stats';
 
 export class StepFailure {
   private fromCollective = false;
 
   constructor(private readonly signal: string) {}
 
-  /** Awaits one of the step's collectives, remembering when the failure came from hora. */
+  /** Awaits one of the step's collectives (time counted as waiting for communication), remembering when the failure came from hora. */
   async collective<T>(p: PromiseLike<T>): Promise<T> {
     try {
-      return await p;
+      return await steps.wait(p);
     } catch (e) {
       this.fromCollective = true;
       throw e;

@@ -111,6 +111,12 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     default: '300',
     help: 'Seconds any wait (rendezvous, connection, collective) may take before it fails with ERR_TIMEOUT.',
   },
+  {
+    name: 'HORA_STALL_WARN_S',
+    group: 'diagnostics',
+    default: '60',
+    help: 'Seconds a collective may wait for ranks that have not submitted it before the launcher (or rank 0) logs which ranks are missing which collective; fractions allowed, 0 turns the check off.',
+  },
   { name: 'HORA_DEBUG', group: 'diagnostics', default: 'WARN', help: 'Log level: WARN, INFO or TRACE (logs go to stderr).' },
   { name: 'HORA_TIMELINE', group: 'diagnostics', help: 'Write a Chrome-trace timeline of collectives to this file.' },
 ];
@@ -177,6 +183,8 @@ function parsePort(env: Env, name: string): number | undefined {
 export interface HoraSettings {
   /** HORA_TIMEOUT_S: deadline for every wait, seconds (> 0). */
   timeoutS: number;
+  /** HORA_STALL_WARN_S: seconds before a stall is reported (>= 0; 0 = never). */
+  stallWarnS: number;
   /** HORA_DEBUG. */
   debug: DebugLevel;
   /** HORA_FUSION_MB: fusion buffer size in MiB (0 = off). */
@@ -234,6 +242,7 @@ export function readSettings(env: Env = process.env): HoraSettings {
   const timeline = env.HORA_TIMELINE?.trim();
   return {
     timeoutS: parseNumber(env, 'HORA_TIMEOUT_S', 300, false),
+    stallWarnS: parseNumber(env, 'HORA_STALL_WARN_S', 60, true),
     debug: parseChoice(env, 'HORA_DEBUG', DEBUG_LEVELS, 'WARN', true),
     fusionMb: parseNumber(env, 'HORA_FUSION_MB', 64, true),
     algo: parseChoice(env, 'HORA_ALGO', ALGORITHMS, 'auto', false),

@@ -18,6 +18,7 @@ import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, DType, InitOptions, ReduceOp,
   ReduceScatterOptions, Tensor,
 } from './types';
+import { startReporting, stopReporting } from './stats';
 import { Dispatcher, Work } from './work';
 
 interface Topology {
@@ -119,7 +120,7 @@ async function join(options: InitOptions): Promise<void> {
     if (launch.isRendezvousHost) {
       server = new RendezvousServer({
         size: launch.size, secret: launch.secret as string, host: launch.rendezvousBindAddr ?? launch.rendezvousAddr, port: launch.rendezvousPort,
-        timeoutMs, jobId: launch.jobId, log: makeLogger('rendezvous', settings.debug),
+        timeoutMs, jobId: launch.jobId, log: makeLogger('rendezvous', settings.debug), stallWarnMs: settings.stallWarnS * 1000,
       });
       await server.listen();
       server.unref();
@@ -140,6 +141,8 @@ async function join(options: InitOptions): Promise<void> {
       crossRank: self.crossRank, crossSize: self.crossSize, dispatcher, control, server,
     };
     watchControl(world, launch);
+    const connection = control;
+    startReporting(dispatcher.stats, (stats) => connection.send({ kind: 'stats', ...stats }));
   } catch (e) {
     control?.close();
     if (server) await server.close().catch(() => undefined);
@@ -199,6 +202,7 @@ export async function shutdown(): Promise<void> {
     await w.dispatcher.drain();
     w.dispatcher.comm.close();
   }
+  stopReporting();
   w.control?.close();
   if (w.server) await w.server.close();
 }

@@ -13,6 +13,7 @@
  */
 import { CallSite, HoraError } from './errors';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
+import { CollectiveStats, steps, SubmittedCollective } from './stats';
 
 type Finish<T> = (r: NativeResult) => T;
 
@@ -49,7 +50,11 @@ export class Work<T = unknown> implements PromiseLike<T> {
 
   /** Blocks the JS thread until the collective completes; returns its result or throws its HoraError. */
   wait(): T {
-    if (this.state === 'pending' && this.waitNative) this.waitNative();
+    if (this.state === 'pending' && this.waitNative) {
+      const t0 = performance.now();
+      this.waitNative();
+      steps.waited(performance.now() - t0);
+    }
     if (this.state === 'fulfilled') return this.value as T;
     if (this.state === 'rejected') throw this.error;
     throw new HoraError('ERR_INTERNAL', 'hora: wait() returned before the collective completed');
@@ -84,6 +89,8 @@ interface Outstanding {
   site: CallSite;
   /** Arrays the native side points into, kept referenced until completion. */
   keep: unknown[];
+  /** For the Stats report; absent for connect. */
+  stats?: SubmittedCollective;
 }
 
 export class Dispatcher {
@@ -94,6 +101,8 @@ export class Dispatcher {
   private flushScheduled = false;
   private readonly flushLater = () => this.flush();
   readonly comm: NativeCommunicator;
+  /** What the Stats control message reports. */
+  readonly stats = new CollectiveStats();
 
   constructor(
     private readonly addon: NativeAddon,
@@ -119,7 +128,8 @@ export class Dispatcher {
   submit<T>(item: Omit<NativeItem, 'id'>, finish: Finish<T>, site: CallSite, keep: unknown[]): Work<T> {
     const id = this.nextId++;
     const work = new Work<T>(() => this.waitFor(id));
-    this.outstanding.set(id, { work, finish, site, keep });
+    const stats = this.stats.submitted(item.kind, item.name, item.data ? item.data.byteLength : 0);
+    this.outstanding.set(id, { work, finish, site, keep, stats });
     (item as NativeItem).id = id;
     this.batch.push(item as NativeItem);
     this.batchBytes += item.data ? item.data.byteLength : 0;
@@ -172,6 +182,7 @@ export class Dispatcher {
     if (!o) return;
     this.outstanding.delete(id);
     const result = taken === true ? SUCCESS : taken;
+    if (o.stats) this.stats.settled(o.stats, result);
     if (result.code) {
       o.work.reject(o.site.attach(new HoraError(result.code, result.message ?? result.code, this.rank, result.peer ?? -1)));
       return;

@@ -22,6 +22,7 @@
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
 import { describeValue } from '../../ts/errors';
+import { steps as stepClock } from '../../ts/stats';
 import { StepFailure } from '../step-failure';
 import {
   ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, layerDeltas, layerGradientLength, outputError, stateArrays,
@@ -278,6 +279,7 @@ class Trainer {
       for (this.step = 0; this.step < steps; this.step++) {
         const start = this.step * this.batchSize;
         const end = Math.min(n, start + this.batchSize);
+        stepClock.begin();
         for (let layer = 1; layer <= top; layer++) grads[layer].fill(0);
         const works: Array<PromiseLike<unknown>> = [];
         // Stride sharding: this rank's samples of [start, end) are those with i % size === rank.
@@ -317,6 +319,7 @@ class Trainer {
           else applyMomentum(net, layer, grads[layer], count);
         }
         this.emit('update', -1);
+        stepClock.end();
       }
       const local = Float64Array.from([errorSum, Date.now() >= endTime ? 1 : 0]);
       const [errorTotal, timedOut] = await this.failure.collective(hora.allreduce(local, { op: 'sum', name: `${WHERE} error` }));

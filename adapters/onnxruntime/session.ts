@@ -23,6 +23,7 @@
 import * as fs from 'node:fs';
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
+import { steps } from '../../ts/stats';
 import { StepFailure } from '../step-failure';
 import { GradientModel, OptimizerSpec, gradientModel, readOptimizer } from './onnx';
 import { OrtFeeds, OrtInferenceSession, OrtOutputs, OrtTensor, OrtTrainingModule, OrtTrainingSession, loadOrtTraining } from './ort';
@@ -128,6 +129,7 @@ export class DistributedTrainingSession {
 
   /** Runs forward and backward on this rank's batch and accumulates its gradient; returns this rank's outputs (loss). */
   async runTrainStep(feeds: OrtFeeds): Promise<OrtOutputs> {
+    steps.begin(true);
     try {
       if (!this.exact) return await this.training.runTrainStep(feeds);
       const { model, session, parameters, gradients } = this.exact;
@@ -167,6 +169,7 @@ export class DistributedTrainingSession {
         await this.training.loadParametersBuffer(new Uint8Array(params.buffer, params.byteOffset, params.byteLength), true);
       }
       this.optimizerSteps += 1;
+      steps.end();
     } catch (e) {
       throw this.failure.error(e, `${WHERE} runOptimizerStep (rank ${hora.rank()}, optimizer step ${this.optimizerSteps})`, 'failed in its training step');
     }

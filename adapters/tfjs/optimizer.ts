@@ -11,6 +11,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import * as hora from '../../ts/index';
+import { steps } from '../../ts/stats';
 import { bfloat16ToFloat, floatToBFloat16, floatToHalf, halfToFloat } from './half';
 
 export type Compression = 'none' | 'fp16' | 'bf16';
@@ -93,6 +94,7 @@ export class DistributedOptimizer extends tf.Optimizer {
    */
   applyGradients(variableGradients: Gradients): void {
     const t0 = performance.now();
+    steps.begin();
     const asArray = Array.isArray(variableGradients);
     const entries: Entry[] = asArray
       ? (variableGradients as NamedTensor[]).map((g) => ({ name: g.name, tensor: g.tensor }))
@@ -106,6 +108,7 @@ export class DistributedOptimizer extends tf.Optimizer {
       this.accumulate(entries);
       if (++this.passes < k) {
         this.stats.submitMs += performance.now() - t0;
+        steps.end();
         return;
       }
       local = (this.accumulated as { sums: Array<Float32Array | null> }).sums;
@@ -140,6 +143,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.stats.submitMs += t1 - t0;
     this.stats.waitMs += t2 - t1;
     this.stats.applyMs += t3 - t2;
+    steps.end();
   }
 
   /** Starts one allreduce; returns a function that waits for it and gives the float32 result. */

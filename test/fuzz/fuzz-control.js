@@ -132,6 +132,24 @@ function invariantProblem(m) {
       return Number.isFinite(m.seq) && Number.isFinite(m.timeMs) && m.seq >= 0 && m.timeMs >= 0 ? null : 'heartbeat fields';
     case 'error':
       return isName(m.code) && isText(m.message) ? null : 'error fields';
+    case 'stats': {
+      const count = (n) => Number.isFinite(n) && n >= 0;
+      const counters = [m.timeMs, m.submitted, m.completed, m.steps, m.stepUs, m.commWaitUs];
+      if (!counters.every(count)) return 'a stats counter';
+      if (m.completed > m.submitted || m.commWaitUs > m.stepUs) return 'stats counters disagree';
+      const kinds = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+      if (m.kinds.length > kinds.length || new Set(m.kinds.map((k) => k.kind)).size !== m.kinds.length) return 'stats kinds';
+      for (const k of m.kinds) if (!kinds.includes(k.kind) || ![k.count, k.bytes, k.busyUs].every(count)) return `stats kind ${k.kind}`;
+      if (m.pending.length > 8) return `${m.pending.length} pending`;
+      let last = 0;
+      for (const p of m.pending) {
+        if (!(p.seq > last && p.seq <= m.submitted)) return `pending seq ${p.seq}`;
+        last = p.seq;
+        if (!isName(p.name) || Buffer.byteLength(p.name) > 256) return 'pending name';
+        if (![...kinds, 'invalid'].includes(p.kind) || !count(p.ageMs)) return 'pending kind or age';
+      }
+      return null;
+    }
     default:
       return `unknown kind ${m.kind}`;
   }

@@ -24,6 +24,13 @@ const BODIES = {
   4: { 1: 'string', 2: 'int32', 3: 'string' }, // Abort
   5: { 1: 'uint64', 2: 'uint64' }, // Heartbeat
   6: { 1: 'string', 2: 'string' }, // Error
+  7: { 1: 'uint64', 2: 'uint64', 3: 'uint64', 4: 'KindStats', 5: 'PendingCollective', 6: 'uint64', 7: 'uint64', 8: 'uint64' }, // Stats
+};
+// Messages nested in others, by the type name BODIES uses.
+const NESTED = {
+  Peer: PEER_FIELDS,
+  KindStats: { 1: 'string', 2: 'uint64', 3: 'uint64', 4: 'uint64' },
+  PendingCollective: { 1: 'uint64', 2: 'string', 3: 'string', 4: 'uint64' },
 };
 
 // ---------------------------------------------------------------------------
@@ -47,9 +54,29 @@ function addr(rng) {
   return rng.chance(0.8) ? `${rng.int(256)}.${rng.int(256)}.${rng.int(256)}.${rng.int(256)}` : rng.pick(['', '::1', 'fe80::1%eth0', 'node-7.cluster']);
 }
 
+const KINDS = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+
+/** A Stats report as a worker sends it: counters, at most one entry per kind, a few pending collectives. */
+function validStats(rng) {
+  const submitted = rng.chance(0.1) ? rng.int(4) : rng.int(2 ** 40);
+  const pendingCount = Math.min(submitted, rng.int(9));
+  const pending = [];
+  let seq = submitted - pendingCount;
+  for (let i = 0; i < pendingCount; i++) {
+    seq += 1;
+    pending.push({ seq, name: rng.chance(0.2) ? '' : text(rng, 60, TEXT_CHARS.filter((c) => c !== '\n' && c !== '\t')), kind: rng.pick([...KINDS, 'invalid']), ageMs: rng.int(2 ** 32) });
+  }
+  const kinds = KINDS.filter(() => rng.chance(0.4)).map((kind) => ({ kind, count: rng.int(2 ** 40), bytes: rng.int(2 ** 53), busyUs: rng.int(2 ** 45) }));
+  const stepUs = rng.int(2 ** 45);
+  return {
+    kind: 'stats', timeMs: Date.UTC(2025, 0, 1) + rng.u32(), submitted, completed: rng.int(submitted + 1), kinds, pending,
+    steps: rng.int(2 ** 32), stepUs, commWaitUs: rng.int(stepUs + 1),
+  };
+}
+
 /** A random message every hora peer would accept. */
 function validMessage(rng, computeTopology) {
-  switch (rng.int(6)) {
+  switch (rng.int(7)) {
     case 0:
       return { kind: 'challenge', nonce: rng.bytes(rng.chance(0.8) ? 32 : rng.range(16, 64)), protocolVersion: rng.chance(0.9) ? 1 : rng.u32() };
     case 1:
@@ -65,6 +92,8 @@ function validMessage(rng, computeTopology) {
     }
     case 3:
       return { kind: 'abort', reason: text(rng, 64, TEXT_CHARS), rank: rng.range(-1, 64), code: rng.pick(['ERR_PEER_LOST', 'ERR_SHUTDOWN', 'ERR_TIMEOUT', '']) };
+    case 5:
+      return validStats(rng);
     case 4:
       return { kind: 'heartbeat', seq: rng.int(2 ** 53), timeMs: rng.chance(0.5) ? Date.UTC(2025, 0, 1) + rng.u32() : rng.int(2 ** 53) };
     default:
@@ -165,7 +194,7 @@ function stringBytes(rng) {
 
 function writeValue(rng, w, field, type, depth) {
   let wireType;
-  if (rng.chance(0.85)) wireType = type === 'string' || type === 'bytes' || type === 'Peer' ? WIRE.LEN : WIRE.VARINT;
+  if (rng.chance(0.85)) wireType = type === 'string' || type === 'bytes' || type in NESTED ? WIRE.LEN : WIRE.VARINT;
   else wireType = rng.range(0, 7); // wrong, including the invalid 6 and 7
   switch (wireType) {
     case WIRE.VARINT:
@@ -179,7 +208,7 @@ function writeValue(rng, w, field, type, depth) {
       return;
     case WIRE.LEN: {
       let body;
-      if (type === 'Peer' && rng.chance(0.8)) body = structuredBody(rng, PEER_FIELDS, depth + 1);
+      if (type in NESTED && rng.chance(0.8)) body = structuredBody(rng, NESTED[type], depth + 1);
       else if (type === 'string' || type === 'bytes') body = stringBytes(rng);
       else body = rng.chance(0.5) ? structuredBody(rng, PEER_FIELDS, depth + 1) : rng.bytes(rng.length(64));
       w.len(field, body, rng.chance(0.05) ? rng.range(-4, 4) : 0);
@@ -217,7 +246,7 @@ function structuredBody(rng, fields, depth = 0) {
     [numbers[i], numbers[j]] = [numbers[j], numbers[i]];
   }
   for (const f of numbers) {
-    const times = fields[f] === 'Peer' ? rng.range(0, rng.chance(0.95) ? 8 : 300) : rng.chance(0.15) ? 2 : 1;
+    const times = fields[f] in NESTED ? rng.range(0, rng.chance(0.95) ? 8 : 300) : rng.chance(0.15) ? 2 : 1;
     for (let k = 0; k < times; k++) writeValue(rng, w, f, fields[f], depth);
   }
   const unknown = rng.chance(0.2) ? rng.range(1, 4) : 0;
@@ -233,7 +262,7 @@ function structuredEnvelope(rng) {
   const w = new Writer();
   const members = rng.chance(0.85) ? 1 : rng.range(0, 3);
   for (let i = 0; i < members; i++) {
-    const field = rng.chance(0.92) ? rng.range(1, 6) : rng.pick([0, 7, 15, 16, 2 ** 29 - 1]);
+    const field = rng.chance(0.92) ? rng.range(1, 7) : rng.pick([0, 8, 15, 16, 2 ** 29 - 1]);
     if (field === 0) {
       w.raw(Buffer.from([0x02, 0x00])); // field number 0 is invalid
       continue;
@@ -315,6 +344,51 @@ const SEMANTIC = {
     (rng, m) => ({ msg: { ...m, code: big(1025) }, field: 'Error.code' }),
   ],
   heartbeat: [],
+  stats: [
+    (rng, m) => ({ msg: { ...m, completed: m.submitted + rng.range(1, 1000) }, field: 'Stats.completed' }),
+    (rng, m) => {
+      const kinds = [...KINDS, 'barrier'].map((kind) => ({ kind, count: 1, bytes: 1, busyUs: 1 }));
+      return { msg: { ...m, kinds }, field: 'Stats.kinds' };
+    },
+    (rng, m) => {
+      if (m.kinds.length >= KINDS.length) return undefined; // one more would break the count first
+      const kinds = m.kinds.map((k) => ({ ...k }));
+      const i = rng.int(kinds.length + 1);
+      kinds.splice(i, 0, { kind: rng.pick(['', 'allReduce', 'invalid', 'reduce_scatter', 'x\u0000', big(2000)]), count: 0, bytes: 0, busyUs: 0 });
+      return { msg: { ...m, kinds }, field: `Stats.kinds[${i}].kind` };
+    },
+    (rng, m) => {
+      if (m.kinds.length === 0 || m.kinds.length >= KINDS.length) return undefined;
+      const kinds = [...m.kinds, { ...m.kinds[0] }];
+      return { msg: { ...m, kinds }, field: `Stats.kinds[${m.kinds.length}].kind` };
+    },
+    (rng, m) => {
+      const pending = Array.from({ length: rng.range(9, 40) }, (_, i) => ({ seq: i + 1, name: '', kind: 'allreduce', ageMs: 0 }));
+      return { msg: { ...m, submitted: Math.max(m.submitted, pending.length), completed: 0, pending }, field: 'Stats.pending' };
+    },
+    (rng, m) => {
+      if (m.pending.length === 0) return undefined;
+      const pending = m.pending.map((p) => ({ ...p }));
+      const i = rng.int(pending.length);
+      pending[i].seq = rng.pick([0, m.submitted + 1, m.submitted + 1000, i > 0 ? pending[i - 1].seq : 0]);
+      return { msg: { ...m, pending }, field: `Stats.pending[${i}].seq` };
+    },
+    (rng, m) => {
+      if (m.pending.length === 0) return undefined;
+      const pending = m.pending.map((p) => ({ ...p }));
+      const i = rng.int(pending.length);
+      pending[i].name = rng.chance(0.5) ? big(rng.range(257, 5000)) : `grad${rng.pick(['\n', '\r', '\u001b[2J', '\u0000'])}x`;
+      return { msg: { ...m, pending }, field: `Stats.pending[${i}].name` };
+    },
+    (rng, m) => {
+      if (m.pending.length === 0) return undefined;
+      const pending = m.pending.map((p) => ({ ...p }));
+      const i = rng.int(pending.length);
+      pending[i].kind = rng.pick(['', 'allReduce', 'x'.repeat(300), 'barrier\n']);
+      return { msg: { ...m, pending }, field: `Stats.pending[${i}].kind` };
+    },
+    (rng, m) => ({ msg: { ...m, commWaitUs: m.stepUs + rng.range(1, 1e6) }, field: 'Stats.commWaitUs' }),
+  ],
 };
 
 /** A valid message broken in one field, or undefined if none of the corruptions applies. */

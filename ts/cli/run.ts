@@ -20,6 +20,8 @@ import type { Readable, Writable } from 'node:stream';
 import { defaultHostId, firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, readSettings, resolveIface, DebugLevel, DEBUG_LEVELS } from '../config';
 import { RendezvousServer } from '../control/server';
 import { trackChild } from './child';
+import { Dashboard, startDashboard } from './dashboard';
+import { formatStatus, StatusLine } from './status-line';
 import { hostPart, localAddressToward, splitShellWords, SshOptions, SshSpawner } from './ssh';
 
 // ---------------------------------------------------------------------------
@@ -67,6 +69,10 @@ export interface RunOptions {
   ssh: SshOptions;
   /** Launcher log level. */
   debug: DebugLevel;
+  /** --dashboard: port of the live web page (0 = any free port); undefined = no page. */
+  dashboard?: number;
+  /** HORA_STALL_WARN_S: seconds before the stall inspector names ranks that hold a collective up (0 = off). */
+  stallWarnS: number;
   command: string;
   args: string[];
 }
@@ -122,6 +128,15 @@ Logging and timeline:
   --debug LEVEL               HORA_DEBUG for launcher and workers: WARN, INFO, TRACE
   --timeline FILE             HORA_TIMELINE, write a Chrome-trace timeline
 
+Monitoring:
+  --dashboard [PORT]          serve a live page of the job on http://127.0.0.1:PORT/
+                              (default: a free port; the URL is printed at start):
+                              collectives/s and bytes/s per rank, busbw per kind,
+                              compute/communication split of steps, stalled ranks
+  On a terminal a status line (ranks up, collectives/s, bytes/s) stays below the
+  workers' output. HORA_STALL_WARN_S (default 60) sets when ranks that have not
+  submitted a collective the others wait in are named.
+
   -h, --help                  show this help
 
 Examples:
@@ -154,6 +169,7 @@ const TUNING_FLAGS: Record<string, string> = {
 export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): RunOptions | 'help' {
   const values = new Map<string, string>();
   let simulateHosts = false;
+  let dashboard: number | undefined;
   let i = 0;
   for (; i < argv.length; i++) {
     const arg = argv[i];
@@ -164,6 +180,15 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     if (arg === '-h' || arg === '--help') return 'help';
     if (arg === '--simulate-hosts') {
       simulateHosts = true;
+      continue;
+    }
+    if (arg === '--dashboard' || arg.startsWith('--dashboard=')) {
+      // The port is optional: only a number right after the flag is taken as one.
+      let text = arg.startsWith('--dashboard=') ? arg.slice('--dashboard='.length) : undefined;
+      if (text === undefined && /^\d+$/.test(argv[i + 1] ?? '')) text = argv[++i];
+      const port = text === undefined ? 0 : Number(text);
+      if (text !== undefined && (!/^\d+$/.test(text.trim()) || port > 65535)) throw new UsageError('--dashboard', text, 'a TCP port 0-65535 (0: any free port)');
+      dashboard = port;
       continue;
     }
     if (!arg.startsWith('-') || arg === '-') break;
@@ -217,6 +242,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   }
   const graceText = values.get('--grace');
   const graceS = graceText === undefined ? 5 : positiveNumber('--grace', graceText, true);
+  const stallWarnS = readSettingsSubset(env, 'HORA_STALL_WARN_S', 'HORA_STALL_WARN_S').stallWarnS;
 
   const workerEnv: Record<string, string> = {};
   for (const [flag, variable] of Object.entries(TUNING_FLAGS)) {
@@ -264,7 +290,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (command === undefined || command === '') {
     throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
   }
-  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, iface, ssh, debug, command, args };
+  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, iface, ssh, debug, dashboard, stallWarnS, command, args };
 }
 
 // Validates one variable through the shared config parser; errors name `flag`.
@@ -556,7 +582,11 @@ interface Failure {
 
 /** Runs the job to completion; resolves with the launcher's exit status. */
 export async function launch(opts: RunOptions, spawner?: Spawner): Promise<number> {
-  const log: Logger = makeLogger('run', opts.debug);
+  // On a terminal, one status line below the output; launcher messages go above it too.
+  const status = process.stdout.isTTY ? new StatusLine(process.stdout, () => formatStatus(server.snapshot())) : undefined;
+  const printLog: Logger = makeLogger('run', opts.debug);
+  const shown = (level: DebugLevel) => DEBUG_LEVELS.indexOf(level) <= DEBUG_LEVELS.indexOf(opts.debug);
+  const log: Logger = status ? (level, message) => (shown(level) ? status.around(() => printLog(level, message)) : undefined) : printLog;
   spawner ??= new HostSpawner(opts.ssh, opts.iface, log);
   const jobId = crypto.randomBytes(8).toString('hex');
   const secret = crypto.randomBytes(32).toString('hex');
@@ -571,9 +601,21 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     timeoutMs: opts.timeoutS * 1000,
     jobId,
     log,
+    stallWarnMs: opts.stallWarnS * 1000,
   });
   const { host: rvAddr, port: rvPort } = await server.listen();
   server.on('worker-lost', (_rank: number, reason: string) => log('INFO', reason));
+  let dashboard: Dashboard | undefined;
+  if (opts.dashboard !== undefined) {
+    try {
+      dashboard = await startDashboard(() => server.snapshot(), opts.dashboard);
+    } catch (e) {
+      await server.close();
+      throw new LaunchError(`--dashboard ${opts.dashboard}: cannot listen on 127.0.0.1:${opts.dashboard}: ${(e as Error).message}`);
+    }
+    process.stderr.write(`hora run: dashboard on ${dashboard.url}\n`);
+  }
+  status?.start();
 
   // `hora run ... | head` closes our stdout early: keep supervising the job rather than crash on EPIPE.
   const ignoreOutputError = () => undefined;
@@ -633,8 +675,8 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
       workers.push(w);
       running.add(w.rank);
       const prefix = multiHost ? `[${w.rank}@${spec.host}] ` : `[${w.rank}] `;
-      outputs.push(prefixLines(w.stdout, process.stdout, prefix));
-      outputs.push(prefixLines(w.stderr, process.stderr, prefix));
+      outputs.push(prefixLines(w.stdout, status ? status.streamTo(process.stdout) : process.stdout, prefix));
+      outputs.push(prefixLines(w.stderr, status ? status.streamTo(process.stderr) : process.stderr, prefix));
       w.onExit((code, signal) => {
         running.delete(w.rank);
         if ((code === 0 && signal === null) || failure || interrupted) return;
@@ -655,6 +697,8 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
 
   await allDone;
   await Promise.all(outputs);
+  status?.stop();
+  await dashboard?.close();
   for (const t of timers) clearTimeout(t);
   for (const s of signals) process.off(s, onSignal);
   process.stdout.off('error', ignoreOutputError);

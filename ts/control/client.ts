@@ -84,6 +84,11 @@ export class RendezvousConnection extends EventEmitter {
     conn.socket.unref();
   }
 
+  /** Sends a message to the server (a Stats report); false when the connection is closed. */
+  send(msg: ControlMessage): boolean {
+    return this.conn.send(msg);
+  }
+
   /** Abort received so far, if any. */
   get abortReceived(): Abort | undefined {
     return this.lastAbort;

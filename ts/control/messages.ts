@@ -68,6 +68,39 @@ export interface Heartbeat {
   timeMs: number;
 }
 
+/** Kinds of collective a Stats message may name (the API's names). */
+export const COLLECTIVE_KINDS = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'] as const;
+export type CollectiveKind = (typeof COLLECTIVE_KINDS)[number];
+
+export interface KindStats {
+  kind: CollectiveKind;
+  count: number;
+  bytes: number;
+  /** Microseconds with at least one collective of this kind in flight. */
+  busyUs: number;
+}
+
+export interface PendingCollective {
+  /** Place in the job's order of collectives, from 1. */
+  seq: number;
+  name: string;
+  /** A CollectiveKind, or 'invalid' for a placeholder. */
+  kind: CollectiveKind | 'invalid';
+  ageMs: number;
+}
+
+export interface Stats {
+  timeMs: number;
+  submitted: number;
+  completed: number;
+  kinds: KindStats[];
+  /** Oldest first, at most FIELD_LIMITS.statsPending. */
+  pending: PendingCollective[];
+  steps: number;
+  stepUs: number;
+  commWaitUs: number;
+}
+
 export interface ErrorMessage {
   code: string;
   message: string;
@@ -80,7 +113,8 @@ export type ControlMessage =
   | ({ kind: 'peerTable' } & PeerTable)
   | ({ kind: 'abort' } & Abort)
   | ({ kind: 'heartbeat' } & Heartbeat)
-  | ({ kind: 'error' } & ErrorMessage);
+  | ({ kind: 'error' } & ErrorMessage)
+  | ({ kind: 'stats' } & Stats);
 
 export type ControlMessageKind = ControlMessage['kind'];
 
@@ -93,7 +127,7 @@ export class ControlProtocolError extends Error {
   }
 }
 
-const KINDS: readonly ControlMessageKind[] = ['challenge', 'register', 'peerTable', 'abort', 'heartbeat', 'error'];
+const KINDS: readonly ControlMessageKind[] = ['challenge', 'register', 'peerTable', 'abort', 'heartbeat', 'error', 'stats'];
 
 /** Walks up from this file to the folder that holds proto/hora.proto (the package root). */
 export function findProtoFile(startDir: string = __dirname): string {
@@ -170,6 +204,11 @@ export const FIELD_LIMITS = {
   authMaxBytes: 1024,
   /** Largest TCP port. */
   port: 65535,
+  /** Stats.pending entries: the oldest few pending collectives are enough to explain a stall. */
+  statsPending: 8,
+  /** UTF-8 bytes of PendingCollective.name (workers cut longer names). */
+  collectiveNameBytes: 256,
+
 } as const;
 
 /**
@@ -203,6 +242,9 @@ export function validateMessage(msg: ControlMessage): void {
       return;
     case 'heartbeat':
       return; // two uint64 counters: any value means something
+    case 'stats':
+      checkStats(msg);
+      return;
     case 'error':
       checkName('Error.code', msg.code);
       checkText('Error.message', msg.message);
@@ -247,6 +289,37 @@ function checkPeerTable(table: PeerTable): void {
       if (got !== want) fieldError(`${at}.${field}`, got, `disagrees with the host ids, which give ${want}`);
     }
   });
+}
+
+function checkStats(stats: Stats): void {
+  // uint64 counters arrive as Numbers (above 2^53 rounded): any finite value >= 0 is a count.
+  if (stats.completed > stats.submitted) fieldError('Stats.completed', stats.completed, `exceeds Stats.submitted ${stats.submitted}`);
+  if (stats.kinds.length > COLLECTIVE_KINDS.length) {
+    fieldError('Stats.kinds', `${stats.kinds.length} entries`, `exceeds the ${COLLECTIVE_KINDS.length} kinds of collective`);
+  }
+  const seen = new Set<string>();
+  stats.kinds.forEach((k, i) => {
+    if (!(COLLECTIVE_KINDS as readonly string[]).includes(k.kind)) fieldError(`Stats.kinds[${i}].kind`, quote(k.kind), `is not one of ${COLLECTIVE_KINDS.join(', ')}`);
+    if (seen.has(k.kind)) fieldError(`Stats.kinds[${i}].kind`, quote(k.kind), 'appears twice');
+    seen.add(k.kind);
+  });
+  if (stats.pending.length > FIELD_LIMITS.statsPending) {
+    fieldError('Stats.pending', `${stats.pending.length} entries`, `exceeds the limit of ${FIELD_LIMITS.statsPending}`);
+  }
+  let previous = 0;
+  stats.pending.forEach((p, i) => {
+    const at = `Stats.pending[${i}]`;
+    if (p.seq < 1 || p.seq > stats.submitted || p.seq <= previous) {
+      fieldError(`${at}.seq`, p.seq, `is out of range: must be 1..Stats.submitted (${stats.submitted}) and above the entry before it`);
+    }
+    previous = p.seq;
+    if (p.kind !== 'invalid' && !(COLLECTIVE_KINDS as readonly string[]).includes(p.kind)) {
+      fieldError(`${at}.kind`, quote(p.kind), `is not one of ${COLLECTIVE_KINDS.join(', ')}, invalid`);
+    }
+    checkText(`${at}.name`, p.name, FIELD_LIMITS.collectiveNameBytes);
+    checkName(`${at}.name`, p.name);
+  });
+  if (stats.commWaitUs > stats.stepUs) fieldError('Stats.commWaitUs', stats.commWaitUs, `exceeds Stats.stepUs ${stats.stepUs}`);
 }
 
 function checkPort(field: string, port: number): void {

@@ -10,7 +10,10 @@
 // ranks) is computed from the host ids, and the PeerTable goes to everyone.
 // The connections stay open for the life of the job so that the launcher can
 // broadcast Abort, and so that a worker that disappears is noticed at once
-// ('worker-lost') rather than at the next collective timeout.
+// ('worker-lost') rather than at the next collective timeout. Over them the
+// workers send Stats reports, which feed the JobMonitor (monitor.ts): the
+// launcher's dashboard and status line read it, and the stall inspector here
+// checks it every second and logs ranks that hold a collective up.
 
 import * as crypto from 'node:crypto';
 import { EventEmitter } from 'node:events';
@@ -18,6 +21,7 @@ import * as net from 'node:net';
 import type { Logger } from '../config';
 import { ControlConnection } from './frame';
 import { ControlMessage, Peer, PeerTable, PROTOCOL_VERSION, Register } from './messages';
+import { describeStall, JobMonitor, JobSnapshot, Stall } from './monitor';
 
 export interface RendezvousServerOptions {
   /** Number of ranks to wait for (>= 1). */
@@ -38,6 +42,8 @@ export interface RendezvousServerOptions {
   maxFrameBytes?: number;
   /** Where diagnostics go. Default: nowhere. */
   log?: Logger;
+  /** Milliseconds a collective may wait for ranks that have not submitted it before a stall is logged; 0 = never. Default 60000. */
+  stallWarnMs?: number;
 }
 
 /**
@@ -71,6 +77,7 @@ export interface RejectionInfo {
  *  'worker-lost'(rank: number, reason: string)         a connection closed after the table was sent
  *  'timeout'    (missingRanks: number[], registered)   the registration deadline passed
  *  'abort'      (reason, rank, code)                   abort() was called
+ *  'stall'      (stall: Stall, line: string)           the stall inspector logged a stall
  */
 export class RendezvousServer extends EventEmitter {
   readonly size: number;
@@ -94,6 +101,11 @@ export class RendezvousServer extends EventEmitter {
   private closing = false;
   private boundPort = 0;
   private unrefed = false;
+  /** What the workers' Stats reports say about the job. */
+  readonly monitor: JobMonitor;
+  private readonly stallWarnMs: number;
+  private stallTimer: NodeJS.Timeout | undefined;
+  private lastStallWarning: { seq: number; at: number } | undefined;
 
   constructor(opts: RendezvousServerOptions) {
     super();
@@ -108,6 +120,8 @@ export class RendezvousServer extends EventEmitter {
     this.jobId = opts.jobId ?? crypto.randomBytes(8).toString('hex');
     this.maxFrameBytes = opts.maxFrameBytes ?? SERVER_MAX_FRAME_BYTES;
     this.log = opts.log ?? (() => undefined);
+    this.stallWarnMs = opts.stallWarnMs ?? 60_000;
+    this.monitor = new JobMonitor(this.size);
     this.server = net.createServer((socket) => this.accept(socket));
     this.server.on('error', (err) => this.log('WARN', `rendezvous server error: ${err.message}`));
   }
@@ -157,6 +171,16 @@ export class RendezvousServer extends EventEmitter {
     });
   }
 
+  /** Workers registered and, once the table is out, still connected. */
+  get ranksUp(): number {
+    return this.table ? this.rankOf.size : this.byRank.size + this.unassigned.length;
+  }
+
+  /** The job's figures as of now, for the dashboard and the status line. */
+  snapshot(): JobSnapshot {
+    return this.monitor.snapshot(this.ranksUp, this.stallWarnMs);
+  }
+
   /** Sends Abort to every connected worker. */
   abort(reason: string, rank = -1, code = 'ERR_PEER_LOST'): void {
     this.log('INFO', `broadcasting abort: ${reason}`);
@@ -179,6 +203,7 @@ export class RendezvousServer extends EventEmitter {
   close(): Promise<void> {
     this.closing = true;
     if (this.deadline) clearTimeout(this.deadline);
+    if (this.stallTimer) clearInterval(this.stallTimer);
     for (const conn of this.connections) conn.close();
     return new Promise((resolve) => {
       if (!this.server.listening) return resolve();
@@ -215,6 +240,12 @@ export class RendezvousServer extends EventEmitter {
       }
       if (msg.kind === 'heartbeat') {
         conn.send({ kind: 'heartbeat', seq: msg.seq, timeMs: Date.now() });
+        return;
+      }
+      if (msg.kind === 'stats') {
+        // Before the table a registered worker has no final rank yet; it does not report then.
+        const rank = this.rankOf.get(conn);
+        if (rank !== undefined) this.monitor.record(rank, msg);
         return;
       }
       this.log('TRACE', `ignoring ${msg.kind} from ${conn.remote}`);
@@ -294,6 +325,10 @@ export class RendezvousServer extends EventEmitter {
     });
     regs.forEach((r, rank) => r.conn.send({ kind: 'peerTable', ...table, yourRank: rank }));
     this.log('INFO', `all ${this.size} ranks registered; peer table sent`);
+    if (this.stallWarnMs > 0) {
+      this.stallTimer = setInterval(() => this.inspectStalls(), Math.min(1000, this.stallWarnMs / 2));
+      this.stallTimer.unref();
+    }
     this.emit('complete', table);
   }
 
@@ -303,6 +338,7 @@ export class RendezvousServer extends EventEmitter {
       const rank = this.rankOf.get(conn);
       if (rank === undefined) return;
       this.rankOf.delete(conn);
+      this.monitor.markLost(rank);
       const reason = err ? `control connection of rank ${rank} failed: ${err.message}` : `control connection of rank ${rank} closed`;
       this.log('INFO', reason);
       this.emit('worker-lost', rank, reason);
@@ -317,6 +353,20 @@ export class RendezvousServer extends EventEmitter {
     }
     const i = this.unassigned.findIndex((r) => r.conn === conn);
     if (i >= 0) this.unassigned.splice(i, 1);
+  }
+
+  // Logs the oldest stall once, then again every stallWarnMs while it lasts.
+  private inspectStalls(): void {
+    if (this.closing) return;
+    const [stall]: (Stall | undefined)[] = this.monitor.stalls(this.stallWarnMs);
+    if (!stall) return;
+    const now = Date.now();
+    const last = this.lastStallWarning;
+    if (last && last.seq === stall.seq && now - last.at < this.stallWarnMs) return;
+    this.lastStallWarning = { seq: stall.seq, at: now };
+    const line = describeStall(stall);
+    this.log('WARN', line);
+    this.emit('stall', stall, line);
   }
 
   private onDeadline(): void {

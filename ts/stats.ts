@@ -1,0 +1,206 @@
+/**
+ * What this worker tells the launcher about itself, about once a second (the Stats control message):
+ * per kind of collective how many completed, how many bytes and how long some were in flight; how many
+ * were submitted, and the oldest still pending (the stall inspector compares these across ranks); and
+ * the training steps the adapters mark, with the time they spent blocked on communication.
+ *
+ * Busy time is the union of the intervals during which at least one collective of a kind was in flight,
+ * not the sum of their durations: collectives queue behind each other on the communication thread, and
+ * summing would count the same second once per queued call. bytes / busy time is then the algorithm
+ * bandwidth of a stream of collectives, the figure nccl-tests reports for one.
+ */
+import { performance } from 'node:perf_hooks';
+import type { CollectiveKind, PendingCollective, Stats } from './control/messages';
+import { NativeKind } from './native';
+import type { NativeResult } from './native';
+
+/** Entries of Stats.pending sent: enough to name a stall, small enough for every second. */
+const PENDING_REPORTED = 4;
+/** Code points of a collective name kept in a report (4 bytes each at most: within FIELD_LIMITS). */
+const NAME_CODE_POINTS = 60;
+
+const KIND_NAMES: Record<number, CollectiveKind | 'invalid'> = {
+  [NativeKind.Allreduce]: 'allreduce', [NativeKind.Broadcast]: 'broadcast', [NativeKind.Allgather]: 'allgather',
+  [NativeKind.ReduceScatter]: 'reduceScatter', [NativeKind.Barrier]: 'barrier', [NativeKind.Invalid]: 'invalid',
+};
+
+/** One submitted collective, from submission to completion. */
+export interface SubmittedCollective {
+  seq: number;
+  kind: CollectiveKind | 'invalid';
+  name: string;
+  bytes: number;
+  /** performance.now() at submission. */
+  at: number;
+}
+
+interface KindTotals {
+  count: number;
+  bytes: number;
+  busyMs: number;
+  inFlight: number;
+  /** performance.now() when inFlight last went from 0 to 1. */
+  busySince: number;
+}
+
+/** Counters of one Dispatcher's collectives. */
+export class CollectiveStats {
+  private submittedCount = 0;
+  private completedCount = 0;
+  private readonly kinds = new Map<CollectiveKind, KindTotals>();
+  /** By seq, in submission order (a Map keeps insertion order): the oldest come first. */
+  private readonly pending = new Map<number, SubmittedCollective>();
+
+  /** Notes a collective handed to the engine; the returned record goes back to settled(). */
+  submitted(kind: NativeKind, name: string, bytes: number): SubmittedCollective {
+    const c: SubmittedCollective = { seq: ++this.submittedCount, kind: KIND_NAMES[kind] ?? 'invalid', name, bytes, at: performance.now() };
+    this.pending.set(c.seq, c);
+    if (c.kind !== 'invalid') {
+      const k = this.totals(c.kind);
+      if (k.inFlight++ === 0) k.busySince = c.at;
+    }
+    return c;
+  }
+
+  /** Notes its completion, successful or not. */
+  settled(c: SubmittedCollective, result: NativeResult): void {
+    if (!this.pending.delete(c.seq)) return;
+    this.completedCount++;
+    if (c.kind === 'invalid') return;
+    const k = this.totals(c.kind);
+    const now = performance.now();
+    if (--k.inFlight === 0) k.busyMs += now - k.busySince;
+    if (result.code) return;
+    k.count++;
+    // Bus bandwidth counts an allgather by its output, which ranks may size differently.
+    const gathered = result.gathered as ArrayBuffer | undefined;
+    k.bytes += c.kind === 'allgather' && gathered ? gathered.byteLength : c.bytes;
+  }
+
+  /** The Stats message body as of now. */
+  snapshot(): Stats {
+    const now = performance.now();
+    const kinds = [...this.kinds].map(([kind, k]) => ({
+      kind, count: k.count, bytes: k.bytes, busyUs: Math.floor(1000 * (k.busyMs + (k.inFlight > 0 ? now - k.busySince : 0))),
+    }));
+    const pending: PendingCollective[] = [];
+    for (const c of this.pending.values()) {
+      if (pending.length === PENDING_REPORTED) break;
+      pending.push({ seq: c.seq, name: reportableName(c.name), kind: c.kind, ageMs: Math.floor(now - c.at) });
+    }
+    const stepUs = Math.floor(1000 * steps.stepMs);
+    return {
+      timeMs: Date.now(), submitted: this.submittedCount, completed: this.completedCount, kinds, pending,
+      steps: steps.count, stepUs, commWaitUs: Math.min(stepUs, Math.floor(1000 * steps.waitMs)),
+    };
+  }
+
+  private totals(kind: CollectiveKind): KindTotals {
+    let k = this.kinds.get(kind);
+    if (!k) {
+      k = { count: 0, bytes: 0, busyMs: 0, inFlight: 0, busySince: 0 };
+      this.kinds.set(kind, k);
+    }
+    return k;
+  }
+}
+
+/** A collective name as a report may carry it: no control characters, at most NAME_CODE_POINTS long. */
+function reportableName(name: string): string {
+  const clean = name.replace(/[\u0000-\u001f\u007f]/g, '?');
+  const points = Array.from(clean);
+  return points.length <= NAME_CODE_POINTS ? clean : `${points.slice(0, NAME_CODE_POINTS - 3).join('')}...`;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Training steps, as the adapters mark them.
+
+class StepClock {
+  count = 0;
+  stepMs = 0;
+  waitMs = 0;
+  private openAt: number | null = null;
+  private openWaitMs = 0;
+
+  /**
+   * A step starts. A step left open (its code threw) is dropped, its time would mean nothing; with
+   * `continueOpen` an open step goes on instead (several calls make up one step, as gradient accumulation).
+   */
+  begin(continueOpen = false): void {
+    if (continueOpen && this.openAt !== null) return;
+    this.openAt = performance.now();
+    this.openWaitMs = 0;
+  }
+
+  /** The open step ends and counts. */
+  end(): void {
+    if (this.openAt === null) return;
+    const ms = performance.now() - this.openAt;
+    this.openAt = null;
+    this.count++;
+    this.stepMs += ms;
+    this.waitMs += Math.min(ms, this.openWaitMs);
+    reportIfDue();
+  }
+
+  /** Time the JS thread spent waiting for collectives; counts only inside a step. */
+  waited(ms: number): void {
+    if (this.openAt !== null) this.openWaitMs += ms;
+  }
+
+  /** Awaits p, counting the time as waiting for communication. */
+  async wait<T>(p: PromiseLike<T>): Promise<T> {
+    const t0 = performance.now();
+    try {
+      return await p;
+    } finally {
+      this.waited(performance.now() - t0);
+    }
+  }
+}
+
+/**
+ * @internal For the adapters: mark where a training step begins and ends (one applyGradients, one
+ * mini-batch, one optimizer step). Work.wait() counts its blocked time by itself; an adapter that awaits
+ * a collective inside a step wraps the await in steps.wait().
+ */
+export const steps = new StepClock();
+
+// ---------------------------------------------------------------------------------------------------
+// Reporting.
+
+const REPORT_INTERVAL_MS = 1000;
+let reporter: { timer: NodeJS.Timeout; send: () => void; lastAt: number } | null = null;
+
+// A training loop that keeps the JS thread busy (tfjs's fit() runs whole epochs with few turns of the event
+// loop) would starve the timer; the end of each step sends the report when it is due. A socket write
+// goes out at once, event loop or not.
+function reportIfDue(sinceLastMs = REPORT_INTERVAL_MS): void {
+  if (reporter && performance.now() - reporter.lastAt >= sinceLastMs) reporter.send();
+}
+
+/** Sends a report now and then every second until stopReporting(); the timer never holds the process. */
+export function startReporting(stats: CollectiveStats, send: (s: Stats) => boolean): void {
+  stopReporting(false);
+  const report = () => {
+    if (reporter) reporter.lastAt = performance.now();
+    try {
+      send(stats.snapshot());
+    } catch {
+      // A report that cannot go out is not worth failing training for.
+    }
+  };
+  // The timer leaves out a report that a step end has just sent.
+  const timer = setInterval(() => reportIfDue(REPORT_INTERVAL_MS / 2), REPORT_INTERVAL_MS);
+  timer.unref();
+  reporter = { timer, send: report, lastAt: 0 };
+  report();
+}
+
+/** Stops the reports, sending a last one first (its totals are the job's final figures). */
+export function stopReporting(final = true): void {
+  if (!reporter) return;
+  clearInterval(reporter.timer);
+  if (final) reporter.send();
+  reporter = null;
+}
