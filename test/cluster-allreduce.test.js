@@ -71,8 +71,11 @@ for (const layout of [
   });
 }
 
-t.test("a host's link taken down mid-allreduce: every rank fails within the timeout, none hangs", async (t) => {
-  const timeoutS = 6;
+// The collective deadline is long on purpose: the loss must be seen from the connections (keepalive and
+// unacknowledged data, about 4 s), not from the timeout.
+t.test("a host's link taken down mid-allreduce: every rank fails with ERR_PEER_LOST within 5 s, none hangs", async (t) => {
+  const timeoutS = 60;
+  const detectS = 5;
   const { run, resultDir } = await job(`${c.hosts[0]}:2,${c.hosts[1]}:2`, path.join(__dirname, 'workers', 'link-down-worker.js'),
     { HORA_TIMEOUT_S: String(timeoutS), HORA_ALGO: 'hierarchical' }, 90000);
   // Wait until every rank has finished one allreduce, then cut host 1 off (its end of the veth).
@@ -89,7 +92,7 @@ t.test("a host's link taken down mid-allreduce: every rank fails within the time
   t.equal(r.signal, null, 'on its own, not killed by the test');
   // Ranks on the cut-off host cannot tell the launcher; they write their reports to the shared disk.
   let reps = reports(resultDir, 4);
-  for (const until = Date.now() + (timeoutS + 6) * 1000; reps.some((rep) => !rep) && Date.now() < until;) {
+  for (const until = Date.now() + (detectS + 10) * 1000; reps.some((rep) => !rep) && Date.now() < until;) {
     await new Promise((resolve) => setTimeout(resolve, 200));
     reps = reports(resultDir, 4);
   }
@@ -98,9 +101,10 @@ t.test("a host's link taken down mid-allreduce: every rank fails within the time
     const rep = reps[rank];
     if (!t.ok(rep, `rank ${rank} reported`, { output: tail(r, 1500) })) continue;
     t.ok(rep.rounds > 0, `rank ${rank} was allreducing (${rep.rounds} rounds)`);
-    t.match(rep.code, /^ERR_(TIMEOUT|PEER_LOST)$/, `rank ${rank}: ${rep.code}: ${String(rep.message).slice(0, 160)}`);
+    t.equal(rep.code, 'ERR_PEER_LOST', `rank ${rank}: ${rep.code}: ${String(rep.message).slice(0, 200)}`);
     const after = (rep.at - downAt) / 1000;
-    t.ok(after < timeoutS + 4, `rank ${rank} failed ${after.toFixed(1)} s after the link went down (timeout ${timeoutS} s)`);
+    // 4 s of silence, plus a loaded machine's scheduling.
+    t.ok(after < detectS + 1.5, `rank ${rank} failed ${after.toFixed(1)} s after the link went down (within ${detectS} s)`);
   }
   spawnSync('ip', ['-n', `${NAME}1`, 'link', 'set', 'eth0', 'up']);
 });

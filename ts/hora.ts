@@ -134,6 +134,7 @@ async function join(options: InitOptions): Promise<void> {
       rank: p.rank, hostId: p.hostId, addr: p.dataAddr, port: p.dataPort, localRank: p.localRank,
     }));
     await dispatcher.track((r: NativeResult) => r, new CallSite(join), (id) => comm.connect(id, peers, reg.table.jobId));
+    dispatcher.peerPlaces = reg.table.peers.map((p) => `host ${p.hostId}, pid ${p.pid}`);
     const self = reg.self;
     checkLauncherLayout(launch, self, settings);
     world = {

@@ -103,6 +103,8 @@ export class Dispatcher {
   readonly comm: NativeCommunicator;
   /** What the Stats control message reports. */
   readonly stats = new CollectiveStats();
+  /** Where each rank runs ("host node1, pid 4321": its host id), from the peer table; named in errors about a peer. */
+  peerPlaces: string[] = [];
 
   constructor(
     private readonly addon: NativeAddon,
@@ -184,7 +186,10 @@ export class Dispatcher {
     const result = taken === true ? SUCCESS : taken;
     if (o.stats) this.stats.settled(o.stats, result);
     if (result.code) {
-      o.work.reject(o.site.attach(new HoraError(result.code, result.message ?? result.code, this.rank, result.peer ?? -1)));
+      const peer = result.peer ?? -1;
+      const place = peer >= 0 && peer !== this.rank ? this.peerPlaces[peer] : undefined;
+      const message = (result.message ?? result.code) + (place ? ` [rank ${peer}: ${place}]` : '');
+      o.work.reject(o.site.attach(new HoraError(result.code, message, this.rank, peer)));
       return;
     }
     try {

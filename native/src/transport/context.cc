@@ -311,6 +311,15 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + strerror(errno));
     for (int i = 1; r > 0 && i < n; ++i) {
       if (senders[i] != nullptr && (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(fds[i].fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == ETIMEDOUT) {
+          return Status(Code::kPeerLost,
+                        "connection to rank " + std::to_string(senders[i]->peer()) + " went silent: its host did not answer for " +
+                            std::to_string(tcp::kPeerSilenceMs / 1000) + " s while rank " + std::to_string(rank_) +
+                            " was sending to it (the host or the link is down)",
+                        senders[i]->peer());
+        }
         return Status(Code::kPeerLost,
                       "connection to rank " + std::to_string(senders[i]->peer()) +
                           " was closed by the peer while rank " + std::to_string(rank_) + " was sending to it",

@@ -132,6 +132,20 @@ Status listenOn(const std::string& host, int backlog, int* fd, int* port) {
 Status configureForDataPlane(int fd) {
   int one = 1;
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) return sysError("TCP_NODELAY");
+  // A peer whose host or link went away sends no FIN: without these a rank waiting to receive would
+  // only find out at the collective deadline. Keepalive probes after 1 s of silence, 1 s apart, 3 lost
+  // ones end the connection (about 4 s); TCP_USER_TIMEOUT does the same for data sent and not
+  // acknowledged. A stopped or busy peer process still answers both from its kernel, so it is not
+  // mistaken for a lost one; that case is left to the collective deadline.
+  int idle = 1, interval = 1, probes = 3;
+  unsigned int userTimeoutMs = kPeerSilenceMs;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof(userTimeoutMs)) != 0) {
+    return sysError("keepalive");
+  }
   int flags = fcntl(fd, F_GETFL, 0);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return sysError("O_NONBLOCK");
   return Status::ok();

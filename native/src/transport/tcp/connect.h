@@ -68,6 +68,10 @@ Status sendAll(int fd, const void* data, size_t len, const Deadline& deadline, i
 Status recvAll(int fd, void* data, size_t len, const Deadline& deadline, int peer);
 
 // Puts an established socket into the mode the progress engine expects (non-blocking, TCP_NODELAY).
+// How long a data-plane connection may go without any sign of its peer's host (keepalive answers or
+// acknowledgements) before it is treated as lost.
+constexpr unsigned int kPeerSilenceMs = 4000;
+
 Status configureForDataPlane(int fd);
 
 }  // namespace tcp

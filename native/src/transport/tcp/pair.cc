@@ -1,5 +1,7 @@
 #include "transport/tcp/pair.h"
 
+#include "transport/tcp/connect.h"
+
 #include <errno.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,7 +22,11 @@ TcpPair::~TcpPair() {
 
 Status TcpPair::lost(const char* what, int err) {
   std::string msg = std::string("connection to rank ") + std::to_string(peer()) + " " + what;
-  if (err != 0) msg += std::string(" (") + strerror(err) + ")";
+  if (err == ETIMEDOUT) {
+    msg += " (its host did not answer for " + std::to_string(kPeerSilenceMs / 1000) + " s: the host or the link is down)";
+  } else if (err != 0) {
+    msg += std::string(" (") + strerror(err) + ")";
+  }
   return Status(Code::kPeerLost, msg, peer());
 }
 
