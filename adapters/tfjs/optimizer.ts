@@ -94,7 +94,9 @@ export class DistributedOptimizer extends tf.Optimizer {
    */
   applyGradients(variableGradients: Gradients): void {
     const t0 = performance.now();
-    steps.begin();
+    // A step runs from the end of the previous applyGradients to the end of this one, so that it holds the
+    // forward and backward pass that tfjs runs before calling here; the first starts here.
+    steps.begin(true);
     const asArray = Array.isArray(variableGradients);
     const entries: Entry[] = asArray
       ? (variableGradients as NamedTensor[]).map((g) => ({ name: g.name, tensor: g.tensor }))
@@ -108,7 +110,6 @@ export class DistributedOptimizer extends tf.Optimizer {
       this.accumulate(entries);
       if (++this.passes < k) {
         this.stats.submitMs += performance.now() - t0;
-        steps.end();
         return;
       }
       local = (this.accumulated as { sums: Array<Float32Array | null> }).sums;
@@ -144,6 +145,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.stats.waitMs += t2 - t1;
     this.stats.applyMs += t3 - t2;
     steps.end();
+    steps.begin();
   }
 
   /** Starts one allreduce; returns a function that waits for it and gives the float32 result. */
