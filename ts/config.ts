@@ -112,7 +112,7 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     help: 'Seconds any wait (rendezvous, connection, collective) may take before it fails with ERR_TIMEOUT.',
   },
   { name: 'HORA_DEBUG', group: 'diagnostics', default: 'WARN', help: 'Log level: WARN, INFO or TRACE (logs go to stderr).' },
-  { name: 'HORA_TIMELINE', group: 'diagnostics', help: 'Write a Chrome-trace timeline of collectives to this file.' },
+  { name: 'HORA_TIMELINE', group: 'diagnostics', help: 'Write a Chrome trace of every collective and its phases: each rank writes FILE with .rankN before the extension (trace.rank0.json); hora run merges them into FILE.' },
 ];
 
 /** Thrown for any variable (or launcher flag) with a value hora cannot use. */

@@ -18,6 +18,7 @@ import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, DType, InitOptions, ReduceOp,
   ReduceScatterOptions, Tensor,
 } from './types';
+import { openTimeline } from './timeline';
 import { Dispatcher, Work } from './work';
 
 interface Topology {
@@ -110,8 +111,10 @@ async function join(options: InitOptions): Promise<void> {
     rank: launch.rank, size: launch.size, timeoutMs, fusionBytes, algorithm, transport,
     bindHost: dataAddr, logLevel: LOG_LEVELS[settings.debug] ?? 0,
     grid: settings.topology, costLocal: settings.costLocal, costCross: settings.costCross,
+    timeline: settings.timeline !== undefined,
   }, onComplete), launch.rank, fusionBytes);
   const comm = dispatcher.comm;
+  if (settings.timeline) dispatcher.timeline = openTimeline(settings.timeline, launch.rank, addon.clocks(), () => comm.takeTimeline());
   let server: RendezvousServer | null = null;
   let control: RendezvousConnection | null = null;
   try {
@@ -197,6 +200,7 @@ export async function shutdown(): Promise<void> {
     // Wait for outstanding collectives without blocking the event loop; close() then finds the queue
     // empty and only joins an idle thread.
     await w.dispatcher.drain();
+    w.dispatcher.timeline?.close();
     w.dispatcher.comm.close();
   }
   w.control?.close();

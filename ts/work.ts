@@ -13,6 +13,7 @@
  */
 import { CallSite, HoraError } from './errors';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
+import type { TimelineWriter } from './timeline';
 
 type Finish<T> = (r: NativeResult) => T;
 
@@ -94,6 +95,8 @@ export class Dispatcher {
   private flushScheduled = false;
   private readonly flushLater = () => this.flush();
   readonly comm: NativeCommunicator;
+  /** HORA_TIMELINE: told of every call; null when off. */
+  timeline: TimelineWriter | null = null;
 
   constructor(
     private readonly addon: NativeAddon,
@@ -120,6 +123,7 @@ export class Dispatcher {
     const id = this.nextId++;
     const work = new Work<T>(() => this.waitFor(id));
     this.outstanding.set(id, { work, finish, site, keep });
+    if (this.timeline) this.timeline.called(id, item);
     (item as NativeItem).id = id;
     this.batch.push(item as NativeItem);
     this.batchBytes += item.data ? item.data.byteLength : 0;
