@@ -118,7 +118,7 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     help: 'Seconds a collective may wait for ranks that have not submitted it before the launcher (or rank 0) logs which ranks are missing which collective; fractions allowed, 0 turns the check off.',
   },
   { name: 'HORA_DEBUG', group: 'diagnostics', default: 'WARN', help: 'Log level: WARN, INFO or TRACE (logs go to stderr).' },
-  { name: 'HORA_TIMELINE', group: 'diagnostics', help: 'Write a Chrome-trace timeline of collectives to this file.' },
+  { name: 'HORA_TIMELINE', group: 'diagnostics', help: 'Write a Chrome trace of every collective and its phases: each rank writes FILE with .rankN before the extension (trace.rank0.json); hora run merges them into FILE.' },
 ];
 
 /** Thrown for any variable (or launcher flag) with a value hora cannot use. */

@@ -19,6 +19,7 @@ import type {
   ReduceScatterOptions, Tensor,
 } from './types';
 import { startReporting, stopReporting } from './stats';
+import { openTimeline } from './timeline';
 import { Dispatcher, Work } from './work';
 
 interface Topology {
@@ -111,8 +112,10 @@ async function join(options: InitOptions): Promise<void> {
     rank: launch.rank, size: launch.size, timeoutMs, fusionBytes, algorithm, transport,
     bindHost: dataAddr, secret: launch.secret as string, logLevel: LOG_LEVELS[settings.debug] ?? 0,
     grid: settings.topology, costLocal: settings.costLocal, costCross: settings.costCross,
+    timeline: settings.timeline !== undefined,
   }, onComplete), launch.rank, fusionBytes);
   const comm = dispatcher.comm;
+  if (settings.timeline) dispatcher.timeline = openTimeline(settings.timeline, launch.rank, addon.clocks(), () => comm.takeTimeline());
   let server: RendezvousServer | null = null;
   let control: RendezvousConnection | null = null;
   try {
@@ -201,6 +204,7 @@ export async function shutdown(): Promise<void> {
     // Wait for outstanding collectives without blocking the event loop; close() then finds the queue
     // empty and only joins an idle thread.
     await w.dispatcher.drain();
+    w.dispatcher.timeline?.close();
     w.dispatcher.comm.close();
   }
   stopReporting();

@@ -37,6 +37,8 @@ export interface NativeCommOptions {
   /** Link costs set by the user ({alpha: s, beta: s/byte}); absent: measured at connect. */
   costLocal?: { alpha: number; beta: number };
   costCross?: { alpha: number; beta: number };
+  /** Record phase times of every collective and return them in NativeResult.times (HORA_TIMELINE). */
+  timeline?: boolean;
 }
 
 export interface NativePeer {
@@ -85,6 +87,11 @@ export interface NativeCommunicator {
    * not applicable), and the algorithm `algorithm` resolves to. `measured` is false on one host.
    */
   estimate(bytes: number, algorithm: NativeAlgorithm): NativeEstimate;
+  /**
+   * Timeline on: the phase times of the works completed since the last call, one row of numbers each
+   * (layout: enum Column in ts/timeline.ts), and the strings the rows point to.
+   */
+  takeTimeline(): { rows: Float64Array; strings: string[] };
   /** Stops the communication thread after the queue drains and closes every connection. */
   close(): void;
 }
@@ -101,5 +108,7 @@ export interface NativeEstimate {
 export interface NativeAddon {
   Communicator: new (options: NativeCommOptions, onComplete: (id: number) => void) => NativeCommunicator;
   take(comm: NativeCommunicator, id: number): NativeResult | true | null;
+  /** [monotonic nanoseconds (process.hrtime's clock), wall clock minus monotonic in microseconds]. */
+  clocks(): [number, number];
   abiVersion: number;
 }

@@ -14,6 +14,7 @@
 import { CallSite, HoraError } from './errors';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
+import type { TimelineWriter } from './timeline';
 
 type Finish<T> = (r: NativeResult) => T;
 
@@ -105,6 +106,8 @@ export class Dispatcher {
   readonly stats = new CollectiveStats();
   /** Where each rank runs ("host node1, pid 4321": its host id), from the peer table; named in errors about a peer. */
   peerPlaces: string[] = [];
+  /** HORA_TIMELINE: told of every call; null when off. */
+  timeline: TimelineWriter | null = null;
 
   constructor(
     private readonly addon: NativeAddon,
@@ -132,6 +135,7 @@ export class Dispatcher {
     const work = new Work<T>(() => this.waitFor(id));
     const stats = this.stats.submitted(item.kind, item.name, item.data ? item.data.byteLength : 0);
     this.outstanding.set(id, { work, finish, site, keep, stats });
+    if (this.timeline) this.timeline.called(id, item);
     (item as NativeItem).id = id;
     this.batch.push(item as NativeItem);
     this.batchBytes += item.data ? item.data.byteLength : 0;

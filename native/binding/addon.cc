@@ -7,7 +7,9 @@
 // be synchronous (framework hooks); the later asynchronous completion of the same work is then ignored.
 #include <napi.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -63,6 +65,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                         InstanceMethod("wait", &CommunicatorWrap::Wait),
                         InstanceMethod("abort", &CommunicatorWrap::Abort),
                         InstanceMethod("estimate", &CommunicatorWrap::Estimate),
+                        InstanceMethod("takeTimeline", &CommunicatorWrap::TakeTimeline),
                         InstanceMethod("close", &CommunicatorWrap::Close)});
   }
 
@@ -84,6 +87,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     }
     opts.costLocal = linkOverride(o, "costLocal");
     opts.costCross = linkOverride(o, "costCross");
+    opts.timeline = o.Has("timeline") && o.Get("timeline").ToBoolean().Value();
     if (o.Has("logLevel")) hora::setLogLevel(enumFrom<hora::LogLevel>(o, "logLevel", 3));
     if (opts.size < 1 || opts.rank < 0 || opts.rank >= opts.size) {
       throw Napi::RangeError::New(env, "native: rank " + std::to_string(opts.rank) + " outside world of " +
@@ -223,6 +227,45 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return r;
   }
 
+  // takeTimeline(): {rows, strings} for the works completed since the last call (timeline on), collected
+  // in bulk so that recording costs no JS work per collective. rows holds kTimelineColumns numbers per
+  // work, in the order of enum Column in ts/timeline.ts: the id, the WorkTimes (nanoseconds, then counts),
+  // and indexes into strings for the algorithm, the error code and the message (-1: none).
+  Napi::Value TakeTimeline(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    constexpr size_t kTimelineColumns = 18;
+    std::vector<hora::TimelineRecord> records;
+    if (comm_ != nullptr) records = comm_->takeTimelineRecords();
+    Napi::Float64Array rows = Napi::Float64Array::New(env, records.size() * kTimelineColumns);
+    std::vector<std::string> strings;
+    std::unordered_map<std::string, int> index;
+    auto indexOf = [&](const std::string& s) {
+      auto found = index.emplace(s, static_cast<int>(strings.size()));
+      if (found.second) strings.push_back(s);
+      return double(found.first->second);
+    };
+    double* out = rows.Data();
+    for (const hora::TimelineRecord& r : records) {
+      const hora::WorkTimes& t = r.times;
+      const double row[kTimelineColumns] = {
+          double(r.id),           double(t.enqueued),     double(t.started),       double(t.copyInStart),
+          double(t.copyInEnd),    double(t.negotiateStart), double(t.negotiateEnd), double(t.transferEnd),
+          double(t.copyOutStart), double(t.copyOutEnd),   double(t.done),          double(t.reduceNanos),
+          double(t.reduceCalls),  double(t.fusedTensors), double(t.seq),
+          t.algorithm != nullptr ? indexOf(t.algorithm) : -1.0,
+          r.code != Code::kOk ? indexOf(hora::codeName(r.code)) : -1.0,
+          r.code != Code::kOk ? indexOf(r.message) : -1.0};
+      std::copy(row, row + kTimelineColumns, out);
+      out += kTimelineColumns;
+    }
+    Napi::Array names = Napi::Array::New(env, strings.size());
+    for (size_t i = 0; i < strings.size(); ++i) names.Set(static_cast<uint32_t>(i), strings[i]);
+    Napi::Object result = Napi::Object::New(env);
+    result.Set("rows", rows);
+    result.Set("strings", names);
+    return result;
+  }
+
   Napi::Value Abort(const Napi::CallbackInfo& info) {
     std::string code = info[0].As<Napi::String>().Utf8Value();
     std::string message = info[1].As<Napi::String>().Utf8Value();
@@ -293,9 +336,25 @@ Napi::Value TakeResult(const Napi::CallbackInfo& info) {
   return c->Take(info.Env(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
 }
 
+// clocks(): [monotonic nanoseconds, wall clock minus monotonic in microseconds], read together. The first
+// is the engine's clock (WorkTimes); the second turns it into wall-clock time for the timeline.
+Napi::Value Clocks(const Napi::CallbackInfo& info) {
+  timespec before{}, wall{}, after{};
+  clock_gettime(CLOCK_MONOTONIC, &before);
+  clock_gettime(CLOCK_REALTIME, &wall);
+  clock_gettime(CLOCK_MONOTONIC, &after);
+  auto nanos = [](const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; };
+  const int64_t mono = (nanos(before) + nanos(after)) / 2;
+  Napi::Array out = Napi::Array::New(info.Env(), 2);
+  out.Set(0u, Napi::Number::New(info.Env(), double(mono)));
+  out.Set(1u, Napi::Number::New(info.Env(), double(nanos(wall) - mono) / 1000.0));
+  return out;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Communicator", CommunicatorWrap::Define(env));
   exports.Set("take", Napi::Function::New(env, TakeResult));
+  exports.Set("clocks", Napi::Function::New(env, Clocks));
   exports.Set("abiVersion", Napi::Number::New(env, 1));
   return exports;
 }

@@ -918,6 +918,51 @@ void gridTests(World& w) {
   }
 }
 
+// The timeline's reduce time: summed only while kernel timing is on, for the ring (kernels inside the
+// progress loop) and recursive doubling (a kernel per step).
+void kernelTimingTests(World& w) {
+  if (w.size < 2 || w.broken) return;
+  Check check("kernel timing " + w.name() + ": reduction time is summed only while timing is on");
+  for (Algorithm algo : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    for (bool on : {false, true, false}) {
+      std::vector<std::vector<float>> bufs(w.size, std::vector<float>(algo == Algorithm::kRing ? 100003 : 64, 1.0f));
+      std::vector<int64_t> nanos(w.size);
+      std::vector<uint32_t> calls(w.size);
+      const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+        c.setKernelTiming(on);
+        c.takeKernelTime(&nanos[r], &calls[r]);  // start from zero
+        AllreduceOptions o;
+        o.data = reinterpret_cast<uint8_t*>(bufs[r].data());
+        o.count = bufs[r].size();
+        o.dtype = DType::kFloat32;
+        o.op = ReduceOp::kSum;
+        o.algorithm = algo;
+        Status s = allreduce(c, o);
+        c.takeKernelTime(&nanos[r], &calls[r]);
+        c.setKernelTiming(false);
+        return s;
+      });
+      const std::string what = std::string(algorithmName(algo)) + (on ? " on" : " off");
+      std::string err = firstFailure(st);
+      if (!err.empty()) {
+        check.fail(what + ": " + err);
+        continue;
+      }
+      // Off: nothing counted anywhere. On: every rank reduces in the ring; in recursive doubling the ranks
+      // that sit out (world size not a power of two) only pass data on, so only some ranks do.
+      int counted = 0;
+      for (int r = 0; r < w.size; ++r) {
+        const bool any = calls[r] > 0 && nanos[r] > 0;
+        counted += any;
+        const bool ok = !on ? calls[r] == 0 && nanos[r] == 0 : algo != Algorithm::kRing || any;
+        check.expect(ok, what + ": rank " + std::to_string(r) + " counted " + std::to_string(calls[r]) + " calls, " +
+                             std::to_string(nanos[r]) + " ns");
+      }
+      if (on) check.expect(counted > 0, what + ": no rank counted any reduction");
+    }
+  }
+}
+
 void worldTests(Net net, int size) {
   World w;
   {
@@ -943,6 +988,8 @@ void worldTests(Net net, int size) {
     if (w.broken) connectWorld(net, size, 15000, &w);
   };
   allreduceTests(w);
+  fresh();
+  kernelTimingTests(w);
   fresh();
   reduceScatterTests(w);
   fresh();

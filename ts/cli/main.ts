@@ -10,6 +10,9 @@ Commands:
   run     start a distributed job:  hora run -np 4 node train.js
   env     show every HORA_* variable, its value and meaning
   bench   measure collective bandwidth (run it under hora run)
+  timeline FILE -np N
+          merge the rank files of HORA_TIMELINE=FILE (FILE.rank0 ...) into FILE
+          (hora run does it by itself; this is for jobs started by mpirun, Slurm, ...)
 
 Options:
   -h, --help      show this help (hora <command> --help for a command's options)
@@ -49,6 +52,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       const result = await bench.main(rest);
       return typeof result === 'number' ? result : 0;
     }
+    case 'timeline':
+      return (require('../timeline') as typeof import('../timeline')).timelineMain(rest);
     case undefined:
     case '-h':
     case '--help':

@@ -16,9 +16,11 @@ import * as child_process from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
+import * as path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { defaultHostId, firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, readSettings, resolveIface, DebugLevel, DEBUG_LEVELS } from '../config';
 import { RendezvousServer } from '../control/server';
+import { mergeTimelines, rankTimelinePath } from '../timeline';
 import { trackChild } from './child';
 import { Dashboard, startDashboard } from './dashboard';
 import { formatStatus, StatusLine } from './status-line';
@@ -126,7 +128,8 @@ Tuning (passed to workers as HORA_* variables, see \`hora env\`):
 
 Logging and timeline:
   --debug LEVEL               HORA_DEBUG for launcher and workers: WARN, INFO, TRACE
-  --timeline FILE             HORA_TIMELINE, write a Chrome-trace timeline
+  --timeline FILE             HORA_TIMELINE, write a Chrome trace of every collective;
+                              the ranks' files are merged into FILE when the job ends
 
 Monitoring:
   --dashboard [PORT]          serve a live page of the job on http://127.0.0.1:PORT/
@@ -622,6 +625,11 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   process.stdout.on('error', ignoreOutputError);
   process.stderr.on('error', ignoreOutputError);
 
+  // --timeline or HORA_TIMELINE: every rank writes its own file next to FILE; they are merged at the end.
+  const timelineText = (opts.workerEnv.HORA_TIMELINE ?? process.env.HORA_TIMELINE)?.trim();
+  const timeline = timelineText ? path.resolve(timelineText) : undefined;
+  if (timeline) for (let r = 0; r < opts.np; r++) fs.rmSync(rankTimelinePath(timeline, r), { force: true });
+
   const placement = place(opts, baseHostId);
   const workers: WorkerHandle[] = [];
   const outputs: Promise<void>[] = [];
@@ -663,6 +671,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     for (const spec of placement) {
       const env: Record<string, string> = {
         ...opts.workerEnv,
+        ...(timeline ? { HORA_TIMELINE: timeline } : {}),
         ...spec.env,
         HORA_RENDEZVOUS_ADDR: rvAddr,
         HORA_RENDEZVOUS_PORT: String(rvPort),
@@ -705,10 +714,28 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   process.stderr.off('error', ignoreOutputError);
   await server.close();
   removeSharedMemory(jobId, log);
+  if (timeline) await finishTimeline(timeline, opts.np);
 
   if (failure) return failure.exitCode;
   if (interrupted) return signalExitCode(interrupted);
   return 0;
+}
+
+/** Merges the ranks' timeline files into `file`, whether the job succeeded or not, and says what it did. */
+async function finishTimeline(file: string, np: number): Promise<void> {
+  try {
+    const m = await mergeTimelines(file, np);
+    if (m.merged.length === 0) {
+      process.stderr.write(`hora run: no rank wrote a timeline file (looked for ${rankTimelinePath(file, 0)} and the like)\n`);
+      return;
+    }
+    const missing = m.missing.length === 0 ? ''
+      : `; no file from rank(s) ${m.missing.join(', ')} here (a rank on another host writes ${rankTimelinePath(file, m.missing[0])} there)`;
+    process.stderr.write(`hora run: timeline of ${m.merged.length} rank(s), ${m.events} events, written to ${file}${missing}\n`);
+  } catch (e) {
+    process.stderr.write(`hora run: could not merge the timeline into ${file}: ${(e as Error).message}; ` +
+      `the rank files (${rankTimelinePath(file, 0)} ...) are left as they are\n`);
+  }
 }
 
 /** Worker specs (without rendezvous variables): ranks fill -H entries in order. */

@@ -26,10 +26,10 @@ Status ringAllreduce(Context& ctx, const AllreduceOptions& o) {
 Status recursiveDoublingAllreduce(Context& ctx, const AllreduceOptions& o) {
   const size_t bytes = o.count * dtypeSize(o.dtype);
   uint8_t* scratch = threadScratch(bytes);
-  HORA_RETURN_IF_ERROR(recursiveDoubling(ctx, o.data, bytes, scratch,
-                                         [&](uint8_t* out, const uint8_t* lower, const uint8_t* higher) {
-                                           reduceTwo(o.op, o.dtype, out, lower, higher, o.count);
-                                         }));
+  auto combine = [&](uint8_t* out, const uint8_t* lower, const uint8_t* higher) {
+    ctx.timedReduce([&] { reduceTwo(o.op, o.dtype, out, lower, higher, o.count); });
+  };
+  HORA_RETURN_IF_ERROR(recursiveDoubling(ctx, o.data, bytes, scratch, combine));
   if (o.op == ReduceOp::kAvg) scaleForAvg(o.dtype, o.data, o.count, ctx.size());
   return Status::ok();
 }

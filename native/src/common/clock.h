@@ -8,6 +8,13 @@ namespace hora {
 
 using Clock = std::chrono::steady_clock;
 
+// Nanoseconds on Clock. On Linux steady_clock reads CLOCK_MONOTONIC, the clock of Node's process.hrtime,
+// so these values compare directly with JS timestamps taken by the same process (and by any process on
+// the same machine). Used by the timeline.
+inline int64_t monotonicNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
 class Deadline {
  public:
   explicit Deadline(int64_t timeoutMs) : at_(Clock::now() + std::chrono::milliseconds(timeoutMs)) {}

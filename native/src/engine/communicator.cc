@@ -15,6 +15,11 @@ namespace {
 constexpr int64_t kQueueSpinMicros = 100;
 // Largest tensor that is fused with others (see fusable()).
 constexpr size_t kFusionTensorMaxBytes = 128 * 1024;
+// WorkTimes::algorithm of a small allreduce whose data travelled with the agreement (no separate transfer).
+constexpr const char* kRodeAlong = "agreement";
+
+// Timeline records held for collection; past this (nobody collects) newer ones are dropped.
+constexpr size_t kMaxTimelineRecords = size_t(1) << 20;
 
 // Failures after which the connections can no longer be trusted to be in step.
 bool isFatal(Code c) {
@@ -45,6 +50,7 @@ const char* kindName(Kind k) {
 Communicator::Communicator(const CommunicatorOptions& options, Completion onComplete)
     : options_(options), onComplete_(std::move(onComplete)), ctx_(options.rank, options.size, options.timeoutMs) {
   setLogRank(options.rank);
+  ctx_.setKernelTiming(options.timeline);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -79,6 +85,10 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
   // HORA_ALGO (or init's algorithm option) applies to every allreduce that does not name its own.
   for (auto& w : batch) {
     if (w->algorithm == Algorithm::kAuto) w->algorithm = options_.algorithm;
+  }
+  if (options_.timeline) {
+    const int64_t now = monotonicNanos();
+    for (auto& w : batch) w->times.enqueued = now;
   }
   Task t;
   t.batch = std::move(batch);
@@ -226,8 +236,14 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
     } else {
       Status st = broken_;
       if (st.isOk()) {
+        stamp(&first.times.started);
+        if (options_.timeline) takeKernelTime(nullptr);
         ctx_.startDeadline();
         st = execute(first);
+        const bool transferred = first.times.negotiateEnd != 0 && first.times.algorithm != kRodeAlong &&
+                                 first.kind != Kind::kBarrier && first.kind != Kind::kInvalid;
+        if (transferred) stamp(&first.times.transferEnd);
+        if (options_.timeline) takeKernelTime(&first.times);
       }
       complete(batch[i], st, describeWork(first));
     }
@@ -248,23 +264,48 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
   const size_t elem = dtypeSize(first.dtype);
   size_t total = 0;
   for (size_t k = begin; k < end; ++k) total += batch[k]->count;
+  WorkTimes group;
+  if (options_.timeline) {
+    group.started = monotonicNanos();
+    group.fusedTensors = static_cast<uint32_t>(end - begin);
+    takeKernelTime(nullptr);
+  }
   if (fusionBuffer_.size() < total * elem) fusionBuffer_.resize(total * elem);
   uint8_t* buf = fusionBuffer_.data();
   size_t off = 0;
   for (size_t k = begin; k < end; ++k) {
+    stamp(&batch[k]->times.copyInStart);
     memcpy(buf + off, batch[k]->data, batch[k]->count * elem);
     off += batch[k]->count * elem;
+    stamp(&batch[k]->times.copyInEnd);
   }
   ctx_.startDeadline();
   Proposal proposal = proposalFor(first, seq_++, end - begin, total);
+  group.seq = proposal.seq;
+  stamp(&group.negotiateStart);
   Status st;
   if (carriesPayload(proposal, ctx_)) {
+    group.algorithm = kRodeAlong;
     st = agree(ctx_, proposal, "", buf);
+    stamp(&group.negotiateEnd);
     if (st.isOk() && first.op == ReduceOp::kAvg) scaleForAvg(first.dtype, buf, total, options_.size);
   } else {
     st = agree(ctx_, proposal, "");
+    stamp(&group.negotiateEnd);
   }
+  // The fused tensors share the group's phases; each keeps its own copies.
+  auto shareGroupTimes = [&](Work& w) {
+    if (!options_.timeline) return;
+    const WorkTimes own = w.times;
+    w.times = group;
+    w.times.enqueued = own.enqueued;
+    w.times.copyInStart = own.copyInStart;
+    w.times.copyInEnd = own.copyInEnd;
+  };
   if (!st.isOk() && !isFatal(st.code())) {
+    if (options_.timeline) takeKernelTime(&group);
+    shareGroupTimes(*batch[begin]);
+    for (size_t k = begin + 1; k < end; ++k) batch[k]->times.copyInStart = batch[k]->times.copyInEnd = 0;
     complete(batch[begin], st, describeWork(first));
     return begin + 1;
   }
@@ -275,12 +316,18 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     o.dtype = first.dtype;
     o.op = first.op;
     o.algorithm = first.algorithm;
+    if (options_.timeline) group.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx_, o));
     st = allreduce(ctx_, o);
+    stamp(&group.transferEnd);
   }
+  if (options_.timeline) takeKernelTime(&group);
   off = 0;
   for (size_t k = begin; k < end; ++k) {
     Work& w = *batch[k];
+    shareGroupTimes(w);
+    stamp(&w.times.copyOutStart);
     if (st.isOk()) memcpy(w.data, buf + off, w.count * elem);
+    stamp(&w.times.copyOutEnd);
     off += w.count * elem;
     w.fused = true;
     complete(batch[k], st,
@@ -293,12 +340,19 @@ Status Communicator::execute(Work& w) {
   const int p = options_.size, r = options_.rank;
   uint64_t count = w.kind == Kind::kBarrier ? 0 : w.count;
   Proposal proposal = proposalFor(w, seq_++, 1, count);
+  w.times.seq = proposal.seq;
+  stamp(&w.times.negotiateStart);
   if (carriesPayload(proposal, ctx_)) {
-    HORA_RETURN_IF_ERROR(agree(ctx_, proposal, w.invalidReason, w.data));
+    w.times.algorithm = kRodeAlong;
+    Status agreed = agree(ctx_, proposal, w.invalidReason, w.data);
+    stamp(&w.times.negotiateEnd);
+    HORA_RETURN_IF_ERROR(agreed);
     if (w.op == ReduceOp::kAvg) scaleForAvg(w.dtype, w.data, w.count, p);
     return Status::ok();
   }
-  HORA_RETURN_IF_ERROR(agree(ctx_, proposal, w.invalidReason));
+  Status agreed = agree(ctx_, proposal, w.invalidReason);
+  stamp(&w.times.negotiateEnd);
+  HORA_RETURN_IF_ERROR(agreed);
   switch (w.kind) {
     case Kind::kAllreduce: {
       AllreduceOptions o;
@@ -309,6 +363,7 @@ Status Communicator::execute(Work& w) {
       o.algorithm = w.algorithm;
       HORA_TRACE("allreduce '%s' %zu x %s with %s", w.name.c_str(), w.count, dtypeName(w.dtype),
                  algorithmName(chooseAllreduceAlgorithm(ctx_, o)));
+      if (options_.timeline) w.times.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx_, o));
       return allreduce(ctx_, o);
     }
     case Kind::kBroadcast: {
@@ -368,6 +423,23 @@ Status Communicator::execute(Work& w) {
   return Status(Code::kInternal, "unknown collective kind");
 }
 
+std::vector<TimelineRecord> Communicator::takeTimelineRecords() {
+  std::vector<TimelineRecord> out;
+  std::lock_guard<std::mutex> lock(timelineMutex_);
+  out.swap(timelineRecords_);
+  return out;
+}
+
+// The reduction kernel time since the last call, into t (nullptr: just start a new sum).
+void Communicator::takeKernelTime(WorkTimes* t) {
+  int64_t nanos = 0;
+  uint32_t calls = 0;
+  ctx_.takeKernelTime(&nanos, &calls);
+  if (t == nullptr) return;
+  t->reduceNanos = nanos;
+  t->reduceCalls = calls;
+}
+
 void Communicator::complete(const std::shared_ptr<Work>& w, Status st, const std::string& what) {
   if (!st.isOk()) {
     bool fatal = isFatal(st.code());
@@ -381,6 +453,16 @@ void Communicator::complete(const std::shared_ptr<Work>& w, Status st, const std
     w->status = Status(st.code(), prefix + st.message(), st.peer());
   } else {
     w->status = st;
+  }
+  if (options_.timeline) {
+    w->times.done = monotonicNanos();
+    TimelineRecord rec;
+    rec.id = w->id;
+    rec.times = w->times;
+    rec.code = w->status.code();
+    if (!w->status.isOk()) rec.message = w->status.message();
+    std::lock_guard<std::mutex> lock(timelineMutex_);
+    if (timelineRecords_.size() < kMaxTimelineRecords) timelineRecords_.push_back(std::move(rec));
   }
   bool wake;
   {

@@ -36,6 +36,7 @@ struct CommunicatorOptions {
   std::vector<int> grid;             // HORA_TOPOLOGY, fastest dimension first; empty: none
   LinkOverride costLocal;            // HORA_COST_LOCAL, else measured at connect
   LinkOverride costCross;            // HORA_COST_CROSS, else measured at connect
+  bool timeline = false;             // record WorkTimes for every collective (HORA_TIMELINE)
 };
 
 class Communicator {
@@ -64,6 +65,9 @@ class Communicator {
   void abort(const Status& reason);
   // Lets the queue drain, then stops the thread and closes every connection.
   void close();
+  // Timeline: the records of the works completed since the last call, in completion order (which is
+  // submission order). Thread-safe.
+  std::vector<TimelineRecord> takeTimelineRecords();
 
  private:
   struct Task {
@@ -82,6 +86,11 @@ class Communicator {
   Status execute(Work& w);
   void complete(const std::shared_ptr<Work>& w, Status st, const std::string& what);
   bool fusable(const Work& w) const;
+  // Timeline: stores the time at *at when the timeline is on; one branch otherwise.
+  void stamp(int64_t* at) const {
+    if (options_.timeline) *at = monotonicNanos();
+  }
+  void takeKernelTime(WorkTimes* t);
 
   CommunicatorOptions options_;
   Completion onComplete_;
@@ -98,6 +107,9 @@ class Communicator {
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() blocks on, if any (under mutex_)
   bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
   std::thread thread_;
+
+  std::mutex timelineMutex_;
+  std::vector<TimelineRecord> timelineRecords_;  // completed, not yet collected (under timelineMutex_)
 };
 
 }  // namespace hora

@@ -25,6 +25,37 @@ enum class Kind : uint8_t {
 };
 const char* kindName(Kind k);
 
+// When each phase of a Work happened, for the timeline (HORA_TIMELINE). Filled only while the
+// communicator's timeline is on; monotonicNanos() values, 0 where a phase did not happen (a failure ended
+// the work early, or the phase does not apply: copies exist only for fused tensors).
+struct WorkTimes {
+  int64_t enqueued = 0;       // the JS batch holding it reached the engine's queue
+  int64_t started = 0;        // the engine took it (for a fused tensor: the fusion group)
+  int64_t copyInStart = 0;    // fused: this tensor's copy into the fusion buffer
+  int64_t copyInEnd = 0;
+  int64_t negotiateStart = 0; // the cross-rank agreement (see agreement.h)
+  int64_t negotiateEnd = 0;
+  int64_t transferEnd = 0;    // the algorithm ran from negotiateEnd to here
+  int64_t copyOutStart = 0;   // fused: this tensor's copy out of the fusion buffer
+  int64_t copyOutEnd = 0;
+  int64_t done = 0;           // status set, about to be reported
+  // Reduction kernels run inside the progress loop interleaved with receives, in many short calls; this
+  // is their summed time over the whole collective (agreement included), not one interval.
+  int64_t reduceNanos = 0;
+  uint32_t reduceCalls = 0;
+  uint32_t fusedTensors = 0;  // tensors in its fusion group, 0 when not fused
+  uint64_t seq = 0;           // the agreement's sequence number (shared by a fusion group)
+  const char* algorithm = nullptr;  // allreduce algorithm that ran; "agreement" when the data rode along
+};
+
+// A completed Work's times and outcome, kept by the communicator until the timeline collects them.
+struct TimelineRecord {
+  uint64_t id = 0;  // Work::id
+  WorkTimes times;
+  Code code = Code::kOk;
+  std::string message;  // set when code is not kOk
+};
+
 struct Work {
   uint64_t id = 0;  // chosen by the binding; echoed back on completion
   Kind kind = Kind::kBarrier;
@@ -47,6 +78,7 @@ struct Work {
   std::vector<uint8_t> gathered;          // allgather: every rank's block, concatenated
   std::vector<uint64_t> gatheredCounts;   // allgather: elements from each rank
   bool fused = false;                     // went out in a fusion buffer with others
+  WorkTimes times;                        // only while the timeline is on
   bool completed = false;                 // guarded by the communicator's mutex
 };
 

@@ -247,7 +247,7 @@ Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecv
             memcpy(aligned, src, n);
             src = aligned;
           }
-          reduceInto(r.op, r.dtype, r.dst + r.done, src, n / elem);
+          timedReduce([&] { reduceInto(r.op, r.dtype, r.dst + r.done, src, n / elem); });
           r.pair->consume(n);
           r.done += n;
           moved = true;

@@ -85,6 +85,28 @@ class Context {
   // Convenience: one send and one receive that progress together.
   Status sendRecv(int to, const void* sendData, size_t sendLen, int from, void* recvData, size_t recvLen);
 
+  // Reduction kernel time, summed (for the timeline). Off by default: then timedReduce() costs one branch.
+  void setKernelTiming(bool on) { kernelTiming_ = on; }
+  // Runs a reduction kernel, adding its time to the running sum while timing is on.
+  template <typename F>
+  void timedReduce(F&& kernel) {
+    if (!kernelTiming_) {
+      kernel();
+      return;
+    }
+    const int64_t t0 = monotonicNanos();
+    kernel();
+    kernelNanos_ += monotonicNanos() - t0;
+    ++kernelCalls_;
+  }
+  // Returns the sum since the last call and starts a new one.
+  void takeKernelTime(int64_t* nanos, uint32_t* calls) {
+    *nanos = kernelNanos_;
+    *calls = kernelCalls_;
+    kernelNanos_ = 0;
+    kernelCalls_ = 0;
+  }
+
   // Thread-safe: every current and later progress() fails with this status.
   void abort(const Status& reason);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
@@ -108,6 +130,9 @@ class Context {
   std::vector<std::unique_ptr<Pair>> pairs_;
   Topology topology_;
   std::vector<std::unique_ptr<shm::Segment>> segments_;  // outlive the pairs that point into them
+  bool kernelTiming_ = false;
+  int64_t kernelNanos_ = 0;
+  uint32_t kernelCalls_ = 0;
 
   std::atomic<bool> aborted_{false};
   mutable std::mutex abortMutex_;
