@@ -1,5 +1,6 @@
 #include "engine/agreement.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "algorithms/collectives.h"
@@ -104,19 +105,51 @@ namespace {
 // How a partner's payload is taken in once its message has arrived.
 enum class Take { kDiscard, kReduce, kCopy };
 
-// One step: send [message | payload] and receive the partner's message; then take in its payload, whose
-// length comes from its message and is bounds-checked before a byte is read. When the partner's payload
-// is to be combined, it is reduced straight out of the transport (the shared-memory slot or the TCP
-// read-ahead buffer), without an intermediate copy. decide() looks at the partner's message and says
-// how to take its payload.
+// One step: send this rank's message and payload and receive the partner's message; then take in its
+// payload, whose length comes from its message and is bounds-checked before a byte is read. When the
+// partner's payload is to be combined, it is reduced straight out of the transport (the shared-memory
+// slot or the TCP read-ahead buffer), without an intermediate copy. decide() looks at the partner's
+// message and says how to take its payload.
+//
+// On the wire a message is its head (everything before the text), then the text only when the message
+// carries a verdict (state != 0), then the payload. Head, text and a payload of up to kCoalesceBytes go
+// out as one buffer: one write, and usually one read, for the allreduces that are pure latency. Larger
+// payloads go as a second send straight from their buffer, where a copy would cost more than the write.
+constexpr size_t kHeadBytes = offsetof(Message, text);
+constexpr size_t kCoalesceBytes = 4096;
+
 template <typename Decide>
 Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* payload, Message* in, bool send,
                 bool recv, uint8_t* into, ReduceOp op, DType dtype, Decide&& decide) {
-  SendOp sends[2] = {{ctx.pair(partner), reinterpret_cast<const uint8_t*>(&out), sizeof(Message)},
-                     {ctx.pair(partner), payload, out.payloadBytes}};
-  RecvOp head{ctx.pair(partner), reinterpret_cast<uint8_t*>(in), sizeof(Message)};
-  HORA_RETURN_IF_ERROR(ctx.progress(sends, send ? (out.payloadBytes > 0 ? 2 : 1) : 0, &head, recv ? 1 : 0));
+  alignas(64) static thread_local uint8_t wire[sizeof(Message) + kCoalesceBytes];
+  SendOp sends[2] = {{ctx.pair(partner), wire, 0}, {ctx.pair(partner), payload, out.payloadBytes}};
+  int numSends = 0;
+  if (send) {
+    size_t n = kHeadBytes;
+    memcpy(wire, &out, kHeadBytes);
+    if (out.state != 0) {
+      memcpy(wire + n, out.text, sizeof(out.text));
+      n += sizeof(out.text);
+    }
+    numSends = 1;
+    if (out.payloadBytes > 0 && out.payloadBytes <= kCoalesceBytes) {
+      memcpy(wire + n, payload, out.payloadBytes);
+      n += out.payloadBytes;
+    } else if (out.payloadBytes > 0) {
+      numSends = 2;
+    }
+    sends[0].len = n;
+  }
+  RecvOp head{ctx.pair(partner), reinterpret_cast<uint8_t*>(in), kHeadBytes};
+  HORA_RETURN_IF_ERROR(ctx.progress(sends, numSends, &head, recv ? 1 : 0));
   if (!recv) return Status::ok();
+  if (in->state != 0) {
+    RecvOp text{ctx.pair(partner), reinterpret_cast<uint8_t*>(in->text), sizeof(in->text)};
+    HORA_RETURN_IF_ERROR(ctx.progress(nullptr, 0, &text, 1));
+    in->text[sizeof(in->text) - 1] = '\0';
+  } else {
+    in->text[0] = '\0';
+  }
   const size_t inBytes = in->payloadBytes;
   if (inBytes > kSmallAllreduceBytes) {
     return Status(Code::kInternal, "rank " + std::to_string(partner) + " sent a malformed agreement message (" +
