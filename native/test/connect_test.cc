@@ -30,6 +30,8 @@
 #include "transport/tcp/connect.h"
 #include "transport/tcp/handshake.h"
 
+#include "tap.h"
+
 using namespace hora;
 namespace hs = hora::tcp::handshake;
 
@@ -41,19 +43,9 @@ double secondsSince(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
-int gCount = 0;
-int gFailed = 0;
-
-void check(bool ok, const std::string& what, const std::string& details = "") {
-  ++gCount;
-  if (ok) {
-    std::printf("ok %d - %s\n", gCount, what.c_str());
-  } else {
-    ++gFailed;
-    std::printf("not ok %d - %s: %s\n", gCount, what.c_str(), details.c_str());
-  }
-  std::fflush(stdout);
-}
+using testing::check;
+using testing::gCount;
+using testing::gFailed;
 
 void startWatchdog() {
   const char* env = std::getenv("HORA_TEST_WATCHDOG_S");

@@ -10,22 +10,15 @@
 
 #include "common/sha256.h"
 
+#include "tap.h"
+
 using namespace hora;
 
 namespace {
 
-int gCount = 0;
-int gFailed = 0;
-
-void check(bool ok, const std::string& what, const std::string& details = "") {
-  ++gCount;
-  if (ok) {
-    std::printf("ok %d - %s\n", gCount, what.c_str());
-  } else {
-    ++gFailed;
-    std::printf("not ok %d - %s: %s\n", gCount, what.c_str(), details.c_str());
-  }
-}
+using testing::check;
+using testing::gCount;
+using testing::gFailed;
 
 std::string hex(const uint8_t* p, size_t n) {
   static const char* digits = "0123456789abcdef";
