@@ -9,7 +9,7 @@ const { spawn } = require('node:child_process');
 const dist = path.join(__dirname, '..', 'dist', 'ts');
 const { FrameDecoder, encodeFrame, ControlConnection, MAX_FRAME_BYTES } = require(path.join(dist, 'control', 'frame.js'));
 const { encodeEnvelope, decodeEnvelope, ControlProtocolError, PROTOCOL_VERSION } = require(path.join(dist, 'control', 'messages.js'));
-const { RendezvousServer, computeTopology } = require(path.join(dist, 'control', 'server.js'));
+const { RendezvousServer, computeTopology, MAX_UNREGISTERED } = require(path.join(dist, 'control', 'server.js'));
 const { register } = require(path.join(dist, 'control', 'client.js'));
 const config = require(path.join(dist, 'config.js'));
 
@@ -163,6 +163,27 @@ t.test('wrong secret is rejected with ERR_AUTH and the server keeps serving', as
   t.equal(ok.self.rank, 0);
   t.same(rejected, ['ERR_AUTH']);
   ok.connection.close();
+});
+
+t.test('idle connections beyond the cap push out the oldest; real workers still register', async (t) => {
+  const { server, port } = await startServer(t, { size: 2, log: () => undefined });
+  const rejected = [];
+  server.on('rejected', (info) => rejected.push(info));
+  const idle = [];
+  for (let i = 0; i < MAX_UNREGISTERED + 6; i++) idle.push(await rawConnect(port));
+  // Every idle connection got its Challenge; the six oldest were then dropped with an Error.
+  for (const c of idle) t.equal((await c.next()).kind, 'challenge');
+  const dropped = [];
+  for (let i = 0; i < 6; i++) dropped.push(await idle[i].next());
+  t.same(dropped.map((m) => m.kind), new Array(6).fill('error'), 'the 6 oldest are told why and closed');
+  t.match(dropped[0].message, /waiting to register/);
+  t.equal(rejected.length, 6, 'six rejections, logged');
+  // Two real workers still get in, pushing out two more idle ones.
+  const workers = await Promise.all([client(port, 0), client(port, 1)]);
+  t.same(workers.map((w) => w.self.rank), [0, 1], 'both workers registered');
+  t.equal(rejected.length, 8);
+  for (const w of workers) w.connection.close();
+  for (const c of idle) c.socket.destroy();
 });
 
 t.test('bad input gets an Error and does not stop the server', async (t) => {

@@ -79,6 +79,9 @@ export interface RejectionInfo {
  *  'abort'      (reason, rank, code)                   abort() was called
  *  'stall'      (stall: Stall, line: string)           the stall inspector logged a stall
  */
+/** Connections that may wait to register at once; beyond it the oldest is dropped. */
+export const MAX_UNREGISTERED = 64;
+
 export class RendezvousServer extends EventEmitter {
   readonly size: number;
   readonly jobId: string;
@@ -91,6 +94,8 @@ export class RendezvousServer extends EventEmitter {
   private readonly log: Logger;
   private readonly server: net.Server;
   private readonly connections = new Set<ControlConnection>();
+  /** Connections that have not registered yet, oldest first (a Set iterates in insertion order). */
+  private readonly unregistered = new Set<ControlConnection>();
   // rank -> registration for explicit ranks; -1 registrations wait in `unassigned`.
   private readonly byRank = new Map<number, Registration>();
   private readonly unassigned: Registration[] = [];
@@ -220,7 +225,16 @@ export class RendezvousServer extends EventEmitter {
     }
     const conn = new ControlConnection(socket, this.maxFrameBytes);
     if (this.unrefed) socket.unref();
+    // At the cap, the oldest connection that has not registered makes room. Refusing the newest instead
+    // would let anyone who holds MAX_UNREGISTERED idle connections lock the real workers out; a worker
+    // registers within one round trip, so it is never the oldest for long.
+    if (this.unregistered.size >= MAX_UNREGISTERED) {
+      const oldest = this.unregistered.values().next().value as ControlConnection;
+      this.unregistered.delete(oldest);
+      this.reject(oldest, 'ERR_AUTH', `dropped: ${MAX_UNREGISTERED} connections were waiting to register; the oldest makes room`);
+    }
     this.connections.add(conn);
+    this.unregistered.add(conn);
     const nonce = crypto.randomBytes(32);
     let registered = false;
     const handshake = setTimeout(() => {
@@ -235,7 +249,10 @@ export class RendezvousServer extends EventEmitter {
           return;
         }
         registered = this.onRegister(conn, msg, nonce);
-        if (registered) clearTimeout(handshake);
+        if (registered) {
+          clearTimeout(handshake);
+          this.unregistered.delete(conn);
+        }
         return;
       }
       if (msg.kind === 'heartbeat') {
@@ -256,6 +273,7 @@ export class RendezvousServer extends EventEmitter {
     conn.on('close', (err) => {
       clearTimeout(handshake);
       this.connections.delete(conn);
+      this.unregistered.delete(conn);
       this.onClose(conn, err);
     });
     conn.send({ kind: 'challenge', nonce, protocolVersion: PROTOCOL_VERSION });
