@@ -316,7 +316,11 @@ t.test('live server: a crowd of bad connections cannot stop a job of 2', async (
       continue;
     }
     const errors = r.messages.filter((m) => m.kind === 'error');
-    if (errors.length !== 1 || !expectCode[r.kind].test(errors[0].code)) problems.push(`${label}: got ${JSON.stringify(r.messages.map((m) => [m.kind, m.code]))}`);
+    // More than MAX_UNREGISTERED of the crowd wait at once, so the oldest are pushed out before their own
+    // error could come: that is an answer too, with its own message.
+    const capped = errors.length === 1 && errors[0].code === 'ERR_AUTH' && /waiting to register/.test(errors[0].message);
+    if (capped) summary.pushedOut = (summary.pushedOut ?? 0) + 1;
+    if (!capped && (errors.length !== 1 || !expectCode[r.kind].test(errors[0].code))) problems.push(`${label}: got ${JSON.stringify(r.messages.map((m) => [m.kind, m.code]))}`);
     if (!r.serverEnded && !r.error) problems.push(`${label}: closed without the server ending it`);
     if (r.ms > HANDSHAKE_MS + 3000) problems.push(`${label}: held for ${r.ms} ms`);
     if (logged !== 1) problems.push(`${label}: ${logged} log lines instead of 1`);
