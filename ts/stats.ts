@@ -48,13 +48,16 @@ export class CollectiveStats {
   private submittedCount = 0;
   private completedCount = 0;
   private readonly kinds = new Map<CollectiveKind, KindTotals>();
-  /** By seq, in submission order (a Map keeps insertion order): the oldest come first. */
-  private readonly pending = new Map<number, SubmittedCollective>();
 
-  /** Notes a collective handed to the engine; the returned record goes back to settled(). */
+  /**
+   * @param pending the records of the collectives not yet settled, oldest first: the Dispatcher keeps them
+   * with its outstanding works, so they are not tracked twice.
+   */
+  constructor(private readonly pending: () => Iterable<SubmittedCollective>) {}
+
+  /** Notes a collective handed to the engine; the returned record goes back to settled(), once. */
   submitted(kind: NativeKind, name: string, bytes: number): SubmittedCollective {
     const c: SubmittedCollective = { seq: ++this.submittedCount, kind: KIND_NAMES[kind] ?? 'invalid', name, bytes, at: performance.now() };
-    this.pending.set(c.seq, c);
     if (c.kind !== 'invalid') {
       const k = this.totals(c.kind);
       if (k.inFlight++ === 0) k.busySince = c.at;
@@ -64,7 +67,6 @@ export class CollectiveStats {
 
   /** Notes its completion, successful or not. */
   settled(c: SubmittedCollective, result: NativeResult): void {
-    if (!this.pending.delete(c.seq)) return;
     this.completedCount++;
     if (c.kind === 'invalid') return;
     const k = this.totals(c.kind);
@@ -84,7 +86,7 @@ export class CollectiveStats {
       kind, count: k.count, bytes: k.bytes, busyUs: Math.floor(1000 * (k.busyMs + (k.inFlight > 0 ? now - k.busySince : 0))),
     }));
     const pending: PendingCollective[] = [];
-    for (const c of this.pending.values()) {
+    for (const c of this.pending()) {
       if (pending.length === PENDING_REPORTED) break;
       pending.push({ seq: c.seq, name: reportableName(c.name), kind: c.kind, ageMs: Math.floor(now - c.at) });
     }

@@ -103,7 +103,7 @@ export class Dispatcher {
   private readonly flushLater = () => this.flush();
   readonly comm: NativeCommunicator;
   /** What the Stats control message reports. */
-  readonly stats = new CollectiveStats();
+  readonly stats = new CollectiveStats(() => this.pendingStats());
   /** Where each rank runs ("host node1, pid 4321": its host id), from the peer table; named in errors about a peer. */
   peerPlaces: string[] = [];
   /** HORA_TIMELINE: told of every call; null when off. */
@@ -123,6 +123,11 @@ export class Dispatcher {
         process.stderr.write(`hora: rank ${this.rank} is exiting (code ${code}) with ${this.outstanding.size} collective(s) outstanding\n`);
       }
     });
+  }
+
+  /** The Stats records of the outstanding collectives, in submission order (a Map keeps insertion order). */
+  private *pendingStats(): Iterable<SubmittedCollective> {
+    for (const o of this.outstanding.values()) if (o.stats) yield o.stats;
   }
 
   get pending(): number {

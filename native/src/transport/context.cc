@@ -313,16 +313,11 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
       if (senders[i] != nullptr && (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
         int err = 0;
         socklen_t len = sizeof(err);
-        if (getsockopt(fds[i].fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == ETIMEDOUT) {
-          return Status(Code::kPeerLost,
-                        "connection to rank " + std::to_string(senders[i]->peer()) + " went silent: its host did not answer for " +
-                            std::to_string(tcp::kPeerSilenceMs / 1000) + " s while rank " + std::to_string(rank_) +
-                            " was sending to it (the host or the link is down)",
-                        senders[i]->peer());
-        }
+        if (getsockopt(fds[i].fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = 0;
         return Status(Code::kPeerLost,
                       "connection to rank " + std::to_string(senders[i]->peer()) +
-                          " was closed by the peer while rank " + std::to_string(rank_) + " was sending to it",
+                          (err != 0 ? " failed" : " was closed by the peer") + " while rank " + std::to_string(rank_) +
+                          " was sending to it" + tcp::describeLoss(err),
                       senders[i]->peer());
       }
     }

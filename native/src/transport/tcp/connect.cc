@@ -129,6 +129,13 @@ Status listenOn(const std::string& host, int backlog, int* fd, int* port) {
   return Status::ok();
 }
 
+std::string describeLoss(int err) {
+  if (err == ETIMEDOUT) {
+    return " (its host did not answer for " + std::to_string(kPeerSilenceMs / 1000) + " s: the host or the link is down)";
+  }
+  return err != 0 ? std::string(" (") + strerror(err) + ")" : std::string();
+}
+
 Status configureForDataPlane(int fd) {
   int one = 1;
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) return sysError("TCP_NODELAY");

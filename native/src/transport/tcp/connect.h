@@ -72,6 +72,10 @@ Status recvAll(int fd, void* data, size_t len, const Deadline& deadline, int pee
 // acknowledgements) before it is treated as lost.
 constexpr unsigned int kPeerSilenceMs = 4000;
 
+// What a data-plane socket error says about the peer, for the end of an ERR_PEER_LOST message:
+// " (its host did not answer for 4 s: ...)" for ETIMEDOUT, " (strerror)" for others, "" for 0.
+std::string describeLoss(int err);
+
 Status configureForDataPlane(int fd);
 
 }  // namespace tcp

@@ -1,13 +1,13 @@
 #include "transport/tcp/pair.h"
 
-#include "transport/tcp/connect.h"
-
 #include <errno.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
+
+#include "transport/tcp/connect.h"
 
 namespace hora {
 namespace tcp {
@@ -22,12 +22,7 @@ TcpPair::~TcpPair() {
 
 Status TcpPair::lost(const char* what, int err) {
   std::string msg = std::string("connection to rank ") + std::to_string(peer()) + " " + what;
-  if (err == ETIMEDOUT) {
-    msg += " (its host did not answer for " + std::to_string(kPeerSilenceMs / 1000) + " s: the host or the link is down)";
-  } else if (err != 0) {
-    msg += std::string(" (") + strerror(err) + ")";
-  }
-  return Status(Code::kPeerLost, msg, peer());
+  return Status(Code::kPeerLost, msg + describeLoss(err), peer());
 }
 
 Status TcpPair::trySend(const uint8_t* data, size_t len, size_t* taken) {
