@@ -70,6 +70,11 @@ struct Work {
   size_t count = 0;
   // reducescatter: this rank's block of the result (blockCount(count, size, rank) elements).
   uint8_t* out = nullptr;
+  // device >= 0: data and out are device memory of that CUDA device (a hora.cuda.DeviceBuffer), and the
+  // work is ordered after what is queued on stream (nullptr: the legacy default stream); its result is
+  // ready on that stream when the work completes. -1: host memory.
+  int device = -1;
+  void* stream = nullptr;
   // kInvalid: what was wrong with this rank's call.
   std::string invalidReason;
 
@@ -77,6 +82,7 @@ struct Work {
   Status status;
   std::vector<uint8_t> gathered;          // allgather: every rank's block, concatenated
   std::vector<uint64_t> gatheredCounts;   // allgather: elements from each rank
+  void* gatheredDevice = nullptr;         // allgather of device memory: the result, from cuda::allocate()
   bool fused = false;                     // went out in a fusion buffer with others
   WorkTimes times;                        // only while the timeline is on
   bool completed = false;                 // guarded by the communicator's mutex
