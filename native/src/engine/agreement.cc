@@ -25,7 +25,7 @@ struct Message {
 
 bool sameCollective(const Proposal& a, const Proposal& b) {
   return a.seq == b.seq && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.root == b.root &&
-         a.algorithm == b.algorithm &&
+         a.algorithm == b.algorithm && a.onDevice == b.onDevice &&
          a.numTensors == b.numTensors && a.nameHash == b.nameHash && (!a.compareCount || a.count == b.count);
 }
 
@@ -77,7 +77,7 @@ std::string describe(const Proposal& p) {
     }
     if (kind == Kind::kBroadcast) s += ", root " + std::to_string(p.root);
     if (p.numTensors > 1) s += ", " + std::to_string(p.numTensors) + " fused tensors";
-    s += ")";
+    s += p.onDevice ? ", in GPU memory)" : ")";
   }
   s += " as collective #" + std::to_string(p.seq);
   return s;
@@ -94,6 +94,7 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   p.compareCount = w.kind == Kind::kAllgather ? 0 : 1;
   p.numTensors = static_cast<uint32_t>(numTensors);
   p.algorithm = static_cast<uint8_t>(w.algorithm);
+  p.onDevice = w.device >= 0 ? 1 : 0;
   p.nameHash = numTensors > 1 ? 0 : fnv1a64(w.name);
   std::string shown = numTensors > 1 ? "fused:" + w.name : w.name;
   strncpy(p.name, shown.c_str(), sizeof(p.name) - 1);
@@ -229,7 +230,7 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
 }  // namespace
 
 bool carriesPayload(const Proposal& p, const Context& ctx) {
-  if (p.kind != static_cast<uint8_t>(Kind::kAllreduce) || p.count == 0) return false;
+  if (p.kind != static_cast<uint8_t>(Kind::kAllreduce) || p.count == 0 || p.onDevice) return false;
   if (p.count * dtypeSize(static_cast<DType>(p.dtype)) > kSmallAllreduceBytes) return false;
   // The exchange is recursive doubling: it carries the payload when that is the algorithm this
   // allreduce would run anyway (the same choice on every rank: the topology is the same everywhere).

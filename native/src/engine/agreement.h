@@ -28,6 +28,7 @@ struct Proposal {
   uint8_t dtype = 0;
   uint8_t compareCount = 1;
   uint8_t algorithm = 0;    // Algorithm forced for this collective (kAuto unless HORA_ALGO)
+  uint8_t onDevice = 0;     // 1: GPU memory (every rank must agree: the device paths differ from the host's)
   char name[32] = {};
 };
 

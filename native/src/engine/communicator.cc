@@ -209,7 +209,7 @@ void Communicator::runConnect(Task& task) {
 // on TCP, which is the time to copy a few hundred KiB, so larger tensors go out on their own.
 bool Communicator::fusable(const Work& w) const {
   const size_t bytes = w.count * dtypeSize(w.dtype);
-  return w.kind == Kind::kAllreduce && options_.fusionBytes > 0 && w.count > 0 && bytes < options_.fusionBytes &&
+  return w.kind == Kind::kAllreduce && w.device < 0 && options_.fusionBytes > 0 && w.count > 0 && bytes < options_.fusionBytes &&
          bytes <= kFusionTensorMaxBytes;
 }
 
@@ -353,6 +353,12 @@ Status Communicator::execute(Work& w) {
   Status agreed = agree(ctx_, proposal, w.invalidReason);
   stamp(&w.times.negotiateEnd);
   HORA_RETURN_IF_ERROR(agreed);
+  if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
+    if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, options_.transport));
+    Status st = device_->run(w);
+    if (options_.timeline) w.times.algorithm = device_->lastPath();
+    return st;
+  }
   switch (w.kind) {
     case Kind::kAllreduce: {
       AllreduceOptions o;

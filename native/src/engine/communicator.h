@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda/collectives.h"
 #include "engine/probe.h"
 #include "engine/work.h"
 #include "transport/context.h"
@@ -98,6 +99,7 @@ class Communicator {
   uint64_t seq_ = 0;
   Status broken_;  // the first fatal failure; every later Work fails with it
   std::vector<uint8_t> fusionBuffer_;
+  std::unique_ptr<cuda::DeviceCollectives> device_;  // made at the first collective on GPU memory
 
   std::mutex mutex_;
   std::condition_variable queueCv_;

@@ -1,0 +1,761 @@
+#include "cuda/collectives.h"
+
+#ifndef HORA_CUDA
+
+namespace hora {
+namespace cuda {
+
+struct DeviceCollectives::State {};
+
+DeviceCollectives::DeviceCollectives(Context&, TransportChoice) {}
+DeviceCollectives::~DeviceCollectives() = default;
+
+Status DeviceCollectives::run(Work&) {
+  return Status(Code::kInvalidArgument, "device memory given to an addon built without CUDA (npm run build:cuda)");
+}
+
+const char* DeviceCollectives::lastPath() const { return "none"; }
+
+}  // namespace cuda
+}  // namespace hora
+
+#else
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "algorithms/blocks.h"
+#include "algorithms/collectives.h"
+#include "algorithms/ring.h"
+#include "common/log.h"
+#include "cuda/device.h"
+#include "cuda/kernels.h"
+#include "cuda/nccl.h"
+#include "cuda/runtime.h"
+
+namespace hora {
+namespace cuda {
+namespace {
+
+enum class Path { kUnset, kNccl, kIpc, kStaged };
+
+const char* pathName(Path p) {
+  switch (p) {
+    case Path::kNccl: return "nccl";
+    case Path::kIpc: return "ipc";
+    case Path::kStaged: return "staged";
+    case Path::kUnset: break;
+  }
+  return "none";
+}
+
+// The staged pipeline moves the buffer in segments of this size through kStages pinned host buffers:
+// while segment k is reduced over the network, k + 1 is copied down from the device and k - 1 back up.
+constexpr size_t kSegmentBytes = size_t(8) << 20;
+constexpr int kStages = 3;
+
+// What each rank tells the others at the first device collective.
+struct SetupInfo {
+  uint8_t uuid[16];   // its GPU
+  int32_t ncclLoaded;
+  int32_t pad;
+};
+
+// One rank's buffer, as the IPC path passes it around: the handle of the allocation that holds it, the
+// offset into that allocation, its length, and whether the rank got this far.
+struct IpcEntry {
+  cudaIpcMemHandle_t handle;
+  uint64_t offset;
+  uint64_t count;
+  int32_t code;  // Code of this rank's failure so far, 0 when none
+  int32_t pad;
+};
+
+nccl::DataType ncclType(DType t) {
+  switch (t) {
+    case DType::kFloat32: return nccl::kFloat32;
+    case DType::kFloat64: return nccl::kFloat64;
+    case DType::kFloat16: return nccl::kFloat16;
+    case DType::kBFloat16: return nccl::kBfloat16;
+    case DType::kInt32: return nccl::kInt32;
+    case DType::kInt64: return nccl::kInt64;
+    case DType::kUint8: return nccl::kUint8;
+  }
+  return nccl::kUint8;
+}
+
+nccl::RedOp ncclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return nccl::kSum;
+    case ReduceOp::kAvg: return nccl::kAvg;
+    case ReduceOp::kMin: return nccl::kMin;
+    case ReduceOp::kMax: return nccl::kMax;
+    case ReduceOp::kProd: return nccl::kProd;
+  }
+  return nccl::kSum;
+}
+
+}  // namespace
+
+struct DeviceCollectives::State {
+  Context& ctx;
+  TransportChoice transport;
+  Path path = Path::kUnset;
+  Path last = Path::kUnset;
+  int device = -1;  // the GPU this rank's collectives run on (fixed at the first one)
+
+  cudaStream_t work = nullptr;  // kernels and device-to-device copies
+  cudaStream_t down = nullptr;  // device -> host
+  cudaStream_t up = nullptr;    // host -> device
+  cudaEvent_t callerReady = nullptr;  // recorded on the caller's stream: its earlier work is done
+  cudaEvent_t finished = nullptr;     // recorded on hora's stream: the result is in place
+  cudaEvent_t downDone[kStages] = {};
+  cudaEvent_t upDone[kStages] = {};
+  uint8_t* pinned = nullptr;  // kStages x kSegmentBytes, page-locked
+  std::vector<uint8_t> host;  // whole-buffer staging for broadcast / allgather / reducescatter
+  void* scratch = nullptr;    // device scratch (the NCCL path's shard)
+  size_t scratchBytes = 0;
+
+  const nccl::Api* nccl = nullptr;
+  nccl::Comm comm = nullptr;  // all ranks (one host) or this host's ranks (several hosts)
+  bool hierarchical = false;
+  Ring crossRing{};           // the ranks with this rank's local rank, one per host, in host order
+
+  State(Context& c, TransportChoice t) : ctx(c), transport(t) {}
+  ~State();
+
+  Status setUp(int dev);
+  Status choosePath(const SetupInfo& mine);
+  Status initNccl();
+  Status waitFor(cudaEvent_t ev, const char* what);
+  Status afterCaller(cudaStream_t caller, cudaStream_t s);
+  Status finish(cudaStream_t caller, cudaStream_t s, const char* what);
+  Status exchangeCodes(const Status& mine, const char* phase);
+  uint8_t* deviceScratch(size_t bytes, Status* st);
+
+  Status staged(uint8_t* data, size_t count, DType dtype, cudaStream_t caller,
+                const std::function<Status(uint8_t*, size_t)>& hostReduce);
+  Status stagedWhole(Work& w);
+  Status ipc(Work& w);
+  Status viaNccl(Work& w);
+};
+
+DeviceCollectives::State::~State() {
+  if (device < 0) return;
+  cudaSetDevice(device);
+  if (comm != nullptr) nccl->commDestroy(comm);
+  for (int i = 0; i < kStages; ++i) {
+    if (downDone[i] != nullptr) cudaEventDestroy(downDone[i]);
+    if (upDone[i] != nullptr) cudaEventDestroy(upDone[i]);
+  }
+  if (callerReady != nullptr) cudaEventDestroy(callerReady);
+  if (finished != nullptr) cudaEventDestroy(finished);
+  for (cudaStream_t s : {work, down, up}) {
+    if (s != nullptr) cudaStreamDestroy(s);
+  }
+  if (pinned != nullptr) cudaFreeHost(pinned);
+  if (scratch != nullptr) cudaFree(scratch);
+}
+
+// Streams, events and pinned memory on this rank's device, then the path, agreed with the other ranks.
+Status DeviceCollectives::State::setUp(int dev) {
+  Status local = useDevice(dev);
+  if (local.isOk()) {
+    device = dev;
+    auto create = [&]() -> Status {
+      for (cudaStream_t* s : {&work, &down, &up}) {
+        HORA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "creating a stream");
+      }
+      const unsigned flags = cudaEventDisableTiming;
+      HORA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&callerReady, flags), "creating an event");
+      HORA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&finished, flags), "creating an event");
+      for (int i = 0; i < kStages; ++i) {
+        HORA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&downDone[i], flags), "creating an event");
+        HORA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&upDone[i], flags), "creating an event");
+      }
+      void* p = nullptr;
+      HORA_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, kStages * kSegmentBytes, cudaHostAllocPortable),
+                                "allocating pinned staging memory");
+      pinned = static_cast<uint8_t*>(p);
+      return Status::ok();
+    };
+    local = create();
+  }
+  SetupInfo mine{};
+  if (local.isOk()) {
+    cudaDeviceProp prop{};
+    cudaError_t e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess) local = cudaFailure("cudaGetDeviceProperties", e);
+    else memcpy(mine.uuid, prop.uuid.bytes, sizeof(mine.uuid));
+    std::string why;
+    nccl = nccl::load(&why);
+    mine.ncclLoaded = nccl != nullptr ? 1 : 0;
+    if (nccl == nullptr) HORA_INFO("NCCL not used: %s", why.c_str());
+  }
+  HORA_RETURN_IF_ERROR(exchangeCodes(local, "setting up its GPU"));
+  return choosePath(mine);
+}
+
+Status DeviceCollectives::State::choosePath(const SetupInfo& mine) {
+  const int p = ctx.size(), r = ctx.rank();
+  std::vector<SetupInfo> all(p);
+  all[r] = mine;
+  AllgatherOptions o;
+  o.output = reinterpret_cast<uint8_t*>(all.data());
+  o.bytesPerRank.assign(p, sizeof(SetupInfo));
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  const Topology& t = ctx.topology();
+  bool ncclEverywhere = true, distinct = true;
+  for (int a = 0; a < p; ++a) {
+    ncclEverywhere = ncclEverywhere && all[a].ncclLoaded != 0;
+    for (int b = a + 1; b < p; ++b) {
+      if (t.hostOf[a] == t.hostOf[b] && memcmp(all[a].uuid, all[b].uuid, sizeof(all[a].uuid)) == 0) distinct = false;
+    }
+  }
+  // IPC reaches a peer's memory when its GPU is this one or one this GPU can access directly.
+  int32_t ipcOk = t.numHosts == 1 && transport == TransportChoice::kAuto ? 1 : 0;
+  if (ipcOk != 0) {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    std::vector<std::vector<uint8_t>> uuids(n);
+    for (int d = 0; d < n; ++d) {
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) uuids[d].assign(prop.uuid.bytes, prop.uuid.bytes + 16);
+    }
+    for (int q = 0; q < p && ipcOk != 0; ++q) {
+      if (memcmp(all[q].uuid, mine.uuid, 16) == 0) continue;
+      int found = -1;
+      for (int d = 0; d < n; ++d) {
+        if (uuids[d].size() == 16 && memcmp(uuids[d].data(), all[q].uuid, 16) == 0) found = d;
+      }
+      int can = 0;
+      if (found < 0 || cudaDeviceCanAccessPeer(&can, device, found) != cudaSuccess || can == 0) ipcOk = 0;
+    }
+    cudaGetLastError();
+  }
+  AllreduceOptions agreeIpc;
+  agreeIpc.data = reinterpret_cast<uint8_t*>(&ipcOk);
+  agreeIpc.count = 1;
+  agreeIpc.dtype = DType::kInt32;
+  agreeIpc.op = ReduceOp::kMin;
+  HORA_RETURN_IF_ERROR(allreduce(ctx, agreeIpc));
+
+  if (ncclEverywhere && distinct && transport == TransportChoice::kAuto && (t.numHosts == 1 || t.uniform())) {
+    path = Path::kNccl;
+    hierarchical = t.numHosts > 1;
+    HORA_RETURN_IF_ERROR(initNccl());
+  } else if (ipcOk != 0) {
+    path = Path::kIpc;
+  } else {
+    path = Path::kStaged;
+  }
+  HORA_INFO("device collectives take the %s path (NCCL on every rank: %s, one GPU per rank on each host: %s)",
+            pathName(path), ncclEverywhere ? "yes" : "no", distinct ? "yes" : "no");
+  return Status::ok();
+}
+
+// One NCCL communicator over the world (one host) or over each host's ranks; across hosts the ranks with
+// the same local rank form a ring for the staged part of the hierarchical allreduce.
+Status DeviceCollectives::State::initNccl() {
+  const Topology& t = ctx.topology();
+  const int p = ctx.size(), r = ctx.rank();
+  const int members = hierarchical ? t.hostSizes[t.hostOf[r]] : p;
+  const int me = hierarchical ? t.localRankOf[r] : r;
+  std::vector<nccl::UniqueId> ids(p);
+  nccl::Result res = nccl::kSuccess;
+  if (me == 0) res = nccl->getUniqueId(&ids[r]);
+  int32_t okFlag = res == nccl::kSuccess ? 1 : 0;
+  AllreduceOptions agreeId;
+  agreeId.data = reinterpret_cast<uint8_t*>(&okFlag);
+  agreeId.count = 1;
+  agreeId.dtype = DType::kInt32;
+  agreeId.op = ReduceOp::kMin;
+  HORA_RETURN_IF_ERROR(allreduce(ctx, agreeId));
+  if (okFlag == 0) {
+    return Status(Code::kInternal, res != nccl::kSuccess ? std::string("ncclGetUniqueId: ") + nccl->getErrorString(res)
+                                                         : "ncclGetUniqueId failed on another rank");
+  }
+  AllgatherOptions o;
+  o.output = reinterpret_cast<uint8_t*>(ids.data());
+  o.bytesPerRank.assign(p, sizeof(nccl::UniqueId));
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  int leader = 0;
+  if (hierarchical) {
+    for (int q = 0; q < p; ++q) {
+      if (t.hostOf[q] == t.hostOf[r] && t.localRankOf[q] == 0) leader = q;
+    }
+    std::vector<int> ring(t.numHosts, -1);
+    for (int q = 0; q < p; ++q) {
+      if (t.localRankOf[q] == t.localRankOf[r]) ring[t.hostOf[q]] = q;
+    }
+    const int h = t.hostOf[r], n = t.numHosts;
+    crossRing = {ctx.pair(ring[wrapRank(h + 1, n)]), ctx.pair(ring[wrapRank(h - 1, n)]), n, h};
+  }
+  // Blocks until every member has called it: every rank is here, in the same engine step.
+  res = nccl->commInitRank(&comm, members, ids[leader], me);
+  Status local = res == nccl::kSuccess ? Status::ok()
+                                       : Status(Code::kInternal, std::string("ncclCommInitRank: ") + nccl->getErrorString(res));
+  if (!local.isOk()) comm = nullptr;
+  return exchangeCodes(local, "creating its NCCL communicator");
+}
+
+// Polls until the event has happened: a deadline and an abort end the wait like any network wait.
+Status DeviceCollectives::State::waitFor(cudaEvent_t ev, const char* what) {
+  Deadline deadline(ctx.timeoutMs());
+  for (int spins = 0;; ++spins) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return Status::ok();
+    if (e != cudaErrorNotReady) return cudaFailure(what, e);
+    if (comm != nullptr) {
+      nccl::Result async = nccl::kSuccess;
+      if (nccl->commGetAsyncError(comm, &async) == nccl::kSuccess && async != nccl::kSuccess && async != nccl::kInProgress) {
+        nccl->commAbort(comm);
+        comm = nullptr;
+        return Status(Code::kInternal, std::string(what) + ": NCCL failed: " + nccl->getErrorString(async));
+      }
+    }
+    if (ctx.aborted()) return ctx.abortReason();
+    if (deadline.expired()) {
+      return Status(Code::kTimeout, std::string(what) + " did not finish on the GPU within " +
+                                        std::to_string(ctx.timeoutMs() / 1000) + " s (HORA_TIMEOUT_S)");
+    }
+    if (spins < 1000) sched_yield();
+    else usleep(50);
+  }
+}
+
+// Orders hora's stream s after everything the caller queued on its stream so far.
+Status DeviceCollectives::State::afterCaller(cudaStream_t caller, cudaStream_t s) {
+  HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(callerReady, caller), "recording an event on the buffer's stream");
+  HORA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, callerReady, 0), "ordering after the buffer's stream");
+  return Status::ok();
+}
+
+// Waits for what hora queued on s, and orders the caller's stream after it.
+Status DeviceCollectives::State::finish(cudaStream_t caller, cudaStream_t s, const char* what) {
+  HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished, s), "recording an event");
+  HORA_RETURN_IF_ERROR(waitFor(finished, what));
+  HORA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller, finished, 0), "ordering the buffer's stream after the result");
+  return Status::ok();
+}
+
+// A barrier that also tells every rank whether every other got through `phase`: a rank whose GPU work
+// failed says so here, and every rank returns an error together instead of waiting for it.
+Status DeviceCollectives::State::exchangeCodes(const Status& mine, const char* phase) {
+  const int p = ctx.size(), r = ctx.rank();
+  std::vector<int32_t> codes(p, 0);
+  codes[r] = static_cast<int32_t>(mine.code());
+  AllgatherOptions o;
+  o.output = reinterpret_cast<uint8_t*>(codes.data());
+  o.bytesPerRank.assign(p, sizeof(int32_t));
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  if (!mine.isOk()) return mine;
+  for (int q = 0; q < p; ++q) {
+    if (codes[q] != 0) {
+      return Status(static_cast<Code>(codes[q]), "rank " + std::to_string(q) + " failed " + phase + " (its error is in its log)", q);
+    }
+  }
+  return Status::ok();
+}
+
+uint8_t* DeviceCollectives::State::deviceScratch(size_t bytes, Status* st) {
+  if (bytes <= scratchBytes) return static_cast<uint8_t*>(scratch);
+  if (scratch != nullptr) cudaFree(scratch);
+  scratch = nullptr;
+  scratchBytes = 0;
+  cudaError_t e = cudaMalloc(&scratch, bytes);
+  if (e != cudaSuccess) {
+    *st = cudaFailure("allocating " + std::to_string(bytes) + " bytes of device scratch", e);
+    scratch = nullptr;
+    return nullptr;
+  }
+  scratchBytes = bytes;
+  return static_cast<uint8_t*>(scratch);
+}
+
+// The three-stage pipeline. Segment k's host reduction runs on this thread while the copy engines move
+// segment k + 1 down (stream `down`) and segment k - 1 up (stream `up`); a pinned buffer is reused only
+// after the upload that read it has finished (stream order through upDone). The reduction itself is
+// hora's host allreduce, which combines bytes as they arrive from the network, so the only device work
+// is the two copies: less PCIe traffic than shipping every received chunk to the GPU to be reduced there.
+Status DeviceCollectives::State::staged(uint8_t* data, size_t count, DType dtype, cudaStream_t caller,
+                                        const std::function<Status(uint8_t*, size_t)>& hostReduce) {
+  if (count == 0) return Status::ok();
+  const size_t elem = dtypeSize(dtype);
+  const size_t segCount = kSegmentBytes / elem;
+  const size_t segments = (count + segCount - 1) / segCount;
+  auto range = [&](size_t k, size_t* off, size_t* n) {
+    *off = k * segCount;
+    *n = std::min(segCount, count - *off);
+  };
+  auto download = [&](size_t k) -> Status {
+    size_t off, n;
+    range(k, &off, &n);
+    const int b = static_cast<int>(k % kStages);
+    if (k >= kStages) HORA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(down, upDone[b], 0), "ordering the staging buffers");
+    HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned + b * kSegmentBytes, data + off * elem, n * elem,
+                                              cudaMemcpyDeviceToHost, down), "copying a segment to the host");
+    HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(downDone[b], down), "recording an event");
+    return Status::ok();
+  };
+  HORA_RETURN_IF_ERROR(afterCaller(caller, down));
+  HORA_RETURN_IF_ERROR(download(0));
+  for (size_t k = 0; k < segments; ++k) {
+    const int b = static_cast<int>(k % kStages);
+    if (k + 1 < segments) HORA_RETURN_IF_ERROR(download(k + 1));
+    HORA_RETURN_IF_ERROR(waitFor(downDone[b], "copying a segment to the host"));
+    size_t off, n;
+    range(k, &off, &n);
+    HORA_RETURN_IF_ERROR(hostReduce(pinned + b * kSegmentBytes, n));
+    HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data + off * elem, pinned + b * kSegmentBytes, n * elem,
+                                              cudaMemcpyHostToDevice, up), "copying a segment to the device");
+    HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(upDone[b], up), "recording an event");
+  }
+  return finish(caller, up, "copying the result to the device");
+}
+
+// Broadcast, allgather and reducescatter of device memory without NCCL or IPC: the whole buffer goes
+// through host memory once each way, around hora's host collective.
+Status DeviceCollectives::State::stagedWhole(Work& w) {
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t elem = dtypeSize(w.dtype);
+  cudaStream_t caller = static_cast<cudaStream_t>(w.stream);
+  auto down = [&](uint8_t* dst, const uint8_t* src, size_t bytes) -> Status {
+    HORA_RETURN_IF_ERROR(afterCaller(caller, work));
+    HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, work), "copying to the host");
+    HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished, work), "recording an event");
+    return waitFor(finished, "copying to the host");
+  };
+  auto up = [&](uint8_t* dst, const uint8_t* src, size_t bytes) -> Status {
+    HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, work), "copying to the device");
+    return finish(caller, work, "copying to the device");
+  };
+  switch (w.kind) {
+    case Kind::kBroadcast: {
+      const size_t bytes = w.count * elem;
+      host.resize(bytes);
+      if (r == w.root) HORA_RETURN_IF_ERROR(down(host.data(), w.data, bytes));
+      BroadcastOptions o;
+      o.data = host.data();
+      o.bytes = bytes;
+      o.root = w.root;
+      HORA_RETURN_IF_ERROR(broadcast(ctx, o));
+      return r == w.root ? Status::ok() : up(w.data, host.data(), bytes);
+    }
+    case Kind::kReduceScatter: {
+      host.resize(w.count * elem);
+      HORA_RETURN_IF_ERROR(down(host.data(), w.data, w.count * elem));
+      ReduceScatterOptions o;
+      o.data = host.data();
+      o.count = w.count;
+      o.dtype = w.dtype;
+      o.op = w.op;
+      HORA_RETURN_IF_ERROR(reduceScatter(ctx, o));
+      return up(w.out, host.data() + blockStart(w.count, p, r) * elem, blockCount(w.count, p, r) * elem);
+    }
+    case Kind::kAllgather: {
+      uint64_t total = 0, before = 0;
+      for (int q = 0; q < p; ++q) {
+        total += w.gatheredCounts[q];
+        if (q < r) before += w.gatheredCounts[q];
+      }
+      host.resize(total * elem);
+      if (w.count > 0) HORA_RETURN_IF_ERROR(down(host.data() + before * elem, w.data, w.count * elem));
+      AllgatherOptions o;
+      o.output = host.data();
+      for (int q = 0; q < p; ++q) o.bytesPerRank.push_back(w.gatheredCounts[q] * elem);
+      HORA_RETURN_IF_ERROR(allgather(ctx, o));
+      return up(static_cast<uint8_t*>(w.gatheredDevice), host.data(), total * elem);
+    }
+    default: break;
+  }
+  return Status(Code::kInternal, "stagedWhole: unexpected collective");
+}
+
+// Same host, CUDA IPC: every rank publishes the handle of the allocation holding its buffer, opens the
+// others', and reads their memory directly with hora's kernels. Synchronisation between the processes is
+// by host barriers (exchangeCodes) placed after each rank has waited for its own GPU work, so a rank never
+// reads a peer's buffer before the peer's data is there, and never returns while a peer still reads its.
+Status DeviceCollectives::State::ipc(Work& w) {
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t elem = dtypeSize(w.dtype);
+  cudaStream_t caller = static_cast<cudaStream_t>(w.stream);
+  // The buffer others read: the input (the root's for broadcast).
+  uint8_t* shared = w.data;
+  Status local = afterCaller(caller, work);
+  if (local.isOk()) {
+    HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished, work), "recording an event");
+    local = waitFor(finished, "waiting for the buffer's stream");
+  }
+  std::vector<IpcEntry> entries(p);
+  IpcEntry& mine = entries[r];
+  mine.count = w.count;
+  if (local.isOk() && w.count > 0) {
+    const void* base = nullptr;
+    size_t size = 0;
+    local = baseOf(shared, &base, &size);
+    if (local.isOk()) {
+      mine.offset = static_cast<uint64_t>(shared - static_cast<const uint8_t*>(base));
+      cudaError_t e = cudaIpcGetMemHandle(&mine.handle, const_cast<void*>(base));
+      if (e != cudaSuccess) local = cudaFailure("cudaIpcGetMemHandle", e);
+    }
+  }
+  mine.code = static_cast<int32_t>(local.code());
+  AllgatherOptions o;
+  o.output = reinterpret_cast<uint8_t*>(entries.data());
+  o.bytesPerRank.assign(p, sizeof(IpcEntry));
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  for (int q = 0; q < p && local.isOk(); ++q) {
+    if (entries[q].code != 0) local = Status(static_cast<Code>(entries[q].code), "rank " + std::to_string(q) + " could not share its buffer", q);
+  }
+  if (!local.isOk()) return local;
+
+  // Open the peers' buffers this collective reads; closed again before the last barrier, so a rank may
+  // free its buffer as soon as its collective has completed.
+  std::vector<const uint8_t*> view(p, nullptr);
+  std::vector<void*> opened;
+  auto needs = [&](int q) {
+    if (q == r || entries[q].count == 0) return false;
+    return w.kind != Kind::kBroadcast || q == w.root;
+  };
+  view[r] = shared;
+  for (int q = 0; q < p && local.isOk(); ++q) {
+    if (!needs(q)) continue;
+    void* base = nullptr;
+    cudaError_t e = cudaIpcOpenMemHandle(&base, entries[q].handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      local = cudaFailure("opening rank " + std::to_string(q) + "'s buffer (cudaIpcOpenMemHandle)", e);
+      break;
+    }
+    opened.push_back(base);
+    view[q] = static_cast<const uint8_t*>(base) + entries[q].offset;
+  }
+  auto closeAll = [&] {
+    for (void* b : opened) cudaIpcCloseMemHandle(b);
+    opened.clear();
+  };
+
+  auto reduceBlock = [&](uint8_t* dst, size_t start, size_t n) -> Status {
+    std::vector<const void*> srcs(p);
+    for (int q = 0; q < p; ++q) srcs[q] = view[q] + start * elem;
+    HORA_CUDA_RETURN_IF_ERROR(reduceSources(w.op, w.dtype, dst, srcs.data(), p, n, p, work), "the reduction kernel");
+    return Status::ok();
+  };
+  auto copyFrom = [&](uint8_t* dst, const uint8_t* src, size_t bytes) -> Status {
+    if (bytes == 0) return Status::ok();
+    HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, work), "copying from a peer's buffer");
+    return Status::ok();
+  };
+  auto settle = [&](const char* what) -> Status {
+    HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished, work), "recording an event");
+    return waitFor(finished, what);
+  };
+
+  switch (w.kind) {
+    case Kind::kAllreduce: {
+      // Phase 1: this rank reduces its block over every rank's copy, in place (no other rank reads this
+      // block of this buffer in phase 1). Phase 2: it copies every other block from the rank that owns it.
+      const size_t start = blockStart(w.count, p, r), n = blockCount(w.count, p, r);
+      if (local.isOk() && n > 0) local = reduceBlock(w.data + start * elem, start, n);
+      if (local.isOk()) local = settle("the reduction kernel");
+      Status phase = exchangeCodes(local, "the reduction of its block");
+      if (!phase.isOk()) {
+        closeAll();
+        return phase;
+      }
+      for (int q = 0; q < p && local.isOk(); ++q) {
+        if (q == r) continue;
+        local = copyFrom(w.data + blockStart(w.count, p, q) * elem, view[q] + blockStart(w.count, p, q) * elem,
+                         blockCount(w.count, p, q) * elem);
+      }
+      break;
+    }
+    case Kind::kReduceScatter: {
+      const size_t start = blockStart(w.count, p, r), n = blockCount(w.count, p, r);
+      if (local.isOk() && n > 0) local = reduceBlock(w.out, start, n);
+      break;
+    }
+    case Kind::kBroadcast:
+      if (local.isOk() && r != w.root) local = copyFrom(w.data, view[w.root], w.count * elem);
+      break;
+    case Kind::kAllgather: {
+      uint8_t* out = static_cast<uint8_t*>(w.gatheredDevice);
+      size_t at = 0;
+      for (int q = 0; q < p && local.isOk(); ++q) {
+        local = copyFrom(out + at * elem, view[q], entries[q].count * elem);
+        at += entries[q].count;
+      }
+      break;
+    }
+    default:
+      local = Status(Code::kInternal, "ipc: unexpected collective");
+  }
+  if (local.isOk()) local = settle("reading the peers' buffers");
+  closeAll();
+  HORA_RETURN_IF_ERROR(exchangeCodes(local, "reading the peers' buffers"));
+  HORA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller, finished, 0), "ordering the buffer's stream after the result");
+  return Status::ok();
+}
+
+Status DeviceCollectives::State::viaNccl(Work& w) {
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t elem = dtypeSize(w.dtype);
+  cudaStream_t caller = static_cast<cudaStream_t>(w.stream);
+  const nccl::DataType type = ncclType(w.dtype);
+  auto check = [&](nccl::Result res, const char* what) -> Status {
+    if (res == nccl::kSuccess || res == nccl::kInProgress) return Status::ok();
+    return Status(Code::kInternal, std::string(what) + ": " + nccl->getErrorString(res));
+  };
+  HORA_RETURN_IF_ERROR(afterCaller(caller, work));
+  if (!hierarchical) {
+    switch (w.kind) {
+      case Kind::kAllreduce:
+        HORA_RETURN_IF_ERROR(check(nccl->allReduce(w.data, w.data, w.count, type, ncclOp(w.op), comm, work), "ncclAllReduce"));
+        break;
+      case Kind::kBroadcast:
+        HORA_RETURN_IF_ERROR(check(nccl->broadcast(w.data, w.data, w.count, type, w.root, comm, work), "ncclBroadcast"));
+        break;
+      case Kind::kReduceScatter: {
+        // NCCL cuts equal blocks; hora's first count % p blocks are one longer. Equal counts go straight
+        // through; otherwise the full allreduce and a copy of this rank's block.
+        if (w.count % p == 0) {
+          HORA_RETURN_IF_ERROR(check(nccl->reduceScatter(w.data, w.out, w.count / p, type, ncclOp(w.op), comm, work),
+                                     "ncclReduceScatter"));
+        } else {
+          Status st;
+          uint8_t* tmp = deviceScratch(w.count * elem, &st);
+          HORA_RETURN_IF_ERROR(st);
+          HORA_RETURN_IF_ERROR(check(nccl->allReduce(w.data, tmp, w.count, type, ncclOp(w.op), comm, work), "ncclAllReduce"));
+          HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(w.out, tmp + blockStart(w.count, p, r) * elem,
+                                                    blockCount(w.count, p, r) * elem, cudaMemcpyDeviceToDevice, work),
+                                    "copying this rank's block");
+        }
+        break;
+      }
+      case Kind::kAllgather: {
+        // Ranks may give different counts: one broadcast per rank, grouped.
+        uint8_t* out = static_cast<uint8_t*>(w.gatheredDevice);
+        HORA_RETURN_IF_ERROR(check(nccl->groupStart(), "ncclGroupStart"));
+        size_t at = 0;
+        for (int q = 0; q < p; ++q) {
+          const void* src = q == r ? static_cast<const void*>(w.data) : out + at * elem;
+          nccl->broadcast(src, out + at * elem, w.gatheredCounts[q], type, q, comm, work);
+          at += w.gatheredCounts[q];
+        }
+        HORA_RETURN_IF_ERROR(check(nccl->groupEnd(), "ncclGroupEnd"));
+        break;
+      }
+      default: return Status(Code::kInternal, "nccl: unexpected collective");
+    }
+    return finish(caller, work, "the NCCL collective");
+  }
+  if (w.kind != Kind::kAllreduce) {
+    // Across hosts NCCL only carries the allreduce; the others go through host memory.
+    return stagedWhole(w);
+  }
+  // Hierarchical allreduce: reduce-scatter in the host (NCCL), allreduce of this rank's shard with the
+  // same shard on the other hosts (staged, over the network), allgather in the host (NCCL). The tail that
+  // does not divide by the host's ranks goes through the staged world allreduce.
+  const Topology& t = ctx.topology();
+  const int local = t.hostSizes[t.hostOf[r]];
+  const size_t shard = w.count / local, body = shard * local, tail = w.count - body;
+  const ReduceOp inner = w.op == ReduceOp::kAvg ? ReduceOp::kSum : w.op;
+  if (shard > 0) {
+    Status st;
+    uint8_t* part = deviceScratch(shard * elem, &st);
+    HORA_RETURN_IF_ERROR(st);
+    HORA_RETURN_IF_ERROR(check(nccl->reduceScatter(w.data, part, shard, type, ncclOp(inner), comm, work), "ncclReduceScatter"));
+    HORA_RETURN_IF_ERROR(staged(part, shard, w.dtype, work, [&](uint8_t* seg, size_t n) {
+      HORA_RETURN_IF_ERROR(ringReduceScatter(ctx, crossRing, seg, n, w.dtype, inner));
+      return ringAllgather(ctx, crossRing, seg, n, w.dtype);
+    }));
+    if (w.op == ReduceOp::kAvg) {
+      const void* src = part;
+      HORA_CUDA_RETURN_IF_ERROR(reduceSources(ReduceOp::kAvg, w.dtype, part, &src, 1, shard, p, work), "scaling for avg");
+    }
+    HORA_RETURN_IF_ERROR(check(nccl->allGather(part, w.data, shard, type, comm, work), "ncclAllGather"));
+    HORA_RETURN_IF_ERROR(finish(caller, work, "the hierarchical allreduce"));
+  }
+  if (tail > 0) {
+    AllreduceOptions o;
+    o.dtype = w.dtype;
+    o.op = w.op;
+    HORA_RETURN_IF_ERROR(staged(w.data + body * elem, tail, w.dtype, caller, [&](uint8_t* seg, size_t n) {
+      o.data = seg;
+      o.count = n;
+      return allreduce(ctx, o);
+    }));
+  }
+  return Status::ok();
+}
+
+DeviceCollectives::DeviceCollectives(Context& ctx, TransportChoice transport)
+    : state_(new State(ctx, transport)) {}
+
+DeviceCollectives::~DeviceCollectives() = default;
+
+const char* DeviceCollectives::lastPath() const { return pathName(state_->last); }
+
+Status DeviceCollectives::run(Work& w) {
+  State& s = *state_;
+  if (s.path == Path::kUnset) HORA_RETURN_IF_ERROR(s.setUp(w.device));
+  // The path and its resources belong to one GPU; ts/cuda.ts keeps a rank on the device of its first
+  // device collective, so a different one here is a bug, reported rather than run on the wrong device.
+  if (w.device != s.device) {
+    return Status(Code::kInternal, "device collective on GPU " + std::to_string(w.device) + " after GPU " +
+                                       std::to_string(s.device) + " was set up for this rank");
+  }
+  HORA_RETURN_IF_ERROR(useDevice(s.device));
+  if (w.kind == Kind::kAllgather) {
+    const int p = s.ctx.size();
+    w.gatheredCounts.assign(p, 0);
+    w.gatheredCounts[s.ctx.rank()] = w.count;
+    AllgatherOptions counts;
+    counts.output = reinterpret_cast<uint8_t*>(w.gatheredCounts.data());
+    counts.bytesPerRank.assign(p, sizeof(uint64_t));
+    HORA_RETURN_IF_ERROR(allgather(s.ctx, counts));
+    uint64_t total = 0;
+    for (int q = 0; q < p; ++q) {
+      if (w.gatheredCounts[q] > (uint64_t(1) << 40) / dtypeSize(w.dtype)) {
+        return Status(Code::kInternal, "rank " + std::to_string(q) + " announced an implausible allgather count", q);
+      }
+      total += w.gatheredCounts[q];
+    }
+    Status st = allocate(s.device, total * dtypeSize(w.dtype), &w.gatheredDevice);
+    HORA_RETURN_IF_ERROR(s.exchangeCodes(st, "allocating the allgather's result"));
+  }
+  s.last = s.path;
+  Status st;
+  switch (s.path) {
+    case Path::kNccl: st = s.viaNccl(w); break;
+    case Path::kIpc: st = s.ipc(w); break;
+    default:
+      if (w.kind == Kind::kAllreduce) {
+        AllreduceOptions o;
+        o.dtype = w.dtype;
+        o.op = w.op;
+        o.algorithm = w.algorithm;
+        st = s.staged(w.data, w.count, w.dtype, static_cast<cudaStream_t>(w.stream), [&](uint8_t* seg, size_t n) {
+          o.data = seg;
+          o.count = n;
+          return allreduce(s.ctx, o);
+        });
+      } else {
+        st = s.stagedWhole(w);
+      }
+  }
+  if (!st.isOk() && w.gatheredDevice != nullptr) {
+    release(w.gatheredDevice);
+    w.gatheredDevice = nullptr;
+  }
+  return st;
+}
+
+}  // namespace cuda
+}  // namespace hora
+
+#endif  // HORA_CUDA

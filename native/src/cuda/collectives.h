@@ -1,0 +1,44 @@
+// Collectives on device memory (Work::device >= 0): the engine hands them here once the agreement has
+// passed. Exists in every build; without CUDA, run() refuses (the binding never submits device work then).
+//
+// Three data paths, chosen at the first device collective from facts every rank shares, so every rank
+// takes the same one:
+//   nccl    libnccl.so.2 loads on every rank and the ranks of each host use distinct GPUs: NCCL within a
+//           host; across hosts NCCL reduce-scatter in each host, the staged pipeline between hosts (ranks
+//           with the same local rank), NCCL allgather in each host.
+//   ipc     one host, default transport: the ranks open each other's buffers with CUDA IPC handles and
+//           reduce them with hora's kernels; each rank reduces one block reading every rank's copy, then
+//           copies the other blocks from their owners. Several processes on one GPU work too.
+//   staged  otherwise (several hosts, or HORA_TRANSPORT=tcp): device -> pinned host memory in segments,
+//           the host allreduce of each segment over the network, host -> device, the three overlapped.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "engine/work.h"
+#include "transport/context.h"
+
+namespace hora {
+namespace cuda {
+
+class DeviceCollectives {
+ public:
+  DeviceCollectives(Context& ctx, TransportChoice transport);
+  ~DeviceCollectives();
+  DeviceCollectives(const DeviceCollectives&) = delete;
+  DeviceCollectives& operator=(const DeviceCollectives&) = delete;
+
+  // Runs an allreduce, broadcast, allgather or reducescatter of device memory. Results are in place (in
+  // w.out for reducescatter, w.gatheredDevice for allgather) and ordered before later work on w.stream.
+  Status run(Work& w);
+  // The path the last run() took ("nccl", "ipc", "staged"), for the timeline.
+  const char* lastPath() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace cuda
+}  // namespace hora
