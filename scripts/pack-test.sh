@@ -23,7 +23,7 @@ die() { printf 'pack-test: FAIL: %s\n' "$*" >&2; exit 1; }
 # stay as they were (tests running beside this one load from there).
 step "copy the tree to $work/src"
 mkdir "$work/src"
-tar -C "$root" --exclude=./node_modules --exclude=./build --exclude=./dist \
+tar -C "$root" --exclude=./node_modules --exclude=./build --exclude=./build-cuda --exclude=./dist \
   --exclude=./prebuilds --exclude=./.git --exclude='*.tgz' -cf - . | tar -C "$work/src" -xf -
 ln -s "$root/node_modules" "$work/src/node_modules"
 cd "$work/src"
@@ -45,6 +45,7 @@ must_have=(
   binding.gyp
   CMakeLists.txt
   scripts/list-sources.js
+  scripts/build-cuda.sh
   dist/ts/index.js
   dist/ts/index.mjs
   dist/ts/index.d.ts
