@@ -475,6 +475,9 @@ void testScaleForAvg() {
   std::vector<uint8_t> u8 = {255, 7, 2, 0};
   scaleForAvg(DType::kUint8, u8.data(), u8.size(), 4);
   expect(u8 == std::vector<uint8_t>({63, 1, 0, 0}), "scaleForAvg uint8");
+  std::vector<uint8_t> u8big = {255, 1};
+  scaleForAvg(DType::kUint8, u8big.data(), u8big.size(), 256);
+  expect(u8big == std::vector<uint8_t>({0, 0}), "scaleForAvg uint8 by a world of 256 (not a uint8 divisor of 0)");
 
   std::vector<float> f32(1003);
   for (size_t i = 0; i < f32.size(); ++i) f32[i] = static_cast<float>(i) * 0.37f - 100.0f;

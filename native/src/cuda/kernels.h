@@ -20,7 +20,8 @@ constexpr int kMaxReduceSources = 16;
 
 // dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], combined in that order (so every caller that
 // passes the same sources gets the same bits). For kAvg the sum is divided by avgDivisor (> 0); for the
-// other ops avgDivisor is ignored. dst may alias any source. All pointers are device memory readable from
+// other ops avgDivisor is ignored. dst may alias any of the first kMaxReduceSources sources (beyond them a
+// launch would read a partial result: cudaErrorInvalidValue). All pointers are device memory readable from
 // the current device (own allocations or opened IPC handles). Queued on stream; returns the launch error.
 cudaError_t reduceSources(ReduceOp op, DType dtype, void* dst, const void* const* srcs, int n, size_t count,
                           int avgDivisor, cudaStream_t stream);

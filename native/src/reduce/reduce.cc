@@ -396,9 +396,11 @@ HORA_INLINE void divideFloats(void* raw, size_t n, int divisor) {
 
 template <class T>
 HORA_INLINE void divideInts(void* raw, size_t n, int divisor) {
+  // Bytes divide as unsigned int: a world of 256 or more ranks must not become a uint8 divisor of 0.
+  using Wide = std::conditional_t<(sizeof(T) < sizeof(int)), unsigned, T>;
   T* p = static_cast<T*>(raw);
-  const T d = static_cast<T>(divisor);
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / d);  // C++ division truncates toward zero
+  const Wide d = static_cast<Wide>(divisor);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<Wide>(p[i]) / d);  // truncates toward zero
 }
 
 HORA_CLONES void scaleF32(void* p, size_t n, int d) { divideFloats<Plain<float>, float>(p, n, d); }
