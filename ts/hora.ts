@@ -4,18 +4,23 @@
  * Validation happens here, on the calling rank, and an invalid call is still sent to the engine as a
  * placeholder so that the other ranks fail the same collective with ERR_INVALID_ARGUMENT instead of
  * waiting for it: the order of collectives stays aligned and nothing after it is lost.
+ *
+ * A collective given a hora.cuda.DeviceBuffer submits a device item (see ts/native.ts) and answers with
+ * device memory: any new buffer is allocated here, before submission, except an allgather's, which the
+ * engine allocates. The buffers are lent to the engine until the work settles (free() refuses meanwhile).
  */
 import { advertiseAddress, makeLogger, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
 import type { Peer } from './control/messages';
 import { register, RendezvousConnection } from './control/client';
 import { RendezvousServer } from './control/server';
+import { DTYPE_OF_NAME, DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, lend } from './device-buffer';
 import { CallSite, HoraError, describeValue, invalidArgument } from './errors';
 import { loadNative } from './loader';
 import {
   NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKind, NativeOp, NativeResult, NativeTransport,
 } from './native';
 import type {
-  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, DType, InitOptions, ReduceOp,
+  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, DType, InitOptions, ReduceOp,
   ReduceScatterOptions, Tensor,
 } from './types';
 import { startReporting, stopReporting } from './stats';
@@ -236,10 +241,18 @@ export function isInitialized(): boolean { return world !== null; }
 // ---------------------------------------------------------------------------------------------------
 // Validation helpers.
 
-const TYPE_LIST = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16)';
+const TYPE_LIST = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array, Uint16Array (with dtype float16 or bfloat16) ' +
+  'or hora.cuda.DeviceBuffer';
 
 function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): NativeDType {
   let natural: NativeDType | undefined;
+  if (x instanceof DeviceBuffer) {
+    collectivePointer(collective, x, rank);
+    if (dtype !== undefined && dtype !== x.dtype) {
+      throw invalidArgument(collective, 'options.dtype', `undefined or the DeviceBuffer's own dtype ('${x.dtype}')`, dtype, rank);
+    }
+    return DTYPE_OF_NAME[x.dtype];
+  }
   if (x instanceof Float32Array) natural = NativeDType.Float32;
   else if (x instanceof Float64Array) natural = NativeDType.Float64;
   else if (x instanceof Int32Array) natural = NativeDType.Int32;
@@ -266,11 +279,6 @@ function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): 
   }
   return natural;
 }
-
-const DTYPE_OF_NAME: Record<DType, NativeDType> = {
-  float32: NativeDType.Float32, float64: NativeDType.Float64, float16: NativeDType.Float16,
-  bfloat16: NativeDType.BFloat16, int32: NativeDType.Int32, int64: NativeDType.Int64, uint8: NativeDType.Uint8,
-};
 
 function optionsObject<T extends object>(collective: string, options: unknown, rank: number): Partial<T> {
   if (options === undefined) return {};
@@ -299,6 +307,17 @@ function booleanOf(collective: string, key: string, v: unknown, rank: number): b
 
 function copyOf<T extends Tensor>(x: T): T {
   return x.slice() as T;
+}
+
+/** The item for a collective on device memory: x's, and out for a reducescatter's block. */
+function deviceItem(kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, name: string, x: DeviceBuffer,
+  out: DeviceBuffer | null = null): Omit<NativeItem, 'id'> {
+  const item: Omit<NativeItem, 'id'> = {
+    kind, op, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: null, out: null,
+    device: x.device, devicePtr: x.pointer, count: x.count, stream: x.stream,
+  };
+  if (out) item.outPtr = out.pointer;
+  return item;
 }
 
 function blockRange(count: number, size: number, block: number): [number, number] {
@@ -333,7 +352,9 @@ function run<T>(collective: string, callee: Function, plan: (w: World) => Plan<T
     done.fulfil(p.local());
     return done;
   }
-  return w.dispatcher.submit(p.item, p.finish, site, p.keep);
+  const work = w.dispatcher.submit(p.item, p.finish, site, p.keep);
+  for (const k of p.keep) if (k instanceof DeviceBuffer) work.onSettled(lend(k));
+  return work;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -341,24 +362,33 @@ function run<T>(collective: string, callee: Function, plan: (w: World) => Plan<T
 
 /**
  * Reduces x element-wise across all ranks (default op 'avg'). Returns a new array with the result, or x
- * itself with `inplace: true`. Every rank receives identical bytes.
+ * itself with `inplace: true`. Every rank receives identical bytes. A DeviceBuffer gives a new DeviceBuffer
+ * on the same device and stream (or x itself with `inplace: true`).
  */
-export function allreduce<T extends Tensor>(x: T, options?: AllreduceOptions): Work<T> {
+export function allreduce<T extends CollectiveInput>(x: T, options?: AllreduceOptions): Work<T> {
   return run('allreduce', allreduce, (w) => {
     const o = optionsObject<AllreduceOptions>('allreduce', options, w.rank);
     const dtype = dtypeOf('allreduce', x, o.dtype, w.rank);
     const op = opOf('allreduce', o.op, 'avg', w.rank);
     const name = nameOf('allreduce', o.name, w.rank);
-    const out = booleanOf('allreduce', 'inplace', o.inplace, w.rank) ? x : copyOf(x);
+    const inplace = booleanOf('allreduce', 'inplace', o.inplace, w.rank);
+    if (x instanceof DeviceBuffer) {
+      const out = (inplace ? x : deviceCopy('allreduce', x)) as T & DeviceBuffer;
+      return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: () => out, keep: [out], local: () => out };
+    }
+    const out = inplace ? x : copyOf(x as Tensor) as T;
     return {
-      item: { kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out, out: null },
+      item: { kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
       finish: () => out, keep: [out], local: () => out,
     };
   });
 }
 
-/** Sends root's x to every rank. Returns a new array (or x itself with `inplace: true`). */
-export function broadcast<T extends Tensor>(x: T, options?: BroadcastOptions): Work<T> {
+/**
+ * Sends root's x to every rank. Returns a new array (or x itself with `inplace: true`); for a DeviceBuffer, a
+ * new DeviceBuffer on the same device and stream (or x itself).
+ */
+export function broadcast<T extends CollectiveInput>(x: T, options?: BroadcastOptions): Work<T> {
   return run('broadcast', broadcast, (w) => {
     const o = optionsObject<BroadcastOptions>('broadcast', options, w.rank);
     const dtype = dtypeOf('broadcast', x, o.dtype, w.rank);
@@ -367,9 +397,14 @@ export function broadcast<T extends Tensor>(x: T, options?: BroadcastOptions): W
       throw invalidArgument('broadcast', 'options.root', `an integer rank from 0 to ${w.size - 1}`, o.root, w.rank);
     }
     const name = nameOf('broadcast', o.name, w.rank);
-    const out = booleanOf('broadcast', 'inplace', o.inplace, w.rank) ? x : copyOf(x);
+    const inplace = booleanOf('broadcast', 'inplace', o.inplace, w.rank);
+    if (x instanceof DeviceBuffer) {
+      const out = (inplace ? x : deviceCopy('broadcast', x)) as T & DeviceBuffer;
+      return { item: deviceItem(NativeKind.Broadcast, NativeOp.Sum, dtype, root, name, out), finish: () => out, keep: [out], local: () => out };
+    }
+    const out = inplace ? x : copyOf(x as Tensor) as T;
     return {
-      item: { kind: NativeKind.Broadcast, op: NativeOp.Sum, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: out, out: null },
+      item: { kind: NativeKind.Broadcast, op: NativeOp.Sum, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
       finish: () => out, keep: [out], local: () => out,
     };
   });
@@ -377,37 +412,56 @@ export function broadcast<T extends Tensor>(x: T, options?: BroadcastOptions): W
 
 /**
  * Concatenates every rank's x in rank order. Ranks may contribute different lengths. Returns a new array
- * of the same type.
+ * of the same type; for a DeviceBuffer, a new DeviceBuffer on the same device and stream.
  */
-export function allgather<T extends Tensor>(x: T, options?: AllgatherOptions): Work<T> {
+export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOptions): Work<T> {
   return run('allgather', allgather, (w) => {
     const o = optionsObject<AllgatherOptions>('allgather', options, w.rank);
     const dtype = dtypeOf('allgather', x, o.dtype, w.rank);
     const name = nameOf('allgather', o.name, w.rank);
+    if (x instanceof DeviceBuffer) {
+      const adopt = (r: NativeResult) => {
+        if (r.devicePtr === undefined || !r.counts) throw new Error('a device allgather came back without device memory');
+        const count = r.counts.reduce((a, b) => a + b, 0);
+        return adoptDevicePointer(r.devicePtr, x.dtype, count, x.device, x.stream) as T & DeviceBuffer;
+      };
+      return {
+        item: deviceItem(NativeKind.Allgather, NativeOp.Sum, dtype, 0, name, x), finish: adopt, keep: [x],
+        local: () => deviceCopy('allgather', x) as T & DeviceBuffer,
+      };
+    }
     const Ctor = x.constructor as new (buffer: ArrayBuffer) => T;
     return {
-      item: { kind: NativeKind.Allgather, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x, out: null },
-      finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x),
+      item: { kind: NativeKind.Allgather, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: null },
+      finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x as Tensor) as T,
     };
   });
 }
 
 /**
  * Reduces x element-wise across ranks (default op 'sum') and returns this rank's block of the result:
- * x is cut into size() blocks, the first x.length % size() of them one element longer.
+ * x is cut into size() blocks, the first x.length % size() of them one element longer. For a DeviceBuffer
+ * the block is a new DeviceBuffer on the same device and stream.
  */
-export function reduceScatter<T extends Tensor>(x: T, options?: ReduceScatterOptions): Work<T> {
+export function reduceScatter<T extends CollectiveInput>(x: T, options?: ReduceScatterOptions): Work<T> {
   return run('reduceScatter', reduceScatter, (w) => {
     const o = optionsObject<ReduceScatterOptions>('reduceScatter', options, w.rank);
     const dtype = dtypeOf('reduceScatter', x, o.dtype, w.rank);
     const op = opOf('reduceScatter', o.op, 'sum', w.rank);
     const name = nameOf('reduceScatter', o.name, w.rank);
-    const [begin, end] = blockRange(x.length, w.size, w.rank);
+    if (x instanceof DeviceBuffer) {
+      const local = () => deviceCopy('reduceScatter', x) as T & DeviceBuffer;
+      if (!w.dispatcher) return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x), finish: local, keep: [], local };
+      const [begin, end] = blockRange(x.count, w.size, w.rank);
+      const out = deviceAlloc('reduceScatter', x.dtype, end - begin, x.device, x.stream) as T & DeviceBuffer;
+      return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x, out), finish: () => out, keep: [x, out], local };
+    }
+    const [begin, end] = blockRange((x as Tensor).length, w.size, w.rank);
     const Ctor = x.constructor as new (length: number) => T;
     const out = new Ctor(end - begin);
     return {
-      item: { kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x, out },
-      finish: () => out, keep: [x, out], local: () => copyOf(x),
+      item: { kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: out as Tensor },
+      finish: () => out, keep: [x, out], local: () => copyOf(x as Tensor) as T,
     };
   });
 }

@@ -4,9 +4,10 @@ export {
   allreduce, broadcast, allgather, reduceScatter, barrier, failPeers,
 } from './hora';
 export { Work } from './work';
+export * as cuda from './cuda';
 export { HoraError } from './errors';
 export type { HoraErrorCode } from './errors';
 export type {
-  ReduceOp, DType, Tensor, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
+  ReduceOp, DType, Tensor, CollectiveInput, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
   ReduceScatterOptions, BarrierOptions,
 } from './types';

@@ -9,6 +9,13 @@
  * otherwise a NativeResult. `wait(id)` blocks the JS thread until the work is done and returns the same
  * result (a later `take` for that id returns null).
  *
+ * Device memory (hora.cuda.DeviceBuffer) crosses as BigInt pointers. A device item carries `device`,
+ * `devicePtr`, `count` and `stream` (and `outPtr` for a reducescatter) in place of the `data` and `out`
+ * views; the JS side keeps the DeviceBuffers referenced and unfreed until the work completes. A device
+ * allgather hands back `devicePtr`, memory the engine allocated, which the JS side then owns and must free
+ * with `cuda.free`. The `cuda` object's calls are synchronous; a failure throws an Error whose `code` is
+ * a HoraError code.
+ *
  * Enum values below are shared with the C++ side (and, for kinds, dtypes and ops, with other ranks on
  * the wire): never renumber them.
  */
@@ -63,13 +70,27 @@ export interface NativeItem {
   out: ArrayBufferView | null;
   /** kind Invalid: why this rank's call was rejected. */
   invalidReason?: string;
+  /** A device item: the CUDA device of devicePtr and outPtr (data and out are then null). */
+  device?: number;
+  /** allreduce/broadcast: reduced or received in place; allgather/reducescatter: input. Device memory. */
+  devicePtr?: bigint;
+  /** Elements at devicePtr. */
+  count?: number;
+  /** The work waits for what is queued on this cudaStream_t and leaves its result ready on it; 0n: the legacy default stream. */
+  stream?: bigint;
+  /** reducescatter of a device item: this rank's block of the result, device memory. */
+  outPtr?: bigint;
 }
 
 export interface NativeResult {
   code?: string;
   message?: string;
   peer?: number;
+  /** allgather of host memory: every rank's block, concatenated. */
   gathered?: ArrayBuffer;
+  /** allgather of device memory: the same, in device memory of the item's device, now owned by the JS side. */
+  devicePtr?: bigint;
+  /** allgather: elements from each rank. */
   counts?: number[];
   fused?: boolean;
 }
@@ -111,4 +132,42 @@ export interface NativeAddon {
   /** [monotonic nanoseconds (process.hrtime's clock), wall clock minus monotonic in microseconds]. */
   clocks(): [number, number];
   abiVersion: number;
+  cuda: NativeCuda;
+}
+
+/**
+ * CUDA devices and device memory (native/src/cuda/device.h). An addon built without CUDA answers
+ * built() false, available() false, deviceCount() 0, and throws from the rest with a message that says how
+ * to get a CUDA build. Pointers and streams are BigInt; 0n stream is the legacy default stream.
+ */
+export interface NativeCuda {
+  /** Compiled with CUDA. */
+  built(): boolean;
+  /** built(), a driver, and at least one device visible. */
+  available(): boolean;
+  /** Devices visible to this process (0 when !available()). */
+  deviceCount(): number;
+  /** Why available() is false ('' when it is true). */
+  unavailableReason(): string;
+  /** Zero-filled device memory of `bytes` on `device`. */
+  alloc(device: number, bytes: number): bigint;
+  /** Frees memory from alloc() or an allgather's devicePtr; any other pointer throws. */
+  free(ptr: bigint): void;
+  /** Copies view.byteLength bytes from the view to ptr, after the work queued on stream; synchronous. */
+  copyFromHost(device: number, ptr: bigint, view: ArrayBufferView, stream: bigint): void;
+  /** Copies view.byteLength bytes from ptr into the view, after the work queued on stream; synchronous. */
+  copyToHost(device: number, ptr: bigint, view: ArrayBufferView, stream: bigint): void;
+  /** Throws unless [ptr, ptr + bytes) lies in one allocation of device memory of `device` and stream (if not 0n) belongs to it. */
+  checkRange(device: number, ptr: bigint, bytes: number, stream: bigint): void;
+  /** float32 <-> float16 / bfloat16 conversion of count elements, or a copy when the dtypes match; synchronous on stream. */
+  cast(device: number, src: bigint, fromDtype: NativeDType, dst: bigint, toDtype: NativeDType, count: number, stream: bigint): void;
+}
+
+/** Bytes per element of each NativeDType. */
+export const DTYPE_BYTES: readonly number[] = [4, 8, 2, 2, 4, 8, 1];
+
+/** Bytes an item moves in from this rank: its host view, or count elements of device memory. */
+export function itemBytes(item: Omit<NativeItem, 'id'>): number {
+  if (item.data) return item.data.byteLength;
+  return item.devicePtr !== undefined ? (item.count ?? 0) * DTYPE_BYTES[item.dtype] : 0;
 }

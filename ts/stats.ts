@@ -11,7 +11,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { CollectiveKind, PendingCollective, Stats } from './control/messages';
-import { NativeKind } from './native';
+import { DTYPE_BYTES, NativeKind } from './native';
+import type { NativeDType } from './native';
 import type { NativeResult } from './native';
 
 /** Entries of Stats.pending sent: enough to name a stall, small enough for every second. */
@@ -30,6 +31,8 @@ export interface SubmittedCollective {
   kind: CollectiveKind | 'invalid';
   name: string;
   bytes: number;
+  /** Bytes per element, for an allgather's output counts. */
+  elementBytes: number;
   /** performance.now() at submission. */
   at: number;
 }
@@ -56,8 +59,10 @@ export class CollectiveStats {
   constructor(private readonly pending: () => Iterable<SubmittedCollective>) {}
 
   /** Notes a collective handed to the engine; the returned record goes back to settled(), once. */
-  submitted(kind: NativeKind, name: string, bytes: number): SubmittedCollective {
-    const c: SubmittedCollective = { seq: ++this.submittedCount, kind: KIND_NAMES[kind] ?? 'invalid', name, bytes, at: performance.now() };
+  submitted(kind: NativeKind, name: string, bytes: number, dtype: NativeDType): SubmittedCollective {
+    const c: SubmittedCollective = {
+      seq: ++this.submittedCount, kind: KIND_NAMES[kind] ?? 'invalid', name, bytes, elementBytes: DTYPE_BYTES[dtype] ?? 1, at: performance.now(),
+    };
     if (c.kind !== 'invalid') {
       const k = this.totals(c.kind);
       if (k.inFlight++ === 0) k.busySince = c.at;
@@ -75,8 +80,10 @@ export class CollectiveStats {
     if (result.code) return;
     k.count++;
     // Bus bandwidth counts an allgather by its output, which ranks may size differently.
-    const gathered = result.gathered as ArrayBuffer | undefined;
-    k.bytes += c.kind === 'allgather' && gathered ? gathered.byteLength : c.bytes;
+    // A host allgather hands back its bytes, a device one the element count from each rank.
+    const gathered = result.gathered ? result.gathered.byteLength
+      : result.counts ? result.counts.reduce((a, b) => a + b, 0) * c.elementBytes : undefined;
+    k.bytes += c.kind === 'allgather' && gathered !== undefined ? gathered : c.bytes;
   }
 
   /** The Stats message body as of now. */

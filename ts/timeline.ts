@@ -47,7 +47,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
-import { NativeDType, NativeItem, NativeKind, NativeOp } from './native';
+import { itemBytes, NativeDType, NativeItem, NativeKind, NativeOp } from './native';
 
 /** The numbers of one completed work in takeTimeline()'s rows (TakeTimeline in native/binding/addon.cc). */
 const enum C {
@@ -149,7 +149,7 @@ export class TimelineWriter {
     if (this.fd === null) return;
     this.calls.set(id, {
       calledNs: Number(process.hrtime.bigint()), kind: item.kind, op: item.op, dtype: item.dtype, root: item.root,
-      name: item.name, bytes: item.data ? item.data.byteLength : 0,
+      name: item.name, bytes: itemBytes(item),
     });
   }
 

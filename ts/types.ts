@@ -1,4 +1,5 @@
 /** Public types of the hora API: one doc line per option. */
+import type { DeviceBuffer } from './device-buffer';
 
 /** Reduction operators. 'avg' sums on the wire and divides by the world size once. */
 export type ReduceOp = 'sum' | 'avg' | 'min' | 'max' | 'prod';
@@ -8,6 +9,9 @@ export type DType = 'float32' | 'float64' | 'float16' | 'bfloat16' | 'int32' | '
 
 /** The arrays collectives accept, at any byteOffset. */
 export type Tensor = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array;
+
+/** What collectives accept: a host array, or device memory (hora.cuda.DeviceBuffer), whose result stays on the device. */
+export type CollectiveInput = Tensor | DeviceBuffer;
 
 export interface InitOptions {
   /** Deadline of every collective in seconds (default HORA_TIMEOUT_S or 300). */
@@ -30,7 +34,7 @@ export interface AllreduceOptions {
   name?: string;
   /** Write the result into x itself instead of a new array (default false). */
   inplace?: boolean;
-  /** Element type of a Uint16Array: 'float16' or 'bfloat16' (required for Uint16Array). */
+  /** Element type of a Uint16Array: 'float16' or 'bfloat16' (required for Uint16Array); for a DeviceBuffer, its own dtype if given. */
   dtype?: DType;
 }
 

@@ -12,6 +12,7 @@
  * difference into ERR_MISMATCH rather than wrong numbers.
  */
 import { CallSite, HoraError } from './errors';
+import { itemBytes } from './native';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
 import type { TimelineWriter } from './timeline';
@@ -77,6 +78,15 @@ export class Work<T = unknown> implements PromiseLike<T> {
     this.flushListeners();
   }
 
+  /**
+   * @internal Runs `fn` as soon as the work settles, either way, synchronously inside the settling call
+   * (before wait() returns, before any awaiting code runs).
+   */
+  onSettled(fn: () => void): void {
+    if (this.state !== 'pending') fn();
+    else this.listeners.push(fn);
+  }
+
   private flushListeners(): void {
     const ls = this.listeners;
     this.listeners = [];
@@ -138,12 +148,13 @@ export class Dispatcher {
   submit<T>(item: Omit<NativeItem, 'id'>, finish: Finish<T>, site: CallSite, keep: unknown[]): Work<T> {
     const id = this.nextId++;
     const work = new Work<T>(() => this.waitFor(id));
-    const stats = this.stats.submitted(item.kind, item.name, item.data ? item.data.byteLength : 0);
+    const bytes = itemBytes(item);
+    const stats = this.stats.submitted(item.kind, item.name, bytes, item.dtype);
     this.outstanding.set(id, { work, finish, site, keep, stats });
     if (this.timeline) this.timeline.called(id, item);
     (item as NativeItem).id = id;
     this.batch.push(item as NativeItem);
-    this.batchBytes += item.data ? item.data.byteLength : 0;
+    this.batchBytes += bytes;
     if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes) {
       this.flush();
     } else if (!this.flushScheduled) {

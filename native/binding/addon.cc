@@ -5,6 +5,9 @@
 // communicator, which is referenced only while work is outstanding so an idle communicator never keeps
 // the process alive. wait() blocks the JS thread on the engine's condition variable for callers that must
 // be synchronous (framework hooks); the later asynchronous completion of the same work is then ignored.
+//
+// The `cuda` object is the same flat style over cuda/device.h: device pointers and streams travel as
+// BigInt, each call is synchronous, and a failed Status is thrown as an Error whose code is its code name.
 #include <napi.h>
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "cuda/device.h"
 #include "engine/communicator.h"
 
 namespace {
@@ -23,6 +27,25 @@ namespace {
 using hora::Code;
 using hora::Status;
 using hora::Work;
+
+void ThrowStatus(Napi::Env env, const Status& st) {
+  Napi::Error e = Napi::Error::New(env, st.message());
+  e.Set("code", hora::codeName(st.code()));
+  throw e;
+}
+
+// A device pointer or stream handed over as a BigInt; 0n is a null pointer.
+void* pointerFrom(const Napi::Value& v, const char* what) {
+  if (!v.IsBigInt()) throw Napi::TypeError::New(v.Env(), std::string("native: ") + what + " must be a BigInt");
+  bool lossless = false;
+  uint64_t raw = v.As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) throw Napi::RangeError::New(v.Env(), std::string("native: ") + what + " does not fit in 64 bits");
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(raw));
+}
+
+Napi::BigInt pointerValue(Napi::Env env, const void* p) {
+  return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)));
+}
 
 template <typename T>
 T enumFrom(const Napi::Object& o, const char* key, int limit) {
@@ -151,7 +174,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return info.Env().Undefined();
   }
 
-  // submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}])
+  // submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}]); a device item
+  // has device >= 0, devicePtr, count, stream (and outPtr for reducescatter) instead of data and out.
   Napi::Value Submit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Napi::Array arr = info[0].As<Napi::Array>();
@@ -167,6 +191,16 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       w->algorithm = enumFrom<hora::Algorithm>(it, "algorithm", hora::kNumAlgorithms);
       if (it.Has("name")) w->name = it.Get("name").As<Napi::String>().Utf8Value();
       if (it.Has("invalidReason")) w->invalidReason = it.Get("invalidReason").As<Napi::String>().Utf8Value();
+      Napi::Value device = it.Get("device");
+      if (device.IsNumber() && device.As<Napi::Number>().Int32Value() >= 0) {
+        w->device = device.As<Napi::Number>().Int32Value();
+        w->data = static_cast<uint8_t*>(pointerFrom(it.Get("devicePtr"), "devicePtr"));
+        w->count = static_cast<size_t>(it.Get("count").As<Napi::Number>().Int64Value());
+        if (it.Has("stream")) w->stream = pointerFrom(it.Get("stream"), "stream");
+        if (it.Has("outPtr")) w->out = static_cast<uint8_t*>(pointerFrom(it.Get("outPtr"), "outPtr"));
+        batch.push_back(std::move(w));
+        continue;
+      }
       Napi::Value data = it.Get("data");
       if (!data.IsUndefined() && !data.IsNull()) {
         size_t bytes = 0;
@@ -208,7 +242,12 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       r.Set("message", w->status.message());
       r.Set("peer", w->status.peer());
     }
-    if (w->kind == hora::Kind::kAllgather && w->status.isOk()) {
+    if (w->kind == hora::Kind::kAllgather && w->status.isOk() && w->gatheredDevice != nullptr) {
+      // Device memory from cuda::allocate(); the JS side adopts it as an owned DeviceBuffer.
+      r.Set("devicePtr", pointerValue(env, w->gatheredDevice));
+      w->gatheredDevice = nullptr;
+      r.Set("counts", CountsArray(env, w->gatheredCounts));
+    } else if (w->kind == hora::Kind::kAllgather && w->status.isOk()) {
       auto* storage = new std::vector<uint8_t>(std::move(w->gathered));
       Napi::ArrayBuffer ab = storage->empty()
                                  ? Napi::ArrayBuffer::New(env, 0)
@@ -217,14 +256,18 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                                                           storage);
       if (storage->empty()) delete storage;
       r.Set("gathered", ab);
-      Napi::Array counts = Napi::Array::New(env, w->gatheredCounts.size());
-      for (size_t i = 0; i < w->gatheredCounts.size(); ++i) {
-        counts.Set(static_cast<uint32_t>(i), Napi::Number::New(env, static_cast<double>(w->gatheredCounts[i])));
-      }
-      r.Set("counts", counts);
+      r.Set("counts", CountsArray(env, w->gatheredCounts));
     }
     if (w->fused) r.Set("fused", true);
     return r;
+  }
+
+  static Napi::Array CountsArray(Napi::Env env, const std::vector<uint64_t>& counts) {
+    Napi::Array out = Napi::Array::New(env, counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) {
+      out.Set(static_cast<uint32_t>(i), Napi::Number::New(env, static_cast<double>(counts[i])));
+    }
+    return out;
   }
 
   // takeTimeline(): {rows, strings} for the works completed since the last call (timeline on), collected
@@ -316,12 +359,6 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return w;
   }
 
-  void ThrowStatus(Napi::Env env, const Status& st) {
-    Napi::Error e = Napi::Error::New(env, st.message());
-    e.Set("code", hora::codeName(st.code()));
-    throw e;
-  }
-
   friend Napi::Value TakeResult(const Napi::CallbackInfo& info);
 
   std::unique_ptr<hora::Communicator> comm_;
@@ -351,10 +388,108 @@ Napi::Value Clocks(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// cuda: device memory for hora.cuda.DeviceBuffer (ts/cuda.ts validates every argument first).
+
+int deviceArg(const Napi::Value& v) {
+  if (!v.IsNumber()) throw Napi::TypeError::New(v.Env(), "native: device must be a number");
+  return v.As<Napi::Number>().Int32Value();
+}
+
+size_t sizeArg(const Napi::Value& v, const char* what) {
+  if (!v.IsNumber()) throw Napi::TypeError::New(v.Env(), std::string("native: ") + what + " must be a number");
+  const double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 9007199254740991.0) {
+    throw Napi::RangeError::New(v.Env(), std::string("native: ") + what + " must be a safe non-negative integer");
+  }
+  return static_cast<size_t>(d);
+}
+
+hora::DType dtypeArg(const Napi::Value& v) {
+  const int d = v.As<Napi::Number>().Int32Value();
+  if (d < 0 || d >= hora::kNumDTypes) throw Napi::RangeError::New(v.Env(), "native: dtype out of range: " + std::to_string(d));
+  return static_cast<hora::DType>(d);
+}
+
+void checked(Napi::Env env, const Status& st) {
+  if (!st.isOk()) ThrowStatus(env, st);
+}
+
+Napi::Value CudaBuilt(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), hora::cuda::built()); }
+Napi::Value CudaAvailable(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), hora::cuda::available()); }
+Napi::Value CudaDeviceCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), hora::cuda::deviceCount()); }
+Napi::Value CudaUnavailableReason(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), hora::cuda::unavailableReason());
+}
+
+// alloc(device, bytes): zero-filled device memory, as a BigInt pointer.
+Napi::Value CudaAlloc(const Napi::CallbackInfo& info) {
+  void* ptr = nullptr;
+  checked(info.Env(), hora::cuda::allocate(deviceArg(info[0]), sizeArg(info[1], "bytes"), &ptr));
+  return pointerValue(info.Env(), ptr);
+}
+
+// free(ptr): memory from alloc() (or handed over by an allgather's devicePtr).
+Napi::Value CudaFree(const Napi::CallbackInfo& info) {
+  checked(info.Env(), hora::cuda::release(pointerFrom(info[0], "ptr")));
+  return info.Env().Undefined();
+}
+
+// copyFromHost(device, ptr, view, stream): view.byteLength bytes from the view to ptr.
+Napi::Value CudaCopyFromHost(const Napi::CallbackInfo& info) {
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  viewOf(info[2], &data, &bytes);
+  checked(info.Env(), hora::cuda::copyFromHost(pointerFrom(info[1], "ptr"), data, bytes, deviceArg(info[0]),
+                                               pointerFrom(info[3], "stream")));
+  return info.Env().Undefined();
+}
+
+// copyToHost(device, ptr, view, stream): view.byteLength bytes from ptr into the view.
+Napi::Value CudaCopyToHost(const Napi::CallbackInfo& info) {
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  viewOf(info[2], &data, &bytes);
+  checked(info.Env(), hora::cuda::copyToHost(data, pointerFrom(info[1], "ptr"), bytes, deviceArg(info[0]),
+                                             pointerFrom(info[3], "stream")));
+  return info.Env().Undefined();
+}
+
+// checkRange(device, ptr, bytes, stream): throws unless [ptr, ptr + bytes) is memory of that device.
+Napi::Value CudaCheckRange(const Napi::CallbackInfo& info) {
+  checked(info.Env(), hora::cuda::checkRange(pointerFrom(info[1], "ptr"), sizeArg(info[2], "bytes"),
+                                             deviceArg(info[0]), pointerFrom(info[3], "stream")));
+  return info.Env().Undefined();
+}
+
+// cast(device, src, fromDtype, dst, toDtype, count, stream): conversion, or a copy when the dtypes match.
+Napi::Value CudaCast(const Napi::CallbackInfo& info) {
+  checked(info.Env(), hora::cuda::cast(deviceArg(info[0]), pointerFrom(info[1], "src"), dtypeArg(info[2]),
+                                       pointerFrom(info[3], "dst"), dtypeArg(info[4]), sizeArg(info[5], "count"),
+                                       pointerFrom(info[6], "stream")));
+  return info.Env().Undefined();
+}
+
+Napi::Object CudaExports(Napi::Env env) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("built", Napi::Function::New(env, CudaBuilt));
+  o.Set("available", Napi::Function::New(env, CudaAvailable));
+  o.Set("deviceCount", Napi::Function::New(env, CudaDeviceCount));
+  o.Set("unavailableReason", Napi::Function::New(env, CudaUnavailableReason));
+  o.Set("alloc", Napi::Function::New(env, CudaAlloc));
+  o.Set("free", Napi::Function::New(env, CudaFree));
+  o.Set("copyFromHost", Napi::Function::New(env, CudaCopyFromHost));
+  o.Set("copyToHost", Napi::Function::New(env, CudaCopyToHost));
+  o.Set("checkRange", Napi::Function::New(env, CudaCheckRange));
+  o.Set("cast", Napi::Function::New(env, CudaCast));
+  return o;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Communicator", CommunicatorWrap::Define(env));
   exports.Set("take", Napi::Function::New(env, TakeResult));
   exports.Set("clocks", Napi::Function::New(env, Clocks));
+  exports.Set("cuda", CudaExports(env));
   exports.Set("abiVersion", Napi::Number::New(env, 1));
   return exports;
 }
