@@ -41,6 +41,8 @@ interface World extends Topology {
   dispatcher: Dispatcher | null;
   control: RendezvousConnection | null;
   server: RendezvousServer | null;
+  /** The GPU of this rank's first device collective; the engine sets its paths up for that one (-1: none yet). */
+  gpu?: number;
 }
 
 let world: World | null = null;
@@ -250,6 +252,16 @@ function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): 
     collectivePointer(collective, x, rank);
     if (dtype !== undefined && dtype !== x.dtype) {
       throw invalidArgument(collective, 'options.dtype', `undefined or the DeviceBuffer's own dtype ('${x.dtype}')`, dtype, rank);
+    }
+    // One GPU per rank, as in Horovod: the engine's streams, IPC and NCCL state belong to the device of
+    // the first device collective.
+    const w = world;
+    if (w?.dispatcher) {
+      if (w.gpu === undefined) w.gpu = x.device;
+      else if (x.device !== w.gpu) {
+        throw invalidArgument(collective, 'x', `a DeviceBuffer on device ${w.gpu}, the GPU of this rank's earlier ` +
+          'device collectives (hora runs one GPU per rank)', x, rank);
+      }
     }
     return DTYPE_OF_NAME[x.dtype];
   }
