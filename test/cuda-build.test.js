@@ -44,6 +44,29 @@ t.test('CUDA build of the addon', { skip }, async (t) => {
     t.notOk(cudart, 'loading it mapped no libcudart.so');
   }
 
+  // Through the public API: a CUDA build that finds no usable GPU says so and why, and refuses device memory.
+  const api = `
+    const hora = require(${JSON.stringify(ROOT)});
+    let error = null;
+    try { hora.cuda.DeviceBuffer.alloc('float32', 4); } catch (e) { error = { code: e.code, message: e.message }; }
+    console.log(JSON.stringify({ built: hora.cuda.built(), available: hora.cuda.available(), count: hora.cuda.deviceCount(),
+      reason: hora.cuda.unavailableReason(), error }));`;
+  const seen = await runProcess(['-e', api], { ...process.env, HORA_ADDON: addon });
+  t.equal(seen.code, 0, 'hora.cuda answers with the CUDA build loaded', { stderr: seen.stderr });
+  if (seen.code === 0) {
+    const r = JSON.parse(seen.stdout.trim().split('\n').pop());
+    t.equal(r.built, true, 'hora.cuda.built() is true');
+    if (r.available) {
+      t.comment(`a GPU is usable here (${r.count} device(s)): the no-GPU answers are not checked`);
+    } else {
+      t.equal(r.count, 0, 'deviceCount() is 0 without a usable GPU');
+      t.match(r.reason, /driver|device/, 'unavailableReason() gives the runtime\'s reason', { reason: r.reason });
+      t.notMatch(r.reason, /build:cuda/, 'and does not ask for a CUDA build it already is');
+      t.equal(r.error && r.error.code, 'ERR_INVALID_ARGUMENT', 'DeviceBuffer.alloc throws a HoraError');
+      t.ok(r.error && r.error.message.includes(r.reason), 'quoting that reason', { error: r.error });
+    }
+  }
+
   const job = await runJob(2, WORKER, { env: { HORA_ADDON: addon } });
   t.equal(job.code, 0, 'hora run -np 2 with HORA_ADDON set to it exits 0', { output: tail(job) });
   const reports = job.reports.filter(Boolean);
