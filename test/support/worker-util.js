@@ -22,4 +22,27 @@ function prng(seed) {
   };
 }
 
-module.exports = { report, prng };
+/** A thrown error as plain data a worker can report. */
+function describeError(e) {
+  return {
+    ok: false, isHoraError: e instanceof require('../../dist/ts/index.js').HoraError, code: e && e.code, message: e && e.message, rank: e && e.rank, peer: e && e.peer,
+  };
+}
+
+/** What a call did: {sync} when it threw synchronously, else the settled outcome of its Work. */
+async function outcome(call) {
+  let work;
+  try {
+    work = call();
+  } catch (e) {
+    return { sync: true, ...describeError(e) };
+  }
+  try {
+    const value = await work;
+    return { ok: true, value: value === undefined ? null : Array.from(value, String) };
+  } catch (e) {
+    return describeError(e);
+  }
+}
+
+module.exports = { report, prng, outcome, describeError };

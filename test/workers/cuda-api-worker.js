@@ -4,26 +4,7 @@
 // bad input here is refused before any device is touched. Each case is a call on one rank (or on every
 // rank) that must fail ERR_INVALID_ARGUMENT everywhere, followed by a valid allreduce that must work.
 const hora = require('../../dist/ts/index.js');
-const { report } = require('../support/worker-util');
-
-async function outcome(call) {
-  let work;
-  try {
-    work = call();
-  } catch (e) {
-    return { sync: true, ...describeError(e) };
-  }
-  try {
-    const value = await work;
-    return { ok: true, value: value === undefined ? null : Array.from(value, String) };
-  } catch (e) {
-    return describeError(e);
-  }
-}
-
-function describeError(e) {
-  return { ok: false, isHoraError: e instanceof hora.HoraError, code: e && e.code, message: e && e.message, rank: e && e.rank, peer: e && e.peer };
-}
+const { report, outcome } = require('../support/worker-util');
 
 /** An object that passes instanceof DeviceBuffer but was never made by alloc, fromHost or wrap. */
 function lookalike() {

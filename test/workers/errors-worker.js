@@ -11,37 +11,8 @@
 //   solo      no launcher: collectives before init, then a world of one, then after shutdown
 // Each rank records what it saw and writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json (the test
 // asserts on it), and exits 0 whatever it saw.
-const fs = require('node:fs');
-const path = require('node:path');
 const hora = require('../../dist/ts/index.js');
-
-function report(rank, data) {
-  const line = JSON.stringify({ rank, ...data });
-  if (process.env.HORA_TEST_RESULT_DIR) fs.writeFileSync(path.join(process.env.HORA_TEST_RESULT_DIR, `rank-${rank}.json`), line + '\n');
-  else process.stdout.write(line + '\n');
-}
-
-/** What a call did: {sync} when it threw synchronously, else the settled outcome of its Work. */
-async function outcome(call) {
-  let work;
-  try {
-    work = call();
-  } catch (e) {
-    return { sync: true, ...describeError(e) };
-  }
-  try {
-    const value = await work;
-    return { ok: true, value: value === undefined ? null : Array.from(value, String) };
-  } catch (e) {
-    return describeError(e);
-  }
-}
-
-function describeError(e) {
-  return {
-    ok: false, isHoraError: e instanceof hora.HoraError, code: e && e.code, message: e && e.message, rank: e && e.rank, peer: e && e.peer,
-  };
-}
+const { report, outcome, describeError } = require('../support/worker-util');
 
 /** A collective every rank can run afterwards: sum of rank+1 over ranks, in two dtypes. */
 async function followUp() {

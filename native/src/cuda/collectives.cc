@@ -75,6 +75,16 @@ struct IpcEntry {
   int32_t pad;
 };
 
+// *flag becomes 0 on every rank if it is 0 on any (a min over the ranks).
+Status allAgree(Context& ctx, int32_t* flag) {
+  AllreduceOptions o;
+  o.data = reinterpret_cast<uint8_t*>(flag);
+  o.count = 1;
+  o.dtype = DType::kInt32;
+  o.op = ReduceOp::kMin;
+  return allreduce(ctx, o);
+}
+
 nccl::DataType ncclType(DType t) {
   switch (t) {
     case DType::kFloat32: return nccl::kFloat32;
@@ -237,12 +247,7 @@ Status DeviceCollectives::State::choosePath(const SetupInfo& mine) {
     }
     cudaGetLastError();
   }
-  AllreduceOptions agreeIpc;
-  agreeIpc.data = reinterpret_cast<uint8_t*>(&ipcOk);
-  agreeIpc.count = 1;
-  agreeIpc.dtype = DType::kInt32;
-  agreeIpc.op = ReduceOp::kMin;
-  HORA_RETURN_IF_ERROR(allreduce(ctx, agreeIpc));
+  HORA_RETURN_IF_ERROR(allAgree(ctx, &ipcOk));
 
   if (ncclEverywhere && distinct && transport == TransportChoice::kAuto && (t.numHosts == 1 || t.uniform())) {
     path = Path::kNccl;
@@ -269,12 +274,7 @@ Status DeviceCollectives::State::initNccl() {
   nccl::Result res = nccl::kSuccess;
   if (me == 0) res = nccl->getUniqueId(&ids[r]);
   int32_t okFlag = res == nccl::kSuccess ? 1 : 0;
-  AllreduceOptions agreeId;
-  agreeId.data = reinterpret_cast<uint8_t*>(&okFlag);
-  agreeId.count = 1;
-  agreeId.dtype = DType::kInt32;
-  agreeId.op = ReduceOp::kMin;
-  HORA_RETURN_IF_ERROR(allreduce(ctx, agreeId));
+  HORA_RETURN_IF_ERROR(allAgree(ctx, &okFlag));
   if (okFlag == 0) {
     return Status(Code::kInternal, res != nccl::kSuccess ? std::string("ncclGetUniqueId: ") + nccl->getErrorString(res)
                                                          : "ncclGetUniqueId failed on another rank");
