@@ -25,6 +25,12 @@ MODEL=${4:-cnn}
 MAX_OTHER=${MAX_OTHER:-0.05}
 MAX_TRIES=${MAX_TRIES:-$((3 * PAIRS))}
 PIN=${PIN:-1}
+# V8's young generation per worker in MiB (--max-semi-space-size): tfjs allocates a tensor's worth of garbage
+# per op, and a larger nursery means fewer scavenges, each of which stalls one rank while the other waits.
+# SEMI_SPACE_MB=0 keeps V8's default.
+SEMI_SPACE_MB=${SEMI_SPACE_MB:-64}
+NODE_FLAGS=()
+[ "$SEMI_SPACE_MB" != 0 ] && NODE_FLAGS=(--max-semi-space-size="$SEMI_SPACE_MB")
 HORA="node dist/ts/cli/main.js"
 # Rank r runs on core r (the 1-rank run on core 0): one core per rank, also for V8's GC and compiler
 # threads, which would otherwise give the 1-rank run the idle second core. PIN=0 leaves placement to Linux.
@@ -37,7 +43,7 @@ run() { # np, batch, extra env... -> the example's JSON summary line, with "othe
   local times out before after
   times=$(mktemp)
   before=$(busy)
-  out=$( { TIMEFORMAT='%R %U %S'; time env "$@" $HORA run -np "$np" "${PINNED[@]}" node examples/tfjs-mnist.js --model "$MODEL" \
+  out=$( { TIMEFORMAT='%R %U %S'; time env "$@" $HORA run -np "$np" "${PINNED[@]}" node "${NODE_FLAGS[@]}" examples/tfjs-mnist.js --model "$MODEL" \
     --epochs "$EPOCHS" --batch "$batch" --json 2>/dev/null | sed -n 's/^\[0\] //p' | grep '^{' | tail -1; } 2>"$times")
   after=$(busy)
   local other
@@ -47,7 +53,7 @@ run() { # np, batch, extra env... -> the example's JSON summary line, with "othe
   echo "${out%\}},\"other\":$other}"
 }
 load() { cut -d" " -f1-3 /proc/loadavg; }
-echo "tfjs MNIST scaling: model $MODEL, $PAIRS pairs, $EPOCHS epochs, global batch $BATCH, PIN=$PIN, $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ), load average $(load)"
+echo "tfjs MNIST scaling: model $MODEL, $PAIRS pairs, $EPOCHS epochs, global batch $BATCH, PIN=$PIN, SEMI_SPACE_MB=$SEMI_SPACE_MB, $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ), load average $(load)"
 results=()
 tries=0
 while [ "${#results[@]}" -lt "$PAIRS" ] && [ "$tries" -lt "$MAX_TRIES" ]; do
