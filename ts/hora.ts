@@ -365,7 +365,7 @@ function run<T>(collective: string, callee: Function, plan: (w: World) => Plan<T
     return done;
   }
   const work = w.dispatcher.submit(p.item, p.finish, site, p.keep);
-  for (const k of p.keep) if (k instanceof DeviceBuffer) work.onSettled(lend(k));
+  if (p.item.device !== undefined) for (const k of p.keep) if (k instanceof DeviceBuffer) work.onSettled(lend(k));
   return work;
 }
 

@@ -79,11 +79,9 @@ export class CollectiveStats {
     if (--k.inFlight === 0) k.busyMs += now - k.busySince;
     if (result.code) return;
     k.count++;
-    // Bus bandwidth counts an allgather by its output, which ranks may size differently.
-    // A host allgather hands back its bytes, a device one the element count from each rank.
-    const gathered = result.gathered ? result.gathered.byteLength
-      : result.counts ? result.counts.reduce((a, b) => a + b, 0) * c.elementBytes : undefined;
-    k.bytes += c.kind === 'allgather' && gathered !== undefined ? gathered : c.bytes;
+    // Bus bandwidth counts an allgather by its output, which ranks may size differently: the element
+    // count from each rank (host or device memory alike).
+    k.bytes += c.kind === 'allgather' && result.counts ? result.counts.reduce((a, b) => a + b, 0) * c.elementBytes : c.bytes;
   }
 
   /** The Stats message body as of now. */

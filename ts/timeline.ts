@@ -47,7 +47,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
-import { itemBytes, NativeDType, NativeItem, NativeKind, NativeOp } from './native';
+import { DTYPE_BYTES, itemBytes, NativeDType, NativeItem, NativeKind, NativeOp } from './native';
 
 /** The numbers of one completed work in takeTimeline()'s rows (TakeTimeline in native/binding/addon.cc). */
 const enum C {
@@ -57,7 +57,6 @@ const enum C {
 
 const KIND_NAMES = ['allreduce', 'broadcast', 'allgather', 'reducescatter', 'barrier', 'invalid call'];
 const DTYPE_NAMES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8'];
-const DTYPE_BYTES = [4, 8, 2, 2, 4, 8, 1];
 const OP_NAMES = ['sum', 'avg', 'min', 'max', 'prod'];
 const FLUSH_BYTES = 64 * 1024;
 const FLUSH_INTERVAL_MS = 250;

@@ -54,6 +54,9 @@ struct AllgatherOptions {
   std::vector<size_t> bytesPerRank;     // size of each rank's block; this rank's block is already in place
 };
 Status allgather(Context& ctx, const AllgatherOptions& opts);
+// The first step of an allgather whose ranks contribute different lengths: every rank's element count
+// (mine from this rank), bounded (a count past 2^40 bytes is an error) and summed.
+Status allgatherCounts(Context& ctx, uint64_t mine, size_t elementBytes, std::vector<uint64_t>* counts, uint64_t* total);
 
 struct BroadcastOptions {
   uint8_t* data = nullptr;  // root: the bytes to send; others: where they land

@@ -14,7 +14,7 @@ Status DeviceCollectives::run(Work&) {
   return Status(Code::kInvalidArgument, "device memory given to an addon built without CUDA (npm run build:cuda)");
 }
 
-const char* DeviceCollectives::lastPath() const { return "none"; }
+const char* DeviceCollectives::path() const { return "none"; }
 
 }  // namespace cuda
 }  // namespace hora
@@ -115,7 +115,6 @@ struct DeviceCollectives::State {
   Context& ctx;
   TransportChoice transport;
   Path path = Path::kUnset;
-  Path last = Path::kUnset;
   int device = -1;  // the GPU this rank's collectives run on (fixed at the first one)
 
   cudaStream_t work = nullptr;  // kernels and device-to-device copies
@@ -698,7 +697,7 @@ DeviceCollectives::DeviceCollectives(Context& ctx, TransportChoice transport)
 
 DeviceCollectives::~DeviceCollectives() = default;
 
-const char* DeviceCollectives::lastPath() const { return pathName(state_->last); }
+const char* DeviceCollectives::path() const { return pathName(state_->path); }
 
 Status DeviceCollectives::run(Work& w) {
   State& s = *state_;
@@ -711,24 +710,11 @@ Status DeviceCollectives::run(Work& w) {
   }
   HORA_RETURN_IF_ERROR(useDevice(s.device));
   if (w.kind == Kind::kAllgather) {
-    const int p = s.ctx.size();
-    w.gatheredCounts.assign(p, 0);
-    w.gatheredCounts[s.ctx.rank()] = w.count;
-    AllgatherOptions counts;
-    counts.output = reinterpret_cast<uint8_t*>(w.gatheredCounts.data());
-    counts.bytesPerRank.assign(p, sizeof(uint64_t));
-    HORA_RETURN_IF_ERROR(allgather(s.ctx, counts));
     uint64_t total = 0;
-    for (int q = 0; q < p; ++q) {
-      if (w.gatheredCounts[q] > (uint64_t(1) << 40) / dtypeSize(w.dtype)) {
-        return Status(Code::kInternal, "rank " + std::to_string(q) + " announced an implausible allgather count", q);
-      }
-      total += w.gatheredCounts[q];
-    }
+    HORA_RETURN_IF_ERROR(allgatherCounts(s.ctx, w.count, dtypeSize(w.dtype), &w.gatheredCounts, &total));
     Status st = allocate(s.device, total * dtypeSize(w.dtype), &w.gatheredDevice);
     HORA_RETURN_IF_ERROR(s.exchangeCodes(st, "allocating the allgather's result"));
   }
-  s.last = s.path;
   Status st;
   switch (s.path) {
     case Path::kNccl: st = s.viaNccl(w); break;

@@ -32,8 +32,8 @@ class DeviceCollectives {
   // Runs an allreduce, broadcast, allgather or reducescatter of device memory. Results are in place (in
   // w.out for reducescatter, w.gatheredDevice for allgather) and ordered before later work on w.stream.
   Status run(Work& w);
-  // The path the last run() took ("nccl", "ipc", "staged"), for the timeline.
-  const char* lastPath() const;
+  // The path device collectives take ("nccl", "ipc", "staged"; "none" before the first), for the timeline.
+  const char* path() const;
 
  private:
   struct State;

@@ -105,18 +105,18 @@ HORA_HD uint16_t floatToBfloat16(float f) {
 // ---- How each dtype is stored and what it accumulates in. ----
 
 template <DType D> struct Element;
-template <> struct Element<DType::kFloat32> {
-  using Stored = float;
-  using Acc = float;
+// Types stored as they are accumulated.
+template <typename T> struct Plain {
+  using Stored = T;
+  using Acc = T;
   static HORA_HD Acc load(Stored v) { return v; }
   static HORA_HD Stored store(Acc v) { return v; }
 };
-template <> struct Element<DType::kFloat64> {
-  using Stored = double;
-  using Acc = double;
-  static HORA_HD Acc load(Stored v) { return v; }
-  static HORA_HD Stored store(Acc v) { return v; }
-};
+template <> struct Element<DType::kFloat32> : Plain<float> {};
+template <> struct Element<DType::kFloat64> : Plain<double> {};
+template <> struct Element<DType::kInt32> : Plain<int32_t> {};
+template <> struct Element<DType::kInt64> : Plain<int64_t> {};
+template <> struct Element<DType::kUint8> : Plain<uint8_t> {};
 template <> struct Element<DType::kFloat16> {
   using Stored = uint16_t;
   using Acc = float;
@@ -128,24 +128,6 @@ template <> struct Element<DType::kBFloat16> {
   using Acc = float;
   static HORA_HD Acc load(Stored v) { return bfloat16ToFloat(v); }
   static HORA_HD Stored store(Acc v) { return floatToBfloat16(v); }
-};
-template <> struct Element<DType::kInt32> {
-  using Stored = int32_t;
-  using Acc = int32_t;
-  static HORA_HD Acc load(Stored v) { return v; }
-  static HORA_HD Stored store(Acc v) { return v; }
-};
-template <> struct Element<DType::kInt64> {
-  using Stored = int64_t;
-  using Acc = int64_t;
-  static HORA_HD Acc load(Stored v) { return v; }
-  static HORA_HD Stored store(Acc v) { return v; }
-};
-template <> struct Element<DType::kUint8> {
-  using Stored = uint8_t;
-  using Acc = uint8_t;
-  static HORA_HD Acc load(Stored v) { return v; }
-  static HORA_HD Stored store(Acc v) { return v; }
 };
 
 // ---- Combiners: commutative bit for bit. ----

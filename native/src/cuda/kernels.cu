@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cuda/elements.h"
 
@@ -174,36 +175,25 @@ cudaError_t reduceDType(ReduceOp op, void* dst, const void* const* srcs, int n, 
 
 // ---- Conversion ----
 
-enum class Conversion { kFloatToHalf, kFloatToBfloat16, kHalfToFloat, kBfloat16ToFloat };
-
-template <Conversion C> struct Converter;
-template <> struct Converter<Conversion::kFloatToHalf> {
-  using From = float;
-  using To = uint16_t;
-  static __device__ __forceinline__ To apply(From v) { return el::floatToHalf(v); }
-};
-template <> struct Converter<Conversion::kFloatToBfloat16> {
-  using From = float;
-  using To = uint16_t;
-  static __device__ __forceinline__ To apply(From v) { return el::floatToBfloat16(v); }
-};
-template <> struct Converter<Conversion::kHalfToFloat> {
-  using From = uint16_t;
-  using To = float;
-  static __device__ __forceinline__ To apply(From v) { return el::halfToFloat(v); }
-};
-template <> struct Converter<Conversion::kBfloat16ToFloat> {
-  using From = uint16_t;
-  using To = float;
-  static __device__ __forceinline__ To apply(From v) { return el::bfloat16ToFloat(v); }
+// Between float32 and the 16-bit float D: D's store() narrows, its load() widens.
+template <DType D, bool kNarrow> struct Converter {
+  using From = std::conditional_t<kNarrow, float, uint16_t>;
+  using To = std::conditional_t<kNarrow, uint16_t, float>;
+  static __device__ __forceinline__ To apply(From v) {
+    if constexpr (kNarrow) {
+      return el::Element<D>::store(v);
+    } else {
+      return el::Element<D>::load(v);
+    }
+  }
 };
 
 // Eight elements a pack: one 16-byte word of 16-bit floats, two of float32.
 constexpr int kConvertLanes = 8;
 
-template <Conversion C>
+template <DType D, bool kNarrow>
 __global__ void __launch_bounds__(kThreads) convertKernel(const void* src, void* dst, size_t count, size_t packs) {
-  using Cv = Converter<C>;
+  using Cv = Converter<D, kNarrow>;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (size_t p = first; p < packs; p += stride) {
@@ -219,14 +209,14 @@ __global__ void __launch_bounds__(kThreads) convertKernel(const void* src, void*
   }
 }
 
-template <Conversion C>
+template <DType D, bool kNarrow>
 cudaError_t launchConvert(const void* src, void* dst, size_t count, cudaStream_t stream) {
   int cap = 0;
   cudaError_t err = maxBlocks(&cap);
   if (err != cudaSuccess) return err;
   const size_t packs = aligned(src) && aligned(dst) ? count / kConvertLanes : 0;
   const size_t scalar = count - packs * kConvertLanes;
-  convertKernel<C><<<blocksFor(packs > scalar ? packs : scalar, cap), kThreads, 0, stream>>>(src, dst, count, packs);
+  convertKernel<D, kNarrow><<<blocksFor(packs > scalar ? packs : scalar, cap), kThreads, 0, stream>>>(src, dst, count, packs);
   return cudaGetLastError();
 }
 
@@ -255,26 +245,18 @@ cudaError_t reduceSources(ReduceOp op, DType dtype, void* dst, const void* const
 
 cudaError_t convert(DType from, const void* src, DType to, void* dst, size_t count, cudaStream_t stream) {
   if (src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
-  Conversion conversion;
-  if (from == DType::kFloat32 && to == DType::kFloat16) {
-    conversion = Conversion::kFloatToHalf;
-  } else if (from == DType::kFloat32 && to == DType::kBFloat16) {
-    conversion = Conversion::kFloatToBfloat16;
-  } else if (from == DType::kFloat16 && to == DType::kFloat32) {
-    conversion = Conversion::kHalfToFloat;
-  } else if (from == DType::kBFloat16 && to == DType::kFloat32) {
-    conversion = Conversion::kBfloat16ToFloat;
-  } else {
+  const bool narrow = from == DType::kFloat32;
+  const DType half = narrow ? to : from;
+  if ((half != DType::kFloat16 && half != DType::kBFloat16) || (narrow ? from : to) != DType::kFloat32) {
     return cudaErrorInvalidValue;
   }
   if (count == 0) return cudaSuccess;
-  switch (conversion) {
-    case Conversion::kFloatToHalf: return launchConvert<Conversion::kFloatToHalf>(src, dst, count, stream);
-    case Conversion::kFloatToBfloat16: return launchConvert<Conversion::kFloatToBfloat16>(src, dst, count, stream);
-    case Conversion::kHalfToFloat: return launchConvert<Conversion::kHalfToFloat>(src, dst, count, stream);
-    case Conversion::kBfloat16ToFloat: return launchConvert<Conversion::kBfloat16ToFloat>(src, dst, count, stream);
+  if (half == DType::kFloat16) {
+    return narrow ? launchConvert<DType::kFloat16, true>(src, dst, count, stream)
+                  : launchConvert<DType::kFloat16, false>(src, dst, count, stream);
   }
-  return cudaErrorInvalidValue;
+  return narrow ? launchConvert<DType::kBFloat16, true>(src, dst, count, stream)
+                : launchConvert<DType::kBFloat16, false>(src, dst, count, stream);
 }
 
 }  // namespace cuda

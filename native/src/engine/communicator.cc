@@ -356,7 +356,7 @@ Status Communicator::execute(Work& w) {
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
     if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, options_.transport));
     Status st = device_->run(w);
-    if (options_.timeline) w.times.algorithm = device_->lastPath();
+    if (options_.timeline) w.times.algorithm = device_->path();
     return st;
   }
   switch (w.kind) {
@@ -395,21 +395,8 @@ Status Communicator::execute(Work& w) {
     case Kind::kAllgather: {
       const size_t elem = dtypeSize(w.dtype);
       // First the counts (every rank may contribute a different number of elements), then the data.
-      w.gatheredCounts.assign(p, 0);
-      w.gatheredCounts[r] = w.count;
-      AllgatherOptions counts;
-      counts.output = reinterpret_cast<uint8_t*>(w.gatheredCounts.data());
-      counts.bytesPerRank.assign(p, sizeof(uint64_t));
-      HORA_RETURN_IF_ERROR(allgather(ctx_, counts));
-      // Counts come from the network: bound them before allocating.
       uint64_t total = 0;
-      for (int i = 0; i < p; ++i) {
-        if (w.gatheredCounts[i] > (uint64_t(1) << 40) / elem) {
-          return Status(Code::kInternal, "rank " + std::to_string(i) + " announced an implausible allgather count " +
-                                             std::to_string(w.gatheredCounts[i]), i);
-        }
-        total += w.gatheredCounts[i];
-      }
+      HORA_RETURN_IF_ERROR(allgatherCounts(ctx_, w.count, elem, &w.gatheredCounts, &total));
       w.gathered.resize(total * elem);
       AllgatherOptions o;
       o.bytesPerRank.resize(p);
