@@ -25,7 +25,8 @@ import { describeValue } from '../../ts/errors';
 import { steps as stepClock } from '../../ts/stats';
 import { StepFailure } from '../step-failure';
 import {
-  ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, layerDeltas, layerGradientLength, outputError, stateArrays,
+  ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, activationOf, hasAdamState, layerDeltas, layerGradientLength,
+  logStatus, outputError, stateArrays,
 } from './net';
 import { applyAdam, applyMomentum } from './update';
 
@@ -56,10 +57,17 @@ export interface TraceEvent {
 
 /** brain's train options (NeuralNetwork.trainDefaults); all optional. */
 export interface TrainOptions {
+  /** 'sigmoid', 'relu', 'leaky-relu' or 'tanh'; brain.js 2.0 keeps it among the training options. */
+  activation?: string;
+  /** brain.js 2.0 (1.6 takes it from the NeuralNetwork's constructor options). */
+  leakyReluAlpha?: number;
   iterations?: number;
   errorThresh?: number;
-  /** true or a function: logs every logPeriod iterations, on rank 0 only. */
-  log?: boolean | ((message: string) => void);
+  /**
+   * true or a function: logs every logPeriod iterations, on rank 0 only. As in brain, the function gets a
+   * sentence from brain.js 1.6 and {iterations, error} from 2.0.
+   */
+  log?: boolean | ((status: string | { iterations: number; error: number }) => void);
   logPeriod?: number;
   learningRate?: number;
   momentum?: number;
@@ -109,9 +117,7 @@ export function distributed(net: BrainNeuralNetwork, options: DistributedOptions
       throw invalid('distributed', `net.${method}`, 'a function (net must be a brain.js NeuralNetwork)', net[method]);
     }
   }
-  if (!(ACTIVATIONS as readonly string[]).includes(net.activation)) {
-    throw invalid('distributed', 'net.activation', `one of ${ACTIVATIONS.map((a) => `'${a}'`).join(', ')}`, net.activation);
-  }
+  checkActivation(net, 'distributed', 'net.activation');
   if (options === null || typeof options !== 'object') throw invalid('distributed', 'options', 'an object with batchSize', options);
   const { batchSize, trace } = options;
   if (typeof batchSize !== 'number' || !Number.isInteger(batchSize) || batchSize < 1) {
@@ -123,6 +129,14 @@ export function distributed(net: BrainNeuralNetwork, options: DistributedOptions
     batchSize,
     trainAsync: (data, trainOptions = {}) => new Trainer(net, batchSize, trace).run(data, trainOptions),
   };
+}
+
+/** The activation must be one whose derivative layerDeltas knows (brain 1.6 stores any string it is given). */
+function checkActivation(net: BrainNeuralNetwork, fn: string, argument: string): void {
+  const activation = activationOf(net);
+  if (!(ACTIVATIONS as readonly unknown[]).includes(activation)) {
+    throw invalid(fn, argument, `one of ${ACTIVATIONS.map((a) => `'${a}'`).join(', ')}`, activation);
+  }
 }
 
 const now = () => performance.timeOrigin + performance.now();
@@ -191,10 +205,15 @@ class Trainer {
         net.updateTrainingOptions(options);
         samples = net.formatData(data);
         net.verifyIsInitialized(samples);
+        net.validateData?.(samples);
       } catch (e) {
         // brain's messages name the option and the value ("[learningRate, 2] is out of normal training range").
         throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} trainAsync: brain.js rejected the data or options: ${(e as Error).message}`);
       }
+      checkActivation(net, 'trainAsync', 'options.activation');
+      // brain sets runInput from the activation only when the net is initialized; an activation passed in
+      // these options must reach the forward pass too, since layerDeltas differentiates that activation.
+      net.setActivation?.();
       if (this.net.trainOpts.praxis === 'adam') this.ensureAdamState();
     } catch (e) {
       local = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e));
@@ -227,7 +246,7 @@ class Trainer {
   /** Adam's moments, as brain's _setupAdam makes them, when the net was initialized without praxis 'adam'. */
   private ensureAdamState(): void {
     const net = this.net;
-    if (net.changesLow && net.changesHigh && net.biasChangesLow && net.biasChangesHigh) return;
+    if (hasAdamState(net)) return;
     const sizes = net.sizes as number[];
     net.changesLow = [];
     net.changesHigh = [];
@@ -325,9 +344,7 @@ class Trainer {
       const [errorTotal, timedOut] = await this.failure.collective(hora.allreduce(local, { op: 'sum', name: `${WHERE} error` }));
       status.error = errorTotal / n;
       outOfTime = timedOut > 0;
-      if (opts.log && this.rank === 0 && status.iterations % opts.logPeriod === 0) {
-        opts.log(`iterations: ${status.iterations}, training error: ${status.error}`);
-      }
+      if (opts.log && this.rank === 0 && status.iterations % opts.logPeriod === 0) logStatus(net, status);
       if (opts.callback && status.iterations % opts.callbackPeriod === 0) {
         opts.callback({ iterations: status.iterations, error: status.error });
       }

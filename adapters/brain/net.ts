@@ -2,6 +2,11 @@
  * What hora/brain reads and writes on a brain.js NeuralNetwork, and the pieces of brain's arithmetic it
  * reimplements per layer. brain.js itself is never imported: the adapter works on the `net` it is given.
  *
+ * Both brain.js lines are supported: 1.6.x and 2.0.0-beta. They keep the same arrays and apply the same update
+ * rules; 2.0 moved `activation` and `leakyReluAlpha` from the net into net.trainOpts, starts with empty Adam
+ * arrays, and calls trainOpts.log with a status object where 1.6 passes a sentence. The helpers below read
+ * whichever the net has.
+ *
  * brain keeps, for layer l (1 <= l <= outputLayer): weights[l][node] (a Float32Array over layer l-1's
  * nodes), biases[l], changes[l][node] (momentum), outputs[l], errors[l], deltas[l]; outputs[0] is the
  * input. Its deltas follow its convention error = target - output, so `delta x incoming` is the negative
@@ -16,13 +21,18 @@ export interface Sample {
 
 /** The training options brain keeps in net.trainOpts (see NeuralNetwork.trainDefaults). */
 export interface BrainTrainOptions {
+  /** 2.0 only (1.6 keeps it in net.activation). */
+  activation?: string;
+  /** 2.0 only (1.6 keeps it in net.leakyReluAlpha). */
+  leakyReluAlpha?: number;
   iterations: number;
   errorThresh: number;
-  log: false | ((message: string) => void);
+  /** 1.6 passes a sentence; 2.0 passes {iterations, error}. */
+  log: false | ((message: string | { iterations: number; error: number }) => void);
   logPeriod: number;
   learningRate: number;
   momentum: number;
-  callback: null | ((status: { iterations: number; error: number }) => void);
+  callback?: null | ((status: { iterations: number; error: number }) => void);
   callbackPeriod: number;
   timeout: number;
   praxis: null | string;
@@ -31,8 +41,9 @@ export interface BrainTrainOptions {
   epsilon: number;
 }
 
-/** The parts of brain.js's NeuralNetwork (1.6.x) that the adapter uses. */
+/** The parts of brain.js's NeuralNetwork (1.6.x and 2.0.0-beta) that the adapter uses. */
 export interface BrainNeuralNetwork {
+  /** null (1.6) or [] (2.0) until initialized. */
   sizes: number[] | null;
   outputLayer: number;
   weights: Float32Array[][];
@@ -41,14 +52,20 @@ export interface BrainNeuralNetwork {
   errors: Float32Array[];
   deltas: Float32Array[];
   changes: Float32Array[][];
-  activation: string;
-  leakyReluAlpha: number;
+  /** 1.6 only. */
+  activation?: string;
+  /** 1.6 only. */
+  leakyReluAlpha?: number;
   trainOpts: BrainTrainOptions;
   runInput(input: ArrayLike<number>): ArrayLike<number>;
   updateTrainingOptions(options: object): void;
   formatData(data: unknown): Sample[];
   verifyIsInitialized(data: Sample[]): void;
-  // Adam state, present once brain's _setupAdam has run.
+  /** Points runInput and calculateDeltas at the activation's functions. */
+  setActivation?: () => void;
+  /** 2.0 only: checks every sample's input and output length against the sizes. */
+  validateData?: (data: Sample[]) => void;
+  // Adam state, filled in once brain's _setupAdam has run (2.0 starts with empty arrays, 1.6 without them).
   changesLow?: Float32Array[][];
   changesHigh?: Float32Array[][];
   biasChangesLow?: Float32Array[];
@@ -58,6 +75,28 @@ export interface BrainNeuralNetwork {
 }
 
 export const ACTIVATIONS = ['sigmoid', 'relu', 'leaky-relu', 'tanh'] as const;
+
+/** True for brain.js 2.0, which keeps the activation among the training options. */
+export function isBrain2(net: BrainNeuralNetwork): boolean {
+  return net.trainOpts !== null && typeof net.trainOpts === 'object' && 'activation' in net.trainOpts;
+}
+
+/** The activation brain's runInput uses: net.activation (1.6) or net.trainOpts.activation (2.0). */
+export function activationOf(net: BrainNeuralNetwork): unknown {
+  return isBrain2(net) ? net.trainOpts.activation : net.activation;
+}
+
+function leakyReluAlphaOf(net: BrainNeuralNetwork): number {
+  return (isBrain2(net) ? net.trainOpts.leakyReluAlpha : net.leakyReluAlpha) as number;
+}
+
+/** brain's periodic log line: a sentence for 1.6, the status object for 2.0 (whose default logger formats it). */
+export function logStatus(net: BrainNeuralNetwork, status: { iterations: number; error: number }): void {
+  const log = net.trainOpts.log;
+  if (!log) return;
+  if (isBrain2(net)) log({ iterations: status.iterations, error: status.error });
+  else log(`iterations: ${status.iterations}, training error: ${status.error}`);
+}
 
 /**
  * Brain's calculateDeltas for one layer (brain does all layers in one call; splitting it is what lets a
@@ -72,8 +111,8 @@ export function layerDeltas(net: BrainNeuralNetwork, layer: number, target: Arra
   const last = layer === net.outputLayer;
   const nextDeltas = last ? null : net.deltas[layer + 1];
   const nextWeights = last ? null : net.weights[layer + 1];
-  const activation = net.activation;
-  const alpha = net.leakyReluAlpha;
+  const activation = activationOf(net);
+  const alpha = leakyReluAlphaOf(net);
   for (let node = 0; node < size; node++) {
     const output = outputs[node];
     let error = 0;
@@ -123,6 +162,19 @@ export function outputError(net: BrainNeuralNetwork): number {
 /** Number of gradient entries of `layer`: one per weight plus one per bias. */
 export function layerGradientLength(sizes: number[], layer: number): number {
   return sizes[layer] * (sizes[layer - 1] + 1);
+}
+
+/** True when the net holds Adam's moments for every layer, shaped like its weights. */
+export function hasAdamState(net: BrainNeuralNetwork): boolean {
+  const sizes = net.sizes as number[];
+  for (let layer = 1; layer < sizes.length; layer++) {
+    const low = net.changesLow?.[layer];
+    const high = net.changesHigh?.[layer];
+    if (!low || !high || low.length !== sizes[layer] || high.length !== sizes[layer]) return false;
+    if (net.biasChangesLow?.[layer]?.length !== sizes[layer] || net.biasChangesHigh?.[layer]?.length !== sizes[layer]) return false;
+    if (low[0]?.length !== sizes[layer - 1] || high[0]?.length !== sizes[layer - 1]) return false;
+  }
+  return true;
 }
 
 /**

@@ -1,6 +1,7 @@
 /**
- * brain.js's own update rules (NeuralNetwork.adjustWeights and _adjustWeightsAdam in 1.6.x), applied to a
- * gradient averaged over a global mini-batch instead of to one sample's `delta x incoming`.
+ * brain.js's own update rules (NeuralNetwork.adjustWeights and _adjustWeightsAdam, the same in 1.6.x and
+ * 2.0.0-beta), applied to a gradient averaged over a global mini-batch instead of to one sample's
+ * `delta x incoming`.
  *
  * grad holds sums over the global batch (layout of net.ts accumulateLayer); dividing by `count` makes it
  * the batch mean, which takes the place of brain's per-sample gradient.
@@ -30,7 +31,7 @@ export function applyMomentum(net: BrainNeuralNetwork, layer: number, grad: Floa
 
 /**
  * brain's Adam ("praxis: 'adam'"). One step per mini-batch: net.iterations counts steps where brain
- * counts samples. Reproduced as brain 1.6.1 writes it, including its bias update, which corrects the
+ * counts samples. Reproduced as brain writes it, including its bias update, which corrects the
  * moments of the previous step (it reads biasChangesLow/High before storing the new ones).
  */
 export function applyAdam(net: BrainNeuralNetwork, layer: number, grad: Float64Array, count: number, step: number): void {

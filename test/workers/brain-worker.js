@@ -9,14 +9,13 @@
 //   throw     rank 1's callback throws at iteration 3; every rank reports the error it got and exits 1
 //             (BRAIN_LINGER=1: rank 1 then stays alive for 60 s instead of exiting)
 //   disagree  rank 1 passes different data; badopts: rank 1 alone passes an option brain rejects
+// BRAIN_MODULE picks the brain.js package: 'brain.js' (1.6.1, the default) or 'brain.js-2' (2.0.0-beta).
 // Each rank writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json, or to stdout when that is unset.
 const crypto = require('node:crypto');
-const brain = require('brain.js');
+const brain = require(process.env.BRAIN_MODULE || 'brain.js');
 const hora = require('../../dist/ts/index.js');
 const { distributed } = require('../../dist/adapters/brain/index.js');
 const { report, prng } = require('../support/worker-util');
-
-
 
 /** Three Gaussian-ish clusters in 4 dimensions with one-hot outputs (iris-like). */
 function clusters(n, seed) {
