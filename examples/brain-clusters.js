@@ -48,7 +48,7 @@ async function main() {
   const net = new brain.NeuralNetwork({ hiddenLayers: [8] });
   const status = await distributed(net, { batchSize: 30 }).trainAsync(train, {
     iterations: 200, errorThresh: 0.01, learningRate: 0.5, momentum: 0.5,
-    log: (line) => console.log(line), logPeriod: 10, // log runs on rank 0 only
+    log: true, logPeriod: 10, // log runs on rank 0 only
   });
   if (hora.rank() === 0) {
     console.log(`${hora.size()} ranks: stopped after ${status.iterations} iterations, training error ${status.error.toFixed(4)}`);
