@@ -23,13 +23,17 @@ namespace hora {
 namespace {
 
 // How long an idle wait spins before it gives the core away. Spinning keeps small-message latency in
-// microseconds; giving the core away keeps a rank that waits for a slower peer from stealing cycles the
-// peer needs (two ranks on a two-core machine). Shared memory can only be polled, so after spinning it
-// sleeps in short naps that grow to kMaxNapMicros; TCP sleeps in poll() and wakes when data arrives.
+// microseconds. Shared memory can only be polled, so after spinning a wait yields (the core stays busy,
+// but any other thread on it runs first), and only then sleeps in short naps that grow to kMaxNapMicros;
+// TCP sleeps in poll() and wakes when data arrives. The yield phase is long (200 ms): a rank that waits
+// for a slower peer in lockstep training waits milliseconds every step, and a virtual CPU that halts
+// for that long comes back slower (its physical core went to other guests), so on a 2-vCPU guest the
+// next step's compute took ~25% longer (docs/benchmarks.md, "Session 4"). As in MPI's default busy
+// polling, the waiting rank keeps a core it does not share with a peer.
 // When more ranks share the host than it has cores, a spinning rank takes the core from the very peer it
 // waits for, so waits give the core away almost at once (as MPI does when oversubscribed).
 constexpr int64_t kSpinMicros = 50;
-constexpr int64_t kYieldMicros = 1000;
+constexpr int64_t kYieldMicros = 200000;
 constexpr int64_t kOversubscribedSpinMicros = 2;
 constexpr int64_t kOversubscribedYieldMicros = 100;
 constexpr int kMaxNapMicros = 500;
