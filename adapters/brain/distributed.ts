@@ -25,8 +25,8 @@ import { describeValue } from '../../ts/errors';
 import { steps as stepClock } from '../../ts/stats';
 import { StepFailure } from '../step-failure';
 import {
-  ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, activationOf, hasAdamState, layerDeltas, layerGradientLength,
-  logStatus, outputError, stateArrays,
+  ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, activationOf, hasAdamState, isBrain2, layerDeltas,
+  layerGradientLength, logStatus, outputError, stateArrays,
 } from './net';
 import { applyAdam, applyMomentum } from './update';
 
@@ -117,7 +117,7 @@ export function distributed(net: BrainNeuralNetwork, options: DistributedOptions
       throw invalid('distributed', `net.${method}`, 'a function (net must be a brain.js NeuralNetwork)', net[method]);
     }
   }
-  checkActivation(net, 'distributed', 'net.activation');
+  checkActivation(net, 'distributed', isBrain2(net) ? 'net.trainOpts.activation' : 'net.activation');
   if (options === null || typeof options !== 'object') throw invalid('distributed', 'options', 'an object with batchSize', options);
   const { batchSize, trace } = options;
   if (typeof batchSize !== 'number' || !Number.isInteger(batchSize) || batchSize < 1) {
