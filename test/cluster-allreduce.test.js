@@ -13,9 +13,7 @@ const { runProcess, tail, HORA, NODE } = require('./support/hora-job');
 
 const reason = cluster.canRun();
 if (reason) {
-  t.comment(`skipped: ${reason}`);
-  t.pass(`skipped: ${reason}`);
-  t.end();
+  t.plan(0, reason);
   return;
 }
 

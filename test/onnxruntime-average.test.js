@@ -27,8 +27,7 @@ async function solo(scenario, env) {
 }
 
 if (!fs.existsSync(path.join(FIXTURES, 'training_model.onnx'))) {
-  t.comment(`skipped: the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
-  t.pass('nothing to test without the artifacts');
+  t.plan(0, `the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
 } else {
   t.test("average-parameters mode (ORT's own AdamW step, then parameters averaged): ranks bit-identical, loss goes down", async (t) => {
     const job = await runJob(2, WORKER, { args: ['average'], env: { ORT_FIXED_BATCH: '1' } });

@@ -11,8 +11,7 @@ const WORKER = path.join(__dirname, 'workers', 'onnxruntime-worker.js');
 const TIMEOUT_S = 30; // the collective deadline: errors must come well before it
 
 if (!fs.existsSync(path.join(FIXTURES, 'training_model.onnx'))) {
-  t.comment(`skipped: the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
-  t.pass('nothing to test without the artifacts');
+  t.plan(0, `the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
 } else {
   t.test('np=3: rank 1\'s runTrainStep throws (bad feed) at step 3 and it stays alive; every rank fails, naming rank 1', async (t) => {
     const job = await runJob(3, WORKER, { args: ['fail'], env: { HORA_TIMEOUT_S: String(TIMEOUT_S), ORT_LINGER: '1' }, timeoutMs: 80000 });

@@ -12,9 +12,7 @@ const WORKER = path.join(__dirname, 'workers', 'onnxruntime-worker.js');
 const ORT_FILE = path.join(ROOT, 'node_modules', 'onnxruntime-web', 'dist', 'ort.training.wasm.min.js');
 
 if (!fs.existsSync(path.join(FIXTURES, 'training_model.onnx'))) {
-  t.comment(`skipped: the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
-  t.pass('nothing to test without the artifacts');
-  t.end();
+  t.plan(0, `the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
 } else {
   run();
 }
