@@ -63,6 +63,11 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     help: 'Port of the rendezvous server. Default: MASTER_PORT, else a port in 20000-60000 derived from the Open MPI / PMIx / Slurm job id, else 29500 in a Kubernetes Indexed Job.',
   },
   {
+    name: 'HORA_RENDEZVOUS_ADDR_SOURCE',
+    group: 'rendezvous',
+    help: 'Set by `hora run` for its workers: what chose HORA_RENDEZVOUS_ADDR (--iface, the route toward a host, ...). A worker that cannot reach the rendezvous names it in its warnings.',
+  },
+  {
     name: 'HORA_SECRET',
     group: 'rendezvous',
     help: 'Per-job secret that authenticates workers (HMAC-SHA256). `hora run` makes a random one, and under Open MPI 4 it comes from mpirun\'s random per-job key; otherwise it is derived from the job id or rendezvous address, which anyone who can see those can repeat: set it on shared networks.',
@@ -110,6 +115,11 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     group: 'diagnostics',
     default: '300',
     help: 'Seconds any wait (rendezvous, connection, collective) may take before it fails with ERR_TIMEOUT.',
+  },
+  {
+    name: 'HORA_CONNECT_TIMEOUT_S',
+    group: 'diagnostics',
+    help: 'Seconds a worker keeps trying to reach the rendezvous server before init fails with ERR_PEER_LOST (ERR_TIMEOUT when HORA_TIMEOUT_S ends first; a warning names the address and the error every 10 s meanwhile). Default: 30 under `hora run`, whose server listens before any worker starts; HORA_TIMEOUT_S under other launchers, where rank 0 opens the server only when its own init() runs.',
   },
   {
     name: 'HORA_STALL_WARN_S',
@@ -183,6 +193,8 @@ function parsePort(env: Env, name: string): number | undefined {
 export interface HoraSettings {
   /** HORA_TIMEOUT_S: deadline for every wait, seconds (> 0). */
   timeoutS: number;
+  /** HORA_CONNECT_TIMEOUT_S: seconds to keep trying to reach the rendezvous server (> 0); undefined: see connectTimeoutS(). */
+  connectTimeoutS?: number;
   /** HORA_STALL_WARN_S: seconds before a stall is reported (>= 0; 0 = never). */
   stallWarnS: number;
   /** HORA_DEBUG. */
@@ -242,6 +254,7 @@ export function readSettings(env: Env = process.env): HoraSettings {
   const timeline = env.HORA_TIMELINE?.trim();
   return {
     timeoutS: parseNumber(env, 'HORA_TIMEOUT_S', 300, false),
+    connectTimeoutS: isSet(env, 'HORA_CONNECT_TIMEOUT_S') ? parseNumber(env, 'HORA_CONNECT_TIMEOUT_S', 0, false) : undefined,
     stallWarnS: parseNumber(env, 'HORA_STALL_WARN_S', 60, true),
     debug: parseChoice(env, 'HORA_DEBUG', DEBUG_LEVELS, 'WARN', true),
     fusionMb: parseNumber(env, 'HORA_FUSION_MB', 64, true),
@@ -318,6 +331,10 @@ export interface LaunchInfo {
   /** Where to register; undefined only for source 'single'. */
   rendezvousAddr?: string;
   rendezvousPort?: number;
+  /** What chose rendezvousAddr, for messages: "hora run (--iface eth1)", "MASTER_ADDR, set in this worker's environment ...". */
+  rendezvousAddrSource?: string;
+  /** True when the launcher (`hora run`) hosts the rendezvous server and had it listening before any worker started. */
+  launcherHostsServer: boolean;
   /** Address the rendezvous host binds: rendezvousAddr when it is an IP address, else 0.0.0.0. */
   rendezvousBindAddr?: string;
   /** HMAC key for registration; undefined only for source 'single'. */
@@ -547,6 +564,36 @@ function defaultRendezvousAddr(env: Env, layout: Layout): { addr: string; nodeli
   throw new HoraConfigError('HORA_RENDEZVOUS_ADDR', undefined, `the address of rank 0's host, reachable from every host: the job spans hosts (${spans}); pass it with \`${how}\``);
 }
 
+/** What chose the rendezvous address, in words for a message that must tell the user what to change. */
+function rendezvousAddrSourceOf(env: Env, launchedByHora: boolean, givenVar: string | undefined, nodelistVar: string | undefined): string {
+  // `hora run` says how it picked the address it hands its workers.
+  if (launchedByHora && givenVar === 'HORA_RENDEZVOUS_ADDR') {
+    const how = env.HORA_RENDEZVOUS_ADDR_SOURCE?.trim();
+    return `hora run (${how || 'the address its rendezvous server listens on'})`;
+  }
+  if (givenVar !== undefined) return `${givenVar}, set in this worker's environment by the user or the launch script`;
+  if (nodelistVar !== undefined) return `the first node of ${nodelistVar} (no HORA_RENDEZVOUS_ADDR or MASTER_ADDR set)`;
+  return 'the default for a job on one host (no HORA_RENDEZVOUS_ADDR or MASTER_ADDR set)';
+}
+
+/**
+ * Seconds a worker keeps trying to reach the rendezvous server: HORA_CONNECT_TIMEOUT_S, else a default
+ * that depends on who starts the server, never more than the overall timeout.
+ *
+ * `hora run` has its server listening before it starts any worker, so a worker that has not connected in
+ * 30 s never will: the address is wrong or blocked, and waiting the whole HORA_TIMEOUT_S (300 s) only
+ * hides that. 30 s still leaves room for a slow ssh login, a loaded host and a worker that imports a
+ * large framework before init(). Under other launchers rank 0 opens the server in its own init(), which
+ * may come long after the others' (it may load data first): refusing connections is then normal for a
+ * while, so the default stays HORA_TIMEOUT_S there, with warnings meanwhile.
+ */
+export function connectTimeoutS(settings: HoraSettings, launch: LaunchInfo, timeoutS: number): number {
+  const chosen = settings.connectTimeoutS ?? (launch.launcherHostsServer ? HORA_RUN_CONNECT_TIMEOUT_S : timeoutS);
+  return Math.min(chosen, timeoutS);
+}
+
+const HORA_RUN_CONNECT_TIMEOUT_S = 30;
+
 /**
  * Who is this process in the job? Reads, in order of precedence, HORA_*,
  * Open MPI, PMI, Slurm, torchrun and Kubernetes Indexed Job variables; with
@@ -556,7 +603,7 @@ function defaultRendezvousAddr(env: Env, layout: Layout): { addr: string; nodeli
 export function resolveLaunch(env: Env = process.env): LaunchInfo {
   const layout = readLayout(env);
   if (layout === undefined) {
-    return { source: 'single', rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, secretDerived: false, isRendezvousHost: false };
+    return { source: 'single', rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, secretDerived: false, isRendezvousHost: false, launcherHostsServer: false };
   }
   const { source, rankVar, rank, size } = layout;
   if (rank >= size) throw new HoraConfigError(rankVar, env[rankVar], `an integer < ${layout.sizeVar}=${size}`);
@@ -575,12 +622,17 @@ export function resolveLaunch(env: Env = process.env): LaunchInfo {
   // `hora run` hosts the server itself; every other launcher leaves it to rank 0.
   const isRendezvousHost = size > 1 && !launchedByHora && rank === 0;
   if (size === 1) {
-    return { source, rank, size, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, secretDerived: false, isRendezvousHost, jobId: givenJobId };
+    return {
+      source, rank, size, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, secretDerived: false, isRendezvousHost,
+      launcherHostsServer: launchedByHora, jobId: givenJobId,
+    };
   }
 
-  const given = env.HORA_RENDEZVOUS_ADDR?.trim() || (source !== 'hora' ? env.MASTER_ADDR?.trim() : '') || '';
+  const givenVar = isSet(env, 'HORA_RENDEZVOUS_ADDR') ? 'HORA_RENDEZVOUS_ADDR' : source !== 'hora' && isSet(env, 'MASTER_ADDR') ? 'MASTER_ADDR' : undefined;
+  const given = givenVar ? (env[givenVar] as string).trim() : '';
   // 'localhost' may resolve to ::1 on one side and 127.0.0.1 on the other.
   const { addr: rendezvousAddr, nodelistVar } = given ? { addr: given === 'localhost' ? '127.0.0.1' : given } : defaultRendezvousAddr(env, layout);
+  const rendezvousAddrSource = rendezvousAddrSourceOf(env, launchedByHora, givenVar, nodelistVar);
   if (nodelistVar !== undefined && isRendezvousHost && isSet(env, 'SLURMD_NODENAME') && env.SLURMD_NODENAME?.trim() !== rendezvousAddr) {
     throw new HoraConfigError('HORA_RENDEZVOUS_ADDR', undefined,
       `the address of rank 0's host: it defaults to ${rendezvousAddr}, the first node of ${nodelistVar}, but rank 0 runs on SLURMD_NODENAME=${env.SLURMD_NODENAME?.trim()}`);
@@ -625,6 +677,8 @@ export function resolveLaunch(env: Env = process.env): LaunchInfo {
     crossRank: layout.crossRank,
     crossSize: layout.crossSize,
     rendezvousAddr,
+    rendezvousAddrSource,
+    launcherHostsServer: launchedByHora,
     rendezvousPort,
     // A name may resolve to another address on rank 0 (Debian maps its own hostname to 127.0.1.1)
     // or not at all yet (a pod's DNS record): listen on every interface instead.

@@ -9,7 +9,7 @@
  * device memory: any new buffer is allocated here, before submission, except an allgather's, which the
  * engine allocates. The buffers are lent to the engine until the work settles (free() refuses meanwhile).
  */
-import { advertiseAddress, makeLogger, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
+import { advertiseAddress, connectTimeoutS, makeLogger, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
 import type { Peer } from './control/messages';
 import { register, RendezvousConnection } from './control/client';
 import { RendezvousServer } from './control/server';
@@ -138,6 +138,8 @@ async function join(options: InitOptions): Promise<void> {
     const reg = await register({
       addr: launch.rendezvousAddr as string, port: launch.rendezvousPort as number, secret: launch.secret as string,
       rank: launch.rank, hostId: settings.hostId, dataAddr, dataPort, timeoutMs,
+      connectTimeoutMs: Math.round(1000 * connectTimeoutS(settings, launch, timeoutMs / 1000)),
+      addrSource: launch.rendezvousAddrSource, unreachableHint: unreachableHint(launch), log: makeLogger('init', settings.debug),
     });
     control = reg.connection;
     const peers = reg.table.peers.map((p) => ({
@@ -160,8 +162,18 @@ async function join(options: InitOptions): Promise<void> {
     try { comm.close(); } catch { /* already closed */ }
     if (e instanceof HoraError) throw e;
     const err = e as Error & { code?: string };
-    throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora.init on rank ${launch.rank}: ${err.message}`, launch.rank);
+    throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora.init on rank ${launch.rank}: ${err.message.replace(/^rank -?\d+: /, '')}`, launch.rank);
   }
+}
+
+/** What the user can change when the rendezvous server cannot be reached; who chose its address differs. */
+function unreachableHint(launch: LaunchInfo): string {
+  if (launch.launcherHostsServer) {
+    return 'If the launcher\'s address is on a network this host is not on, start `hora run` with --iface naming the launcher\'s ' +
+      'interface on the hosts\' network.';
+  }
+  return 'Set HORA_RENDEZVOUS_ADDR (or MASTER_ADDR) to an address of rank 0\'s host that every host reaches, and make sure rank 0 ' +
+    'calls hora.init(): it hosts the server. Raise HORA_CONNECT_TIMEOUT_S if rank 0 starts much later than the others.';
 }
 
 /**

@@ -67,6 +67,8 @@ export interface RunOptions {
   workerEnv: Record<string, string>;
   /** --iface, else HORA_IFACE: where the rendezvous server binds (name or address). */
   iface?: string;
+  /** Where iface came from, for messages: '--iface' (default) or 'HORA_IFACE' (the launcher's environment). */
+  ifaceFrom?: '--iface' | 'HORA_IFACE';
   /** How to reach remote hosts. */
   ssh: SshOptions;
   /** Launcher log level. */
@@ -112,6 +114,8 @@ Network:
                               a job with remote hosts binds the address that routes to
                               the first of them. An address applies to this machine
                               only; an interface name is passed to remote workers too.
+  Workers that cannot reach the rendezvous server warn every 10 s (address, OS error,
+  what chose the address) and fail after HORA_CONNECT_TIMEOUT_S (default 30).
 
 Timeouts and shutdown:
   --timeout S                 seconds, from the first registration, for all workers to
@@ -260,8 +264,10 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (level && (DEBUG_LEVELS as readonly string[]).includes(level)) debug = level as DebugLevel;
 
   let iface = values.get('--iface')?.trim();
+  let ifaceFrom: RunOptions['ifaceFrom'] = iface === undefined ? undefined : '--iface';
   if (iface === undefined && env.HORA_IFACE !== undefined && env.HORA_IFACE.trim() !== '') {
     iface = env.HORA_IFACE.trim();
+    ifaceFrom = 'HORA_IFACE';
     readSettingsSubset({ HORA_IFACE: iface }, 'HORA_IFACE', 'HORA_IFACE');
   }
 
@@ -293,7 +299,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (command === undefined || command === '') {
     throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
   }
-  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, iface, ssh, debug, dashboard, stallWarnS, command, args };
+  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, command, args };
 }
 
 // Validates one variable through the shared config parser; errors name `flag`.
@@ -404,9 +410,16 @@ export interface WorkerHandle {
   describeFailure?(code: number | null, signal: NodeJS.Signals | null): string | undefined;
 }
 
+/** Where the rendezvous server binds, and why there. */
+export interface RendezvousBinding {
+  addr: string;
+  /** What chose addr, in words; workers get it as HORA_RENDEZVOUS_ADDR_SOURCE and name it when they cannot connect. */
+  source: string;
+}
+
 export interface Spawner {
   /** Address to bind the rendezvous server to: one every worker can reach. */
-  rendezvousBindAddress(hosts: HostSlots[]): string | Promise<string>;
+  rendezvousBindAddress(hosts: HostSlots[]): RendezvousBinding | Promise<RendezvousBinding>;
   spawn(spec: WorkerSpec): WorkerHandle;
 }
 
@@ -420,8 +433,8 @@ export class LaunchError extends Error {
 
 /** Runs workers on this machine, each in its own process group so that kill() reaches its children too. */
 export class LocalSpawner implements Spawner {
-  rendezvousBindAddress(): string {
-    return '127.0.0.1';
+  rendezvousBindAddress(): RendezvousBinding {
+    return { addr: '127.0.0.1', source: 'loopback, as every worker runs on the launcher\'s machine' };
   }
 
   spawn(spec: WorkerSpec): WorkerHandle {
@@ -472,19 +485,24 @@ export class HostSpawner implements Spawner {
     ssh: SshOptions,
     private readonly iface: string | undefined,
     private readonly log: Logger,
+    private readonly ifaceFrom: RunOptions['ifaceFrom'] = '--iface',
   ) {
     this.ssh = new SshSpawner(ssh);
   }
 
-  async rendezvousBindAddress(hosts: HostSlots[]): Promise<string> {
-    if (this.iface !== undefined) return resolveIface(this.iface);
+  async rendezvousBindAddress(hosts: HostSlots[]): Promise<RendezvousBinding> {
     const remote = hosts.filter((h) => h.remote);
-    if (remote.length === 0) return '127.0.0.1';
+    if (this.iface !== undefined) {
+      const flag = this.ifaceFrom === 'HORA_IFACE' ? `HORA_IFACE=${this.iface}` : `--iface ${this.iface}`;
+      const addr = resolveIface(this.iface);
+      return { addr, source: this.ifaceFrom === 'HORA_IFACE' ? `HORA_IFACE=${this.iface} in the launcher's environment` : flag };
+    }
+    if (remote.length === 0) return this.local.rendezvousBindAddress();
     const reasons: string[] = [];
     for (const h of remote) {
       try {
         const addr = await localAddressToward(h.host);
-        if (!isLoopback(addr)) return addr;
+        if (!isLoopback(addr)) return { addr, source: `the launcher's route toward ${h.host} (no --iface given)` };
         reasons.push(`${h.host}: routed over loopback (${addr})`);
       } catch (e) {
         reasons.push(`${h.host}: ${(e as Error).message}`);
@@ -496,7 +514,7 @@ export class HostSpawner implements Spawner {
       throw new LaunchError(`no address of this machine reaches the remote hosts (${reasons.join('; ')}); name one with --iface`);
     }
     this.log('WARN', `no route to any remote host (${reasons.join('; ')}); binding the rendezvous server to ${fallback}`);
-    return fallback;
+    return { addr: fallback, source: 'the launcher\'s first non-loopback address, as no route toward the hosts was found (no --iface given)' };
   }
 
   spawn(spec: WorkerSpec): WorkerHandle {
@@ -590,16 +608,17 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   const printLog: Logger = makeLogger('run', opts.debug);
   const shown = (level: DebugLevel) => DEBUG_LEVELS.indexOf(level) <= DEBUG_LEVELS.indexOf(opts.debug);
   const log: Logger = status ? (level, message) => (shown(level) ? status.around(() => printLog(level, message)) : undefined) : printLog;
-  spawner ??= new HostSpawner(opts.ssh, opts.iface, log);
+  spawner ??= new HostSpawner(opts.ssh, opts.iface, log, opts.ifaceFrom);
   const jobId = crypto.randomBytes(8).toString('hex');
   const secret = crypto.randomBytes(32).toString('hex');
   const baseHostId = process.env.HORA_HOST_ID?.trim() || defaultHostId();
   const multiHost = opts.hosts.some((h) => h.remote);
 
+  const binding = await spawner.rendezvousBindAddress(opts.hosts);
   const server = new RendezvousServer({
     size: opts.np,
     secret,
-    host: await spawner.rendezvousBindAddress(opts.hosts),
+    host: binding.addr,
     port: 0,
     timeoutMs: opts.timeoutS * 1000,
     jobId,
@@ -674,6 +693,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
         ...(timeline ? { HORA_TIMELINE: timeline } : {}),
         ...spec.env,
         HORA_RENDEZVOUS_ADDR: rvAddr,
+        HORA_RENDEZVOUS_ADDR_SOURCE: binding.source,
         HORA_RENDEZVOUS_PORT: String(rvPort),
         HORA_SECRET: secret,
         HORA_JOB_ID: jobId,

@@ -6,6 +6,11 @@
 // still-open connection. That connection then carries Abort from the launcher
 // for the life of the job; it is unref'd, so it never keeps a finished
 // training script alive.
+//
+// A server that cannot be reached is not waited for in silence: after a short
+// grace a WARN names the address, the OS error and what chose the address,
+// again every WARN_EVERY_MS, and the connect deadline (connectTimeoutMs, well
+// under the overall timeout under `hora run`) ends the wait with advice.
 
 import * as crypto from 'node:crypto';
 import { EventEmitter } from 'node:events';
@@ -32,6 +37,15 @@ export interface RegisterOptions {
   dataPort: number;
   /** Milliseconds for the whole registration, retries and waiting for all ranks included. */
   timeoutMs: number;
+  /**
+   * Milliseconds to keep trying to reach the server, until its Challenge arrives (at most timeoutMs, the
+   * default). Past it register() fails with ERR_PEER_LOST; past timeoutMs, with ERR_TIMEOUT.
+   */
+  connectTimeoutMs?: number;
+  /** What chose addr, named in warnings and errors, e.g. "hora run (--iface eth1)" or "MASTER_ADDR". */
+  addrSource?: string;
+  /** What to try when the server cannot be reached, appended to the error (who can change the address differs by launcher). */
+  unreachableHint?: string;
   /** Delay before the first retry; doubles up to 1 s. Default 50. */
   retryIntervalMs?: number;
   /** Reported to the server for diagnostics. Defaults: os.hostname(), process.pid. */
@@ -116,67 +130,141 @@ export class RendezvousConnection extends EventEmitter {
 // Errors that mean "nobody is listening yet" (or the listener is restarting): worth retrying.
 const RETRYABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'EPIPE', 'EAI_AGAIN', 'ENOTFOUND']);
 
+// A TCP connect that has no answer yet is abandoned after this long and counted as a failed attempt
+// (ETIMEDOUT): where a firewall drops packets the kernel would otherwise keep one attempt pending for
+// about two minutes, and nothing would fail that could be reported. The next attempt sends a new SYN.
+const ATTEMPT_CONNECT_MS = 3000;
+// Failed attempts are only worth a warning once they last: under launchers other than `hora run` the
+// workers may try a moment before rank 0 has its server up. Then once in a while, not on every attempt.
+const WARN_AFTER_MS = 2000;
+const WARN_EVERY_MS = 10000;
+
 /**
  * Registers this worker and resolves once every rank has registered.
  * Rejects with a RendezvousError: ERR_AUTH (wrong secret), ERR_INVALID_ARGUMENT
  * (rank taken or out of range, protocol mismatch), ERR_TIMEOUT, ERR_SHUTDOWN
- * (the job was aborted meanwhile), ERR_PEER_LOST (server went away).
+ * (the job was aborted meanwhile), ERR_PEER_LOST (server unreachable within
+ * connectTimeoutMs, or went away).
  */
 export async function register(opts: RegisterOptions): Promise<RegisterResult> {
-  const deadline = Date.now() + opts.timeoutMs;
+  const started = Date.now();
+  const deadline = started + opts.timeoutMs;
+  const connectMs = Math.min(opts.connectTimeoutMs ?? opts.timeoutMs, opts.timeoutMs);
+  // When the connect deadline is the overall one, running out of time is ERR_TIMEOUT as for any wait.
+  const ownConnectDeadline = connectMs < opts.timeoutMs;
+  const connectDeadline = started + connectMs;
   const log = opts.log ?? (() => undefined);
+  const where = `${opts.addr}:${opts.port}`;
+  const source = opts.addrSource ? `; the address comes from ${opts.addrSource}` : '';
+  const seconds = (ms: number) => `${Math.round(ms / 100) / 10} s`;
   let delay = opts.retryIntervalMs ?? 50;
   let attempt = 0;
+  let nextWarn = started + WARN_AFTER_MS;
+  const giveUp = (last: string): RendezvousError => {
+    const hint = opts.unreachableHint ? ` ${opts.unreachableHint}` : '';
+    if (!ownConnectDeadline) {
+      return new RendezvousError(
+        `rank ${opts.rank}: could not reach the rendezvous server at ${where} within ${opts.timeoutMs} ms (${attempt} attempts; last: ${last})${source}. ` +
+          `Is the launcher running, and is HORA_RENDEZVOUS_ADDR reachable from this host?${hint}`,
+        'ERR_TIMEOUT',
+        opts.rank,
+      );
+    }
+    return new RendezvousError(
+      `rank ${opts.rank}: cannot reach the rendezvous server at ${where}: gave up after ${seconds(Date.now() - started)} and ${attempt} attempts ` +
+        `(connect deadline ${seconds(connectMs)}, HORA_CONNECT_TIMEOUT_S); last error: ${last}${source}. ` +
+        `Check that the launcher is still running and that this host reaches ${opts.addr} on TCP port ${opts.port} (a firewall may drop or refuse it).${hint}`,
+      'ERR_PEER_LOST',
+      opts.rank,
+    );
+  };
   for (;;) {
     attempt++;
-    const outcome = await attemptRegistration(opts, deadline);
+    const outcome = await attemptRegistration(opts, deadline, connectDeadline);
     if (outcome.ok) return outcome.result;
-    const remaining = deadline - Date.now();
-    if (!outcome.retryable || remaining <= 0) {
-      if (outcome.retryable) {
-        throw new RendezvousError(
-          `rank ${opts.rank}: could not reach the rendezvous server at ${opts.addr}:${opts.port} within ${opts.timeoutMs} ms (${attempt} attempts; last: ${outcome.error.message}). Is the launcher running, and is HORA_RENDEZVOUS_ADDR reachable from this host?`,
-          'ERR_TIMEOUT',
-          opts.rank,
-        );
-      }
-      throw outcome.error;
+    if (!outcome.retryable) throw outcome.error;
+    const last = outcome.error.message;
+    const now = Date.now();
+    if (now >= connectDeadline) throw giveUp(last);
+    if (now >= nextWarn) {
+      nextWarn = now + WARN_EVERY_MS;
+      log('WARN', `rank ${opts.rank}: cannot reach the rendezvous server at ${where} (${attempt} attempts in ${seconds(now - started)}; ` +
+        `last: ${last})${source}; still trying, giving up in ${seconds(connectDeadline - now)}`);
+    } else {
+      log('TRACE', `rendezvous attempt ${attempt} failed (${last}); retrying in ${delay} ms`);
     }
-    log('TRACE', `rendezvous attempt ${attempt} failed (${outcome.error.message}); retrying in ${delay} ms`);
-    await sleep(Math.min(delay, remaining));
+    await sleep(Math.min(delay, connectDeadline - now));
+    // An attempt begun at the deadline could only time out at once: report what the last one met.
+    if (Date.now() >= connectDeadline) throw giveUp(last);
     delay = Math.min(delay * 2, 1000);
   }
 }
 
 type Attempt = { ok: true; result: RegisterResult } | { ok: false; retryable: boolean; error: RendezvousError };
 
-function attemptRegistration(opts: RegisterOptions, deadline: number): Promise<Attempt> {
+// What an OS error means for reaching a server, for users who meet it here first.
+const SOCKET_ERROR_MEANING: Record<string, string> = {
+  ECONNREFUSED: 'nothing listens on that port there: the launcher exited, or the address is not its machine',
+  ENETUNREACH: 'this host has no route to that network',
+  EHOSTUNREACH: 'no host answers at that address',
+  ETIMEDOUT: 'no answer: packets dropped by a firewall, or no host at that address',
+  ENOTFOUND: 'the name does not resolve on this host',
+  EAI_AGAIN: 'the name server did not answer',
+  ECONNRESET: 'the connection was reset',
+};
+
+/** "ECONNREFUSED (nothing listens ...)": the OS code first, for the eye and for grep. */
+function describeSocketError(err: Error | undefined): string {
+  if (err === undefined) return 'connection closed before the Challenge';
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === undefined) return err.message;
+  return `${code} (${SOCKET_ERROR_MEANING[code] ?? err.message})`;
+}
+
+function attemptRegistration(opts: RegisterOptions, deadline: number, connectDeadline: number): Promise<Attempt> {
   return new Promise((resolve) => {
     const secret = typeof opts.secret === 'string' ? Buffer.from(opts.secret, 'utf8') : opts.secret;
     const socket = net.connect({ host: opts.addr, port: opts.port });
     const conn = new ControlConnection(socket);
+    let connected = false;
     let challenged = false;
     let settled = false;
     const finish = (a: Attempt) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      clearTimeout(connectTimer);
       if (!a.ok) conn.close();
       resolve(a);
     };
     const fail = (retryable: boolean, message: string, code: string) =>
       finish({ ok: false, retryable, error: new RendezvousError(message, code, opts.rank) });
+    const after = (at: number, cb: () => void) => setTimeout(cb, Math.max(0, at - Date.now()));
 
-    const timer = setTimeout(() => {
-      fail(false, `rank ${opts.rank}: rendezvous at ${opts.addr}:${opts.port} did not complete within ${opts.timeoutMs} ms` +
-        (challenged ? ' (registered, but not every rank did; check the other workers\' logs)' : ''), 'ERR_TIMEOUT');
-    }, Math.max(0, deadline - Date.now()));
+    // Until the Challenge the attempt answers to the connect deadline; register() turns its failure into
+    // the final error. After the Challenge it waits for the other ranks, up to the overall deadline.
+    let timer = after(connectDeadline, () => {
+      fail(true, connected ? 'connected, but no Challenge came: is a hora rendezvous server on that port?'
+        : `ETIMEDOUT (${SOCKET_ERROR_MEANING.ETIMEDOUT})`, 'ERR_PEER_LOST');
+    });
+    const connectTimer = after(Math.min(Date.now() + ATTEMPT_CONNECT_MS, connectDeadline), () => {
+      fail(true, `ETIMEDOUT (no answer within ${ATTEMPT_CONNECT_MS / 1000} s: packets dropped by a firewall, or no host at that address)`, 'ERR_PEER_LOST');
+    });
+    socket.once('connect', () => {
+      connected = true;
+      clearTimeout(connectTimer);
+    });
 
     conn.on('message', (msg: ControlMessage) => {
       switch (msg.kind) {
         case 'challenge': {
           if (challenged) return fail(false, 'rendezvous server sent a second Challenge', 'ERR_INTERNAL');
           challenged = true;
+          clearTimeout(timer);
+          timer = after(deadline, () => {
+            fail(false, `rank ${opts.rank}: rendezvous at ${opts.addr}:${opts.port} did not complete within ${opts.timeoutMs} ms` +
+              ' (registered, but not every rank did; check the other workers\' logs)', 'ERR_TIMEOUT');
+          });
           if (msg.protocolVersion !== PROTOCOL_VERSION) {
             return fail(false, `rendezvous server speaks protocol ${msg.protocolVersion}, this worker ${PROTOCOL_VERSION}: use the same hora version everywhere`, 'ERR_INVALID_ARGUMENT');
           }
@@ -214,7 +302,11 @@ function attemptRegistration(opts: RegisterOptions, deadline: number): Promise<A
       const code = (err as NodeJS.ErrnoException | undefined)?.code;
       // Before the Challenge the server may simply not be up yet (or be restarting): retry.
       // After it, the server saw us and chose to hang up, or died: do not hammer it.
-      if (!challenged) return fail(code === undefined || RETRYABLE.has(code), err ? err.message : 'connection closed before the challenge', 'ERR_PEER_LOST');
+      if (!challenged) {
+        const retryable = code === undefined || RETRYABLE.has(code);
+        const what = describeSocketError(err);
+        return fail(retryable, retryable ? what : `rank ${opts.rank}: cannot connect to the rendezvous server at ${opts.addr}:${opts.port}: ${what}`, 'ERR_PEER_LOST');
+      }
       fail(false, `rank ${opts.rank}: rendezvous server at ${opts.addr}:${opts.port} closed the connection during registration${err ? `: ${err.message}` : ''}`, 'ERR_PEER_LOST');
     });
   });
