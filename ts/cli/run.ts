@@ -24,6 +24,7 @@ import { mergeTimelines, rankTimelinePath } from '../timeline';
 import { trackChild } from './child';
 import { Dashboard, startDashboard } from './dashboard';
 import { formatStatus, StatusLine } from './status-line';
+import { ifaceSubnetWarning } from './iface-check';
 import { hostPart, localAddressToward, splitShellWords, SshOptions, SshSpawner } from './ssh';
 
 // ---------------------------------------------------------------------------
@@ -114,6 +115,8 @@ Network:
                               a job with remote hosts binds the address that routes to
                               the first of them. An address applies to this machine
                               only; an interface name is passed to remote workers too.
+                              hora run warns at once when that address is on a subnet
+                              none of the remote hosts is on.
   Workers that cannot reach the rendezvous server warn every 10 s (address, OS error,
   what chose the address) and fail after HORA_CONNECT_TIMEOUT_S (default 30).
 
@@ -495,6 +498,8 @@ export class HostSpawner implements Spawner {
     if (this.iface !== undefined) {
       const flag = this.ifaceFrom === 'HORA_IFACE' ? `HORA_IFACE=${this.iface}` : `--iface ${this.iface}`;
       const addr = resolveIface(this.iface);
+      const warning = await ifaceSubnetWarning(this.iface, flag, remote.map((h) => h.host));
+      if (warning !== undefined) this.log('WARN', warning);
       return { addr, source: this.ifaceFrom === 'HORA_IFACE' ? `HORA_IFACE=${this.iface} in the launcher's environment` : flag };
     }
     if (remote.length === 0) return this.local.rendezvousBindAddress();
