@@ -173,7 +173,7 @@ export async function register(opts: RegisterOptions): Promise<RegisterResult> {
     return new RendezvousError(
       `rank ${opts.rank}: cannot reach the rendezvous server at ${where}: gave up after ${seconds(Date.now() - started)} and ${attempt} attempts ` +
         `(connect deadline ${seconds(connectMs)}, HORA_CONNECT_TIMEOUT_S); last error: ${last}${source}. ` +
-        `Check that the launcher is still running and that this host reaches ${opts.addr} on TCP port ${opts.port} (a firewall may drop or refuse it).${hint}`,
+        `Check that the server's process is running (the launcher under hora run, else rank 0) and that this host reaches ${opts.addr} on TCP port ${opts.port} (a firewall may drop or refuse it).${hint}`,
       'ERR_PEER_LOST',
       opts.rank,
     );
@@ -204,7 +204,7 @@ type Attempt = { ok: true; result: RegisterResult } | { ok: false; retryable: bo
 
 // What an OS error means for reaching a server, for users who meet it here first.
 const SOCKET_ERROR_MEANING: Record<string, string> = {
-  ECONNREFUSED: 'nothing listens on that port there: the launcher exited, or the address is not its machine',
+  ECONNREFUSED: 'nothing listens on that port there: the server is not up yet or has exited, or the address is not its machine',
   ENETUNREACH: 'this host has no route to that network',
   EHOSTUNREACH: 'no host answers at that address',
   ETIMEDOUT: 'no answer: packets dropped by a firewall, or no host at that address',
