@@ -1,7 +1,7 @@
 'use strict';
 // `hora run -H` with an --iface the hosts cannot reach, in a simulated cluster (network namespaces with real
 // sshds): the launcher warns before it starts anything, the remote worker's warning reaches the launcher's
-// output through ssh within seconds, and the job ends at HORA_CONNECT_TIMEOUT_S, not HORA_TIMEOUT_S.
+// output through ssh, and the job ends at HORA_CONNECT_TIMEOUT_S, not HORA_TIMEOUT_S.
 // Traffic stays on this machine: the namespaces' own loopback, or an address of an interface this test
 // makes, to which the namespaces have no route. Needs root; skipped with the reason otherwise.
 const t = require('tap');
@@ -31,13 +31,13 @@ if (reason) {
 const esc = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 /** `hora run ...launcherArgs node worker.js`; resolves {code, stdout, stderr, seconds, lines: [{ms, line}] of stderr}. */
-function job(launcherArgs, env, timeoutMs = 60000) {
+function job(launcherArgs, env, timeoutMs = 240000) {
   const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-unreachable-test-'));
   const started = Date.now();
   return new Promise((resolve) => {
     const child = spawn(NODE, [HORA, 'run', ...launcherArgs, '--', 'node', WORKER], {
       cwd: ROOT,
-      env: { ...process.env, HORA_TIMEOUT_S: '120', ...env, HORA_TEST_RESULT_DIR: resultDir },
+      env: { ...process.env, HORA_TIMEOUT_S: '600', ...env, HORA_TEST_RESULT_DIR: resultDir },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
@@ -86,7 +86,7 @@ function checkJob(t, r, { host, flag, addrPattern, errors }) {
     // seconds on a loaded machine.
     const since = Number(/ attempts in ([\d.]+) s;/.exec(workerWarn.line)?.[1]);
     t.ok(since <= 5, `the worker warned ${since} s after its first attempt`);
-    t.ok(workerWarn.ms < 30000, `it reached the launcher's output ${workerWarn.ms} ms after the launcher started`);
+    t.ok(workerWarn.ms < 200000, `it reached the launcher's output ${workerWarn.ms} ms after the launcher started`);
     t.comment(workerWarn.line);
     t.match(workerWarn.line, new RegExp(`at ${addrPattern}:\\d+ `), 'names the address and port');
     t.match(workerWarn.line, errors, 'names the OS error');
@@ -94,8 +94,11 @@ function checkJob(t, r, { host, flag, addrPattern, errors }) {
   }
   t.not(r.code, 0, 'the job failed');
   t.match(r.stderr, /ERR_PEER_LOST/, 'with ERR_PEER_LOST', output);
+  const gaveUp = Number(/cannot reach the rendezvous server at \S+: gave up after ([\d.]+) s/.exec(r.stderr)?.[1]);
+  t.ok(gaveUp >= 6 && gaveUp < 12, `the worker gave up ${gaveUp} s after its first attempt (deadline 6 s)`);
   t.match(r.stderr, /--iface naming the launcher's interface on the hosts' network/, 'saying what to try');
-  t.ok(r.seconds < 60, `ended after ${r.seconds} s (connect deadline 6 s; HORA_TIMEOUT_S 120)`);
+  // ssh logins and node's start-up take seconds each on a loaded machine; HORA_TIMEOUT_S is far off.
+  t.ok(r.seconds < 200, `ended after ${r.seconds} s (connect deadline 6 s; HORA_TIMEOUT_S 600)`);
 }
 
 t.test('--iface lo: the remote worker dials its own loopback, is refused, and says so', async (t) => {
@@ -116,4 +119,11 @@ t.test('--iface on another network than the hosts (the rendezvous binds an addre
   const r = await job(['-H', `${h0}:2`, '--iface', DUMMY_ADDR, ...sshOpts()], { HORA_CONNECT_TIMEOUT_S: '6' });
   checkJob(t, r, { host: h0, flag: `--iface ${DUMMY_ADDR}`, addrPattern: esc(DUMMY_ADDR), errors: /ENETUNREACH|EHOSTUNREACH/ });
   t.match(r.stderr, new RegExp(`--iface ${esc(DUMMY_ADDR)} is ${esc(DUMMY_ADDR)}/24 on ${DUMMY}, a subnet none of the hosts is on \\(${esc(h0)}\\)`));
+});
+
+t.test('--iface on the hosts\' network: no warning, and the job runs', async (t) => {
+  const [h0] = c.hosts;
+  const r = await job(['-H', `${h0}:2`, '--iface', c.bridgeAddr, ...sshOpts()], { HORA_CONNECT_TIMEOUT_S: '20' });
+  t.equal(r.code, 0, 'exit status', { output: tail(r) });
+  t.notMatch(r.stderr, /WARN/, 'nothing to warn about');
 });
