@@ -268,12 +268,15 @@ t.test('remote workers get the launcher\'s HORA_* variables; an HORA_IFACE addre
   const env = ssh.remoteWorkerEnv({ PATH: '/bin', HORA_TEST_X: 'y', HORA_IFACE: '10.0.0.5', HORA_RANK: 'old' }, { HORA_RANK: '3' });
   t.same(env, { HORA_TEST_X: 'y', HORA_RANK: '3' });
   t.same(ssh.remoteWorkerEnv({ HORA_IFACE: 'eth1' }, {}), { HORA_IFACE: 'eth1' }, 'an interface name is passed on');
-  t.throws(() => ssh.remoteCommandLine('/', { 'BAD NAME': 'x' }, 'true', []), /BAD NAME/);
+  t.throws(() => ssh.envLine({ 'BAD NAME': 'x' }), /BAD NAME/);
+  t.equal(ssh.envLine({ A: 'line\nbreak' }), '{"A":"line\\nbreak"}\n', 'one line, whatever the values hold');
 });
 
-// Runs a remote command line through a local shell, as sshd would; stdin is the control channel.
-function runRemoteLine(line) {
+// Runs a remote command line through a local shell, as sshd would; stdin is the control channel, its
+// first line the worker's environment (env; null writes nothing).
+function runRemoteLine(line, env = {}) {
   const child = spawn('/bin/sh', ['-c', line], { stdio: ['pipe', 'pipe', 'pipe'] });
+  if (env !== null) child.stdin.write(ssh.envLine(env));
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));
@@ -287,10 +290,13 @@ function runRemoteLine(line) {
 t.test('remote command line: cwd, variables and arguments arrive intact; the exit status comes back', async (t) => {
   const args = ['with space', "it's", '$HOME', '-e'];
   const script = 'console.log(JSON.stringify({ cwd: process.cwd(), v: process.env.HORA_TEST_V, args: process.argv.slice(1) })); process.exit(7)';
-  const r = await runRemoteLine(ssh.remoteCommandLine(os.tmpdir(), { HORA_TEST_V: `a 'b' "c" $d` }, NODE, ['-e', script, ...args])).done;
+  const value = `a 'b' "c" $d\nsecond line`;
+  const line = ssh.remoteCommandLine(os.tmpdir(), NODE, ['-e', script, ...args]);
+  t.notOk(line.includes('second line'), 'no value on the command line');
+  const r = await runRemoteLine(line, { HORA_TEST_V: value }).done;
   t.equal(r.code, 7, r.stderr);
-  t.same(JSON.parse(r.stdout), { cwd: fs.realpathSync(os.tmpdir()), v: `a 'b' "c" $d`, args });
-  const missing = await runRemoteLine(ssh.remoteCommandLine('/', {}, 'hora-no-such-command-xyz', [])).done;
+  t.same(JSON.parse(r.stdout), { cwd: fs.realpathSync(os.tmpdir()), v: value, args });
+  const missing = await runRemoteLine(ssh.remoteCommandLine('/', 'hora-no-such-command-xyz', [])).done;
   t.equal(missing.code, 127);
   t.match(missing.stderr, /cannot start "hora-no-such-command-xyz"/);
 });
@@ -303,7 +309,7 @@ t.test('remote wrapper: a line on stdin signals the worker\'s group; end of inpu
     process.on("SIGUSR2", () => console.log("got SIGUSR2"));
     process.on("SIGTERM", () => { if (++terms > 1) process.exit(0); console.log("ignoring SIGTERM"); });
     setInterval(() => {}, 1000);`;
-  const job = runRemoteLine(ssh.remoteCommandLine('/', {}, NODE, ['-e', script]));
+  const job = runRemoteLine(ssh.remoteCommandLine('/', NODE, ['-e', script]));
   while (!/pids \d+ \d+/.test(job.stdout())) await sleep(20);
   const pids = job.stdout().match(/pids (\d+) (\d+)/).slice(1).map(Number);
   job.child.stdin.write('SIGUSR2\n');
@@ -316,4 +322,31 @@ t.test('remote wrapper: a line on stdin signals the worker\'s group; end of inpu
   t.equal(r.code, 0, 'the worker took the second SIGTERM and exited 0');
   t.ok(Date.now() - ended < 3000, 'end of input sent SIGTERM at once');
   for (const pid of pids) t.notOk(isAlive(pid), `process ${pid} is gone`);
+});
+
+t.test('remote wrapper: without its environment line the worker never starts, and the wrapper does not wait forever', async (t) => {
+  const marker = path.join(os.tmpdir(), `hora-wrapper-started-${process.pid}`);
+  t.teardown(() => fs.rmSync(marker, { force: true }));
+  const script = `require("fs").writeFileSync(${JSON.stringify(marker)}, "x")`;
+  // ssh died before the launcher's first line got through: input ends.
+  const closed = runRemoteLine(ssh.remoteCommandLine('/', NODE, ['-e', script]), null);
+  closed.child.stdin.end();
+  const r1 = await closed.done;
+  t.equal(r1.code, 1);
+  t.match(r1.stderr, /connection closed before it sent the worker's environment; not starting/);
+  // Input stays open but nothing comes: the wrapper gives up after its wait (1 s here).
+  const started = Date.now();
+  const silent = runRemoteLine(ssh.remoteCommandLine('/', NODE, ['-e', script], NODE, 1000), null);
+  const r2 = await silent.done;
+  t.equal(r2.code, 1);
+  t.match(r2.stderr, /no environment from the launcher within 1 s; not starting/);
+  t.ok(Date.now() - started < 15000, 'gave up by itself');
+  silent.child.stdin.destroy();
+  // Something other than an environment.
+  const garbled = runRemoteLine(ssh.remoteCommandLine('/', NODE, ['-e', script]), null);
+  garbled.child.stdin.write('SIGTERM\n');
+  const r3 = await garbled.done;
+  t.equal(r3.code, 1);
+  t.match(r3.stderr, /not the worker's environment/);
+  t.notOk(fs.existsSync(marker), 'the worker never ran');
 });

@@ -2,16 +2,23 @@
 //
 // One ssh per worker: `ssh [--ssh-opts] [-p] [-i] -o BatchMode=yes ... -- host
 // '<command line>'`. The command line goes to the remote login shell (POSIX
-// quoting): it enters the launcher's working directory, sets the worker's
-// HORA_* variables with env, and runs the worker under REMOTE_WRAPPER with the
-// launcher's node binary, which must exist at the same path on every host
-// (as must the script: the usual shared-filesystem or identical-image setup).
+// quoting): it enters the launcher's working directory and runs the worker
+// under a wrapper (remoteWrapper) with the launcher's node binary, which must
+// exist at the same path on every host (as must the script: the usual
+// shared-filesystem or identical-image setup).
 //
-// Why a wrapper: sshd delivers no signals to a command started without a tty,
-// and closing the connection does not kill it. So ssh's stdin is the control
-// channel: every line the launcher writes names a signal for the worker's
-// process group, and end of input (the launcher closed it, or it or ssh died)
-// stops the worker: SIGTERM, then SIGKILL 3 s later.
+// ssh's stdin is the wrapper's channel from the launcher. Its first line is
+// the worker's environment as a JSON object: the job secret and the user's -x
+// values are in it, and a command line (ssh's, the remote shell's) can be read
+// by every user of either machine in `ps`, a pipe only by its owner. The
+// wrapper starts the worker once that line is in, and gives up if it is not
+// within ENV_WAIT_MS.
+//
+// Why a wrapper at all: sshd delivers no signals to a command started without
+// a tty, and closing the connection does not kill it. So every later line
+// names a signal for the worker's process group, and end of input (the
+// launcher closed it, or it or ssh died) stops the worker: SIGTERM, then
+// SIGKILL 3 s later.
 
 import * as child_process from 'node:child_process';
 import * as dgram from 'node:dgram';
@@ -37,49 +44,77 @@ const DEFAULT_SSH_OPTIONS = ['BatchMode=yes', 'ConnectTimeout=10', 'ServerAliveI
 /** Seconds between end of input and SIGKILL in the remote wrapper. */
 const REMOTE_KILL_DELAY_MS = 3000;
 
+/**
+ * How long the remote wrapper waits for its environment line. The launcher writes it as it starts ssh,
+ * so it is there before the wrapper runs unless the launcher is stuck; an ssh that died ends the input,
+ * which the wrapper notices at once.
+ */
+const ENV_WAIT_MS = 30000;
+
 /** Seconds after kill('SIGKILL') before the local ssh itself is killed (remote host unresponsive). */
 const LOCAL_SSH_KILL_DELAY_MS = 2000;
 
 /**
- * Runs on the remote host as `node -e '(<this function>)()' -- command args...`
- * (it is sent as source text, so it may use nothing from this module). The
- * worker runs in its own process group so that a signal reaches whatever it
- * started; the wrapper exits with the worker's status, 128 + signal number
- * when a signal ended it.
+ * Runs on the remote host as `node -e '(<this function>)(...)' -- command args...`
+ * (it is sent as source text, so it may use nothing from this module). It
+ * reads the worker's environment from the first line of stdin, then runs the
+ * worker in its own process group so that a signal reaches whatever it
+ * started; it exits with the worker's status, 128 + signal number when a
+ * signal ended it.
  */
-function remoteWrapper(killDelayMs: number): void {
+function remoteWrapper(killDelayMs: number, envWaitMs: number): void {
   const cp: typeof import('node:child_process') = require('node:child_process');
   const os: typeof import('node:os') = require('node:os');
   const [command, ...args] = process.argv.slice(1);
-  const child = cp.spawn(command, args, { stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+  let child: import('node:child_process').ChildProcess | undefined;
   const requested = new Set<string>();
   const signalGroup = (signal: NodeJS.Signals) => {
     requested.add(signal);
     try {
-      if (child.pid !== undefined) process.kill(-child.pid, signal);
-      if (child.pid !== undefined && signal === 'SIGTERM') process.kill(-child.pid, 'SIGCONT');
+      if (child?.pid !== undefined) process.kill(-child.pid, signal);
+      if (child?.pid !== undefined && signal === 'SIGTERM') process.kill(-child.pid, 'SIGCONT');
     } catch {
       // the group is gone
     }
   };
-  child.on('error', (err) => {
-    process.stderr.write(`hora run: cannot start ${JSON.stringify(command)} on ${os.hostname()}: ${err.message}\n`);
-    process.exit(127);
-  });
-  child.on('exit', (code, signal) => {
-    // Said only when the signal came from elsewhere (the launcher knows what it sent).
-    if (signal && !requested.has(signal)) {
-      process.stderr.write(`hora run: ${command} (pid ${child.pid}) on ${os.hostname()} was killed by ${signal}\n`);
+  const giveUp = (why: string) => {
+    process.stderr.write(`hora run: ${why}; not starting ${JSON.stringify(command)} on ${os.hostname()}\n`);
+    process.exit(1);
+  };
+  const start = (line: string) => {
+    let env: unknown;
+    try {
+      env = JSON.parse(line);
+    } catch {
+      env = undefined;
     }
-    // Children the worker left behind would hold ssh's output open and keep the job from ending.
-    signalGroup('SIGKILL');
-    process.exit(signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1));
-  });
+    if (env === null || typeof env !== 'object' || Array.isArray(env) || Object.values(env as object).some((v) => typeof v !== 'string')) {
+      giveUp('the first line from the launcher is not the worker\'s environment (a JSON object of strings)');
+      return;
+    }
+    const c = cp.spawn(command, args, { env: { ...process.env, ...(env as Record<string, string>) }, stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+    child = c;
+    c.on('error', (err) => {
+      process.stderr.write(`hora run: cannot start ${JSON.stringify(command)} on ${os.hostname()}: ${err.message}\n`);
+      process.exit(127);
+    });
+    c.on('exit', (code, signal) => {
+      // Said only when the signal came from elsewhere (the launcher knows what it sent).
+      if (signal && !requested.has(signal)) {
+        process.stderr.write(`hora run: ${command} (pid ${c.pid}) on ${os.hostname()} was killed by ${signal}\n`);
+      }
+      // Children the worker left behind would hold ssh's output open and keep the job from ending.
+      signalGroup('SIGKILL');
+      process.exit(signal ? 128 + (os.constants.signals[signal] ?? 0) : (code ?? 1));
+    });
+  };
+  const envTimer = setTimeout(() => giveUp(`no environment from the launcher within ${envWaitMs / 1000} s`), envWaitMs);
   let pending = '';
   let ended = false;
   const stop = () => {
     if (ended) return;
     ended = true;
+    if (child === undefined) giveUp('the launcher\'s connection closed before it sent the worker\'s environment');
     signalGroup('SIGTERM');
     setTimeout(() => signalGroup('SIGKILL'), killDelayMs);
   };
@@ -89,7 +124,10 @@ function remoteWrapper(killDelayMs: number): void {
     for (let nl = pending.indexOf('\n'); nl >= 0; nl = pending.indexOf('\n')) {
       const line = pending.slice(0, nl).trim();
       pending = pending.slice(nl + 1);
-      if (/^SIG[A-Z0-9]+$/.test(line) && line in os.constants.signals) signalGroup(line as NodeJS.Signals);
+      if (child === undefined) {
+        clearTimeout(envTimer);
+        start(line);
+      } else if (/^SIG[A-Z0-9]+$/.test(line) && line in os.constants.signals) signalGroup(line as NodeJS.Signals);
     }
   });
   process.stdin.on('end', stop);
@@ -154,15 +192,23 @@ export function splitShellWords(text: string): string[] {
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
-/** The command line the remote shell runs for one worker. */
-export function remoteCommandLine(cwd: string, env: Record<string, string>, command: string, args: string[], node = process.execPath): string {
-  const assignments = Object.entries(env).map(([name, value]) => {
-    if (!ENV_NAME.test(name)) throw new Error(`environment variable name ${JSON.stringify(name)} cannot be passed over ssh`);
-    return shellQuote(`${name}=${value}`);
-  });
-  const wrapper = `(${remoteWrapper.toString()})(${REMOTE_KILL_DELAY_MS})`;
+/**
+ * The command line the remote shell runs for one worker. It holds no variable: those go to the
+ * wrapper's stdin (envLine).
+ */
+export function remoteCommandLine(cwd: string, command: string, args: string[], node = process.execPath, envWaitMs = ENV_WAIT_MS): string {
+  const wrapper = `(${remoteWrapper.toString()})(${REMOTE_KILL_DELAY_MS}, ${envWaitMs})`;
   const worker = [command, ...args].map(shellQuote).join(' ');
-  return `cd ${shellQuote(cwd)} && exec env ${assignments.join(' ')} ${shellQuote(node)} -e ${shellQuote(wrapper)} -- ${worker}`;
+  return `cd ${shellQuote(cwd)} && exec ${shellQuote(node)} -e ${shellQuote(wrapper)} -- ${worker}`;
+}
+
+/** The first line the launcher writes to the wrapper: the worker's environment. */
+export function envLine(env: Record<string, string>): string {
+  for (const name of Object.keys(env)) {
+    if (!ENV_NAME.test(name)) throw new Error(`environment variable name ${JSON.stringify(name)} cannot be passed to a remote worker`);
+  }
+  // JSON escapes newlines inside values, so the object stays on one line.
+  return `${JSON.stringify(env)}\n`;
 }
 
 /** Arguments for ssh to run `remoteCommand` on host. */
@@ -230,7 +276,8 @@ export class SshSpawner {
 
   spawn(spec: WorkerSpec): WorkerHandle {
     const command = spec.command === 'node' ? process.execPath : spec.command;
-    const line = remoteCommandLine(process.cwd(), remoteWorkerEnv(process.env, spec.env), command, spec.args);
+    const env = envLine(remoteWorkerEnv(process.env, spec.env));
+    const line = remoteCommandLine(process.cwd(), command, spec.args);
     const child = child_process.spawn(this.sshCommand, sshArgs(spec.host, this.ssh, line), {
       stdio: ['pipe', 'pipe', 'pipe'],
       // Own process group: a Ctrl-C at the terminal reaches the launcher, which stops workers in order.
@@ -238,6 +285,7 @@ export class SshSpawner {
     });
     // Writing a signal to an ssh that has just exited fails with EPIPE: nothing is left to signal then.
     child.stdin?.on('error', () => undefined);
+    child.stdin?.write(env);
 
     // The last lines of ssh's stderr, to say why ssh failed.
     let stderrTail = '';
