@@ -165,6 +165,12 @@ t.test('bad arguments: exit 2 with a message naming the flag and the value', asy
     [['run', '-np', '1', '-i', '/no/such/key', NODE], /-i "\/no\/such\/key" is invalid: expected a readable private key/],
     [['run', '-np', '1', '--ssh-opts', '-o "User=x', NODE], /--ssh-opts "-o \\"User=x" is invalid: .*unbalanced "/],
     [['run', '-np', '1', '--iface', 'no-such-iface0', NODE], /--iface "no-such-iface0"/],
+    [['run', '-np', '1', '-x'], /-x: missing value: give NAME or NAME=VALUE/],
+    [['run', '-np', '1', '-x', '=v', NODE], /-x "=v" is invalid: expected NAME or NAME=VALUE with a variable name/],
+    [['run', '-np', '1', '-x', '1X=v', NODE], /-x "1X=v" is invalid: .*"1X" is not one/],
+    [['run', '-np', '1', '-x', 'A-B', NODE], /-x "A-B" is invalid: .*"A-B" is not one/],
+    [['run', '-np', '1', '-x', 'HORA_TEST_UNSET_XYZ', NODE], /-x "HORA_TEST_UNSET_XYZ" is invalid: expected a variable set in the launcher's environment: HORA_TEST_UNSET_XYZ is unset here/],
+    [['run', '-np', '1', '-x', 'HORA_RANK=3', NODE], /-x "HORA_RANK=3" is invalid: .*HORA_RANK, which hora run sets for each worker/],
     [['bogus'], /unknown command "bogus"/],
   ];
   for (const [args, pattern] of cases) {
@@ -175,6 +181,21 @@ t.test('bad arguments: exit 2 with a message naming the flag and the value', asy
   const env = await hora(['run', '-np', '2', NODE, '-e', '0'], { env: { HORA_TIMEOUT_S: 'never' } });
   t.equal(env.code, 2);
   t.match(env.stderr, /HORA_TIMEOUT_S "never"/);
+  const list = await hora(['run', '-np', '1', NODE, '-e', '0'], { env: { HORA_RUN_EXPORT: 'A=1, B C' } });
+  t.equal(list.code, 2);
+  t.match(list.stderr, /HORA_RUN_EXPORT "A=1, B C" is invalid: .*"B C" is not one/);
+  const unset = await hora(['run', '-np', '1', NODE, '-e', '0'], { env: { HORA_RUN_EXPORT: 'HORA_TEST_UNSET_XYZ' } });
+  t.equal(unset.code, 2);
+  t.match(unset.stderr, /HORA_RUN_EXPORT "HORA_TEST_UNSET_XYZ" is invalid: .*HORA_TEST_UNSET_XYZ is unset here/);
+});
+
+t.test('-x NAME, -x NAME=VALUE and HORA_RUN_EXPORT reach local workers; -x wins', async (t) => {
+  const script = 'console.log(JSON.stringify(["XA", "XB", "XC", "XD", "XE"].map((n) => process.env[n] ?? null)))';
+  const env = { XA: 'from launcher', XC: 'c here', XD: 'ignored', HORA_RUN_EXPORT: 'XC, XD=list,XE=' };
+  const r = await hora(['run', '-np', '2', '-x', 'XA', '-x', 'XB=a=b c', '-x=XD=flag', NODE, '-e', script], { env });
+  t.equal(r.code, 0, r.stderr);
+  const lines = r.stdout.split('\n').filter(Boolean).sort();
+  t.same(lines, [0, 1].map((rank) => `[${rank}] ${JSON.stringify(['from launcher', 'a=b c', 'c here', 'flag', ''])}`));
 });
 
 t.test('help, version and env', async (t) => {

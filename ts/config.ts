@@ -23,7 +23,7 @@ export type Algorithm = (typeof ALGORITHMS)[number];
 export const TRANSPORTS = ['auto', 'tcp', 'shm'] as const;
 export type Transport = (typeof TRANSPORTS)[number];
 
-export type VariableGroup = 'launch' | 'rendezvous' | 'network' | 'performance' | 'diagnostics';
+export type VariableGroup = 'launch' | 'launcher' | 'rendezvous' | 'network' | 'performance' | 'diagnostics';
 
 export interface HoraVariable {
   /** Exact environment variable name. */
@@ -38,6 +38,7 @@ export interface HoraVariable {
 
 export const VARIABLE_GROUP_TITLES: Record<VariableGroup, string> = {
   launch: 'Job layout (set by `hora run` or derived from mpirun / Slurm / torchrun)',
+  launcher: 'Read by `hora run` itself',
   rendezvous: 'Rendezvous (control plane)',
   network: 'Network and host identity',
   performance: 'Performance tuning',
@@ -52,6 +53,11 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
   { name: 'HORA_CROSS_RANK', group: 'launch', help: 'Index of this host among the hosts of the job.' },
   { name: 'HORA_CROSS_SIZE', group: 'launch', help: 'Number of hosts in the job.' },
   { name: 'HORA_JOB_ID', group: 'launch', help: 'Job id chosen by the launcher; names shared-memory segments (/dev/shm/hora-<id>*).' },
+  {
+    name: 'HORA_RUN_EXPORT',
+    group: 'launcher',
+    help: 'Variables `hora run` sets in every worker, local and remote, as NAME or NAME=VALUE joined by commas, e.g. "DATA_DIR,EPOCHS=3": the same as -x DATA_DIR -x EPOCHS=3 (a NAME alone takes its value from the launcher\'s environment). Values cannot hold commas: use -x for those.',
+  },
   {
     name: 'HORA_RENDEZVOUS_ADDR',
     group: 'rendezvous',
@@ -267,6 +273,65 @@ export function readSettings(env: Env = process.env): HoraSettings {
     costLocal: parseLinkCost(env, 'HORA_COST_LOCAL'),
     costCross: parseLinkCost(env, 'HORA_COST_CROSS'),
   };
+}
+
+// ---------------------------------------------------------------------------
+// Variables `hora run` sets in its workers: -x NAME[=VALUE] and HORA_RUN_EXPORT.
+
+/** NAME (the launcher's value is passed on) or NAME=VALUE. */
+export interface ExportEntry {
+  name: string;
+  /** undefined: the value the variable has in the launcher's environment. */
+  value?: string;
+}
+
+const VARIABLE_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * What `hora run` sets for each worker itself. Exporting one of them would be overwritten without a
+ * word, so it is refused instead.
+ */
+export const WORKER_SET_VARIABLES: readonly string[] = [
+  'HORA_RANK', 'HORA_SIZE', 'HORA_LOCAL_RANK', 'HORA_LOCAL_SIZE', 'HORA_CROSS_RANK', 'HORA_CROSS_SIZE', 'HORA_HOST_ID',
+  'HORA_RENDEZVOUS_ADDR', 'HORA_RENDEZVOUS_PORT', 'HORA_SECRET', 'HORA_JOB_ID',
+];
+
+/** One NAME or NAME=VALUE; errors name `variable` (the flag or variable it came from) and `raw`. */
+export function parseExportEntry(text: string, variable: string, raw: string = text): ExportEntry {
+  const eq = text.indexOf('=');
+  const name = eq < 0 ? text : text.slice(0, eq);
+  if (name === '') throw new HoraConfigError(variable, raw, 'NAME or NAME=VALUE with a variable name before the "="');
+  if (!VARIABLE_NAME.test(name)) {
+    throw new HoraConfigError(variable, raw, `NAME or NAME=VALUE where NAME is letters, digits and "_", not starting with a digit; ${JSON.stringify(name)} is not one`);
+  }
+  if (WORKER_SET_VARIABLES.includes(name)) {
+    throw new HoraConfigError(variable, raw, `a variable other than ${name}, which hora run sets for each worker itself`);
+  }
+  return eq < 0 ? { name } : { name, value: text.slice(eq + 1) };
+}
+
+/** HORA_RUN_EXPORT: "A, B=1" -> [{name: 'A'}, {name: 'B', value: '1'}]; empty entries are skipped. */
+export function parseRunExport(env: Env): ExportEntry[] {
+  const raw = env.HORA_RUN_EXPORT;
+  if (raw === undefined || raw.trim() === '') return [];
+  return raw.split(',').map((part) => part.trim()).filter((part) => part !== '').map((part) => parseExportEntry(part, 'HORA_RUN_EXPORT', raw));
+}
+
+/**
+ * The entries as variables, a NAME alone taking its value from `env` (the launcher's environment); a
+ * NAME that is unset there is an error naming `variable` and `raw`, since the workers would silently
+ * run without it.
+ */
+export function resolveExports(entries: ExportEntry[], env: Env, variable: string, raw?: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const e of entries) {
+    const value = e.value ?? env[e.name];
+    if (value === undefined) {
+      throw new HoraConfigError(variable, raw ?? e.name, `a variable set in the launcher's environment: ${e.name} is unset here (give its value as ${e.name}=VALUE)`);
+    }
+    out[e.name] = value;
+  }
+  return out;
 }
 
 /** HORA_IFACE value (interface name or IP address) -> IPv4 address to bind and advertise. */

@@ -18,7 +18,10 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
-import { defaultHostId, firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, readSettings, resolveIface, DebugLevel, DEBUG_LEVELS } from '../config';
+import {
+  defaultHostId, firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, parseExportEntry, parseRunExport, readSettings, resolveExports,
+  resolveIface, DebugLevel, DEBUG_LEVELS, ExportEntry,
+} from '../config';
 import { RendezvousServer } from '../control/server';
 import { mergeTimelines, rankTimelinePath } from '../timeline';
 import { trackChild } from './child';
@@ -66,6 +69,8 @@ export interface RunOptions {
   graceS: number;
   /** Extra environment for every worker (from tuning flags). */
   workerEnv: Record<string, string>;
+  /** -x and HORA_RUN_EXPORT variables with their values, for every worker, local or remote. */
+  exportEnv: Record<string, string>;
   /** --iface, else HORA_IFACE: where the rendezvous server binds (name or address). */
   iface?: string;
   /** Where iface came from, for messages: '--iface' (default) or 'HORA_IFACE' (the launcher's environment). */
@@ -106,8 +111,21 @@ Remote hosts (any host that is not this machine is reached over ssh):
                               e.g. --ssh-opts "-F ./ssh_config -o User=train"
   Remote workers run the same node binary (for command "node", this node), in the
   same working directory, with the same script path: these must exist on every
-  host. They get the launcher's HORA_* variables. ssh must log in without a
-  prompt (keys or an agent). A failed ssh or remote worker stops the job.
+  host. ssh must log in without a prompt (keys or an agent). A failed ssh or
+  remote worker stops the job.
+
+Worker environment:
+  -x NAME                     set NAME in every worker to its value here (an error if
+                              it is unset here); repeatable
+  -x NAME=VALUE               set NAME to VALUE in every worker; repeatable
+  HORA_RUN_EXPORT="A,B=1"     the same as -x A -x B=1, read from this environment
+                              (-x wins for a name in both)
+  Local workers inherit this environment whole. Remote workers get what their
+  login on that host gives (sshd and the shell: PATH, HOME, ...), then this
+  environment's HORA_* variables, then the -x and HORA_RUN_EXPORT variables;
+  nothing else is forwarded. Values travel over the ssh connection, never on a
+  command line; but -x NAME=VALUE puts VALUE on hora run's own command line:
+  pass a secret as -x NAME from the environment.
 
 Network:
   --iface NAME|ADDR           HORA_IFACE: interface or address the rendezvous server
@@ -178,6 +196,7 @@ const TUNING_FLAGS: Record<string, string> = {
 /** Returns options, or 'help'. Throws UsageError naming the flag and the value received. */
 export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): RunOptions | 'help' {
   const values = new Map<string, string>();
+  const exports: ExportEntry[] = [];
   let simulateHosts = false;
   let dashboard: number | undefined;
   let i = 0;
@@ -199,6 +218,12 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       const port = text === undefined ? 0 : Number(text);
       if (text !== undefined && (!/^\d+$/.test(text.trim()) || port > 65535)) throw new UsageError('--dashboard', text, 'a TCP port 0-65535 (0: any free port)');
       dashboard = port;
+      continue;
+    }
+    if (arg === '-x' || arg.startsWith('-x=')) {
+      const text = arg === '-x' ? argv[++i] : arg.slice('-x='.length);
+      if (text === undefined) throw new UsageError('-x', undefined, 'missing value: give NAME or NAME=VALUE');
+      exports.push(usageFrom('-x', () => parseExportEntry(text, '-x')));
       continue;
     }
     if (!arg.startsWith('-') || arg === '-') break;
@@ -261,6 +286,9 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     readSettingsSubset({ [variable]: v }, variable, flag);
     workerEnv[variable] = v;
   }
+  const exportEnv = usageFrom('HORA_RUN_EXPORT', () => resolveExports(parseRunExport(env), env, 'HORA_RUN_EXPORT', env.HORA_RUN_EXPORT));
+  for (const entry of exports) Object.assign(exportEnv, usageFrom('-x', () => resolveExports([entry], env, '-x')));
+
   let debug: DebugLevel = 'WARN';
   const debugText = workerEnv.HORA_DEBUG ?? env.HORA_DEBUG;
   const level = debugText?.trim().toUpperCase();
@@ -302,7 +330,17 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (command === undefined || command === '') {
     throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
   }
-  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, command, args };
+  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, exportEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, command, args };
+}
+
+// Runs parse; a HoraConfigError from it becomes a UsageError naming `flag`.
+function usageFrom<T>(flag: string, parse: () => T): T {
+  try {
+    return parse();
+  } catch (e) {
+    if (e instanceof HoraConfigError) throw new UsageError(flag, e.value, e.expected);
+    throw e;
+  }
 }
 
 // Validates one variable through the shared config parser; errors name `flag`.
@@ -694,6 +732,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     let remaining = opts.np;
     for (const spec of placement) {
       const env: Record<string, string> = {
+        ...opts.exportEnv,
         ...opts.workerEnv,
         ...(timeline ? { HORA_TIMELINE: timeline } : {}),
         ...spec.env,
