@@ -14,7 +14,7 @@ t.test('bad init options are rejected, naming the option and the value', async (
     [{ timeoutSeconds: '5' }, /option 'timeoutSeconds'.*received the string "5"/],
     [{ fusionMB: -2 }, /option 'fusionMB' must be a number of MiB >= 0; received number -2/],
     [{ algorithm: 'tree' }, /option 'algorithm' must be one of auto, ring, recursive_doubling, hierarchical, multidim; received the string "tree"/],
-    [{ transport: 'rdma' }, /option 'transport' must be 'auto' or 'tcp'; received the string "rdma"/],
+    [{ transport: 'rdma' }, /option 'transport' must be 'auto', 'tcp' or 'shm'; received the string "rdma"/],
     ['fast', /argument 'options' must be an object; received the string "fast"/],
   ];
   for (const [options, message] of cases) {

@@ -371,3 +371,24 @@ t.test('remote wrapper: without its environment line the worker never starts, an
   t.match(r3.stderr, /not the worker's environment/);
   t.notOk(fs.existsSync(marker), 'the worker never ran');
 });
+
+t.test('HORA_TRANSPORT=shm: shared memory between ranks of one host; across hosts every rank fails, naming the hosts', async (t) => {
+  const script = `const hora = require(${JSON.stringify(path.join(dist, 'index.js'))});
+    hora.init().then(async () => {
+      const y = await hora.allreduce(new Float64Array([hora.rank() + 1]), { op: 'sum' });
+      console.log('sum', y[0]);
+      await hora.shutdown();
+    }, (e) => { console.log('error', e.code, e.message); process.exit(5); });`;
+  const one = await hora(['run', '-np', '3', '--transport', 'shm', '--debug', 'INFO', NODE, '-e', script]);
+  t.equal(one.code, 0, one.stderr);
+  t.same(one.stdout.split('\n').filter(Boolean).sort(), ['[0] sum 6', '[1] sum 6', '[2] sum 6']);
+  t.equal((one.stderr.match(/connected to 2 peers \(2 over shared memory\)/g) || []).length, 3, 'every pair over shared memory');
+
+  const two = await hora(['run', '-H', 'localhost:2,127.0.0.1:1', '--simulate-hosts', '--grace', '20', '--transport', 'shm', NODE, '-e', script]);
+  t.equal(two.code, 5, two.stderr);
+  const [id0, id1] = ['#0', '#1'].map((suffix) => JSON.stringify(`${require('../dist/ts/config.js').defaultHostId()}${suffix}`));
+  for (const rank of [0, 1, 2]) {
+    t.match(two.stdout, `[${rank}] error ERR_INVALID_ARGUMENT hora.init on rank ${rank}: HORA_TRANSPORT=shm needs every rank on one host, ` +
+      `but the job spans 2 hosts (ranks 0, 1 on ${id0}; rank 2 on ${id1}); use auto`, `rank ${rank} names the setting and the hosts`);
+  }
+});

@@ -88,7 +88,7 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     group: 'network',
     help: 'Host identity: processes with equal ids may use shared memory. Default: hostname/first non-internal IPv4 (127.0.0.1 when loopback only).',
   },
-  { name: 'HORA_TRANSPORT', group: 'network', default: 'auto', help: 'Data transport: auto (shm within a host, tcp across), tcp, shm.' },
+  { name: 'HORA_TRANSPORT', group: 'network', default: 'auto', help: 'Data transport: auto (shared memory within a host, TCP across hosts), tcp (TCP between every pair), shm (shared memory only: init fails on every rank, naming the hosts, when the ranks are on more than one host).' },
   {
     name: 'HORA_FUSION_MB',
     group: 'performance',

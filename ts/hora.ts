@@ -87,8 +87,8 @@ async function join(options: InitOptions): Promise<void> {
   if (options.algorithm !== undefined && !(typeof options.algorithm === 'string' && options.algorithm in ALGORITHMS)) {
     throw bad('algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, options.algorithm);
   }
-  if (options.transport !== undefined && options.transport !== 'auto' && options.transport !== 'tcp') {
-    throw bad('transport', "'auto' or 'tcp'", options.transport);
+  if (options.transport !== undefined && options.transport !== 'auto' && options.transport !== 'tcp' && options.transport !== 'shm') {
+    throw bad('transport', "'auto', 'tcp' or 'shm'", options.transport);
   }
   let launch: LaunchInfo;
   let settings: HoraSettings;
@@ -111,6 +111,7 @@ async function join(options: InitOptions): Promise<void> {
   const fusionBytes = Math.round((options.fusionMB ?? settings.fusionMb) * 1024 * 1024);
   const algorithm = ALGORITHMS[options.algorithm ?? settings.algo];
   const transportName = options.transport ?? settings.transport;
+  // 'shm' is 'auto' on a job that has passed requireOneHost: every pair then shares memory.
   const transport = transportName === 'tcp' ? NativeTransport.Tcp : NativeTransport.Auto;
 
   const addon = loadNative();
@@ -142,6 +143,9 @@ async function join(options: InitOptions): Promise<void> {
       addrSource: launch.rendezvousAddrSource, unreachableHint: unreachableHint(launch), log: makeLogger('init', settings.debug),
     });
     control = reg.connection;
+    if (transportName === 'shm') {
+      requireOneHost(reg.table.peers, launch.rank, options.transport === undefined ? 'HORA_TRANSPORT=shm' : "init option transport 'shm'");
+    }
     const peers = reg.table.peers.map((p) => ({
       rank: p.rank, hostId: p.hostId, addr: p.dataAddr, port: p.dataPort, localRank: p.localRank,
     }));
@@ -174,6 +178,19 @@ function unreachableHint(launch: LaunchInfo): string {
   }
   return 'Set HORA_RENDEZVOUS_ADDR (or MASTER_ADDR) to an address of rank 0\'s host that every host reaches, and make sure rank 0 ' +
     'calls hora.init(): it hosts the server. Raise HORA_CONNECT_TIMEOUT_S if rank 0 starts much later than the others.';
+}
+
+/**
+ * Shared memory only (HORA_TRANSPORT=shm) cannot connect ranks on different hosts. Every rank has the
+ * same peer table, so every rank fails here, before opening a connection, with the same message.
+ */
+function requireOneHost(peers: Peer[], rank: number, setting: string): void {
+  const ranksOf = new Map<string, number[]>();
+  for (const p of peers) ranksOf.set(p.hostId, [...(ranksOf.get(p.hostId) ?? []), p.rank]);
+  if (ranksOf.size <= 1) return;
+  const where = [...ranksOf].map(([hostId, ranks]) => `rank${ranks.length > 1 ? 's' : ''} ${ranks.join(', ')} on ${JSON.stringify(hostId)}`).join('; ');
+  throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init on rank ${rank}: ${setting} needs every rank on one host, but the job ` +
+    `spans ${ranksOf.size} hosts (${where}); use auto (shared memory within a host, TCP across) or tcp`, rank);
 }
 
 /**

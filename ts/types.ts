@@ -23,8 +23,12 @@ export interface InitOptions {
    * ranks on every host; 'multidim' walks the HORA_TOPOLOGY grid (default: ranks per host x hosts).
    */
   algorithm?: 'auto' | 'ring' | 'recursive_doubling' | 'hierarchical' | 'multidim';
-  /** 'auto' uses shared memory between ranks on one host; 'tcp' forces TCP (default HORA_TRANSPORT). */
-  transport?: 'auto' | 'tcp';
+  /**
+   * 'auto' uses shared memory between ranks on one host and TCP across hosts; 'tcp' forces TCP; 'shm'
+   * is shared memory only, and init fails with ERR_INVALID_ARGUMENT on every rank when the ranks are on
+   * more than one host (default HORA_TRANSPORT).
+   */
+  transport?: 'auto' | 'tcp' | 'shm';
 }
 
 export interface AllreduceOptions {
