@@ -201,7 +201,9 @@ t.test('-x NAME, -x NAME=VALUE and HORA_RUN_EXPORT reach local workers; -x wins'
 t.test('help, version and env', async (t) => {
   const help = await hora(['run', '--help']);
   t.equal(help.code, 0);
-  for (const section of ['Job layout:', 'Timeouts and shutdown:', 'Tuning', 'Logging and timeline:']) t.match(help.stdout, section);
+  for (const section of ['Job layout:', 'Worker environment:', 'Timeouts and shutdown:', 'Tuning', 'Logging and timeline:']) t.match(help.stdout, section);
+  t.match(help.stdout, /Local workers inherit this environment whole\. Remote workers get .*\n.*\n.*HORA_\* variables, then the -x and HORA_RUN_EXPORT variables;\n\s*nothing else is forwarded/,
+    'says what reaches remote workers');
   const main = await hora(['--help']);
   t.equal(main.code, 0);
   t.match(main.stdout, /run .*\n.*env .*\n.*bench/);
@@ -212,6 +214,7 @@ t.test('help, version and env', async (t) => {
   t.equal(env.code, 0);
   t.match(env.stdout, /HORA_FUSION_MB = "32"\s+\[default 64\]/);
   t.match(env.stdout, /HORA_SECRET = \(set, hidden\)/);
+  t.match(env.stdout, /Read by `hora run` itself:\n  HORA_RUN_EXPORT = \(unset\)/);
   t.notMatch(env.stdout, /do-not-print/);
   t.match(env.stdout, /launched by: single/);
   const bad = await hora(['env'], { env: { HORA_DEBUG: 'LOUD' } });
