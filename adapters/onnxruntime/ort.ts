@@ -47,14 +47,26 @@ export interface OrtTrainingModule {
 
 const TRAINING_BUILD = 'onnxruntime-web/dist/ort.training.wasm.min.js';
 
+/** The package.json named `name` in the folders above `file`. */
+function packageJsonAbove(file: string, name: string): string {
+  for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
+    const candidate = path.join(dir, 'package.json');
+    if (fs.existsSync(candidate) && (JSON.parse(fs.readFileSync(candidate, 'utf8')) as { name?: string }).name === name) return candidate;
+    if (path.dirname(dir) === dir) throw new Error(`hora/onnxruntime: no package.json of ${name} above ${file}`);
+  }
+}
+
 /** Loads onnxruntime-web's training build by path (single-threaded wasm unless the caller set numThreads). */
 export function loadOrtTraining(): OrtTrainingModule {
-  let packageJson: string;
+  // onnxruntime-web's `exports` hide its package.json and the training build: resolve its main entry, which
+  // they allow, and walk up to the package's folder.
+  let entry: string;
   try {
-    packageJson = require.resolve('onnxruntime-web/package.json', { paths: [process.cwd(), __dirname] });
+    entry = require.resolve('onnxruntime-web', { paths: [process.cwd(), __dirname] });
   } catch {
     throw new Error(`hora/onnxruntime: cannot find onnxruntime-web; install a version with training (npm install onnxruntime-web@1.19.2) or pass {ort} (the module from ${TRAINING_BUILD})`);
   }
+  const packageJson = packageJsonAbove(entry, 'onnxruntime-web');
   const file = path.join(path.dirname(packageJson), 'dist', 'ort.training.wasm.min.js');
   if (!fs.existsSync(file)) {
     const version = (JSON.parse(fs.readFileSync(packageJson, 'utf8')) as { version: string }).version;
