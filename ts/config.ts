@@ -23,7 +23,7 @@ export type Algorithm = (typeof ALGORITHMS)[number];
 export const TRANSPORTS = ['auto', 'tcp', 'shm'] as const;
 export type Transport = (typeof TRANSPORTS)[number];
 
-export type VariableGroup = 'launch' | 'launcher' | 'rendezvous' | 'network' | 'performance' | 'diagnostics';
+export type VariableGroup = 'launch' | 'launcher' | 'rendezvous' | 'network' | 'performance' | 'diagnostics' | 'build';
 
 export interface HoraVariable {
   /** Exact environment variable name. */
@@ -43,6 +43,7 @@ export const VARIABLE_GROUP_TITLES: Record<VariableGroup, string> = {
   network: 'Network and host identity',
   performance: 'Performance tuning',
   diagnostics: 'Timeouts, logging and timeline',
+  build: 'Addon, GPU and adapters (read where they act, not by readSettings)',
 };
 
 export const HORA_VARIABLES: readonly HoraVariable[] = [
@@ -135,6 +136,21 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
   },
   { name: 'HORA_DEBUG', group: 'diagnostics', default: 'WARN', help: 'Log level: WARN, INFO or TRACE (logs go to stderr).' },
   { name: 'HORA_TIMELINE', group: 'diagnostics', help: 'Write a Chrome trace of every collective and its phases: each rank writes FILE with .rankN before the extension (trace.rank0.json); hora run merges them into FILE.' },
+  {
+    name: 'HORA_ADDON',
+    group: 'build',
+    help: 'Path of the hora.node to load; when set, only that file is tried. Default: build/Release, build/Debug, then prebuilds/.',
+  },
+  {
+    name: 'HORA_NCCL',
+    group: 'build',
+    help: 'CUDA builds: 0 keeps NCCL unloaded, so device collectives take the CUDA IPC or staged path. Default: libnccl.so.2 is loaded when found.',
+  },
+  {
+    name: 'HORA_TFJS_SKIP_ALLREDUCE',
+    group: 'build',
+    help: 'Measurement only: 1 makes hora/tfjs\'s DistributedOptimizer skip the allreduce (the ranks drift apart); bench/scaling.sh uses it to time a step without communication.',
+  },
 ];
 
 /** Thrown for any variable (or launcher flag) with a value hora cannot use. */
