@@ -122,9 +122,23 @@ function gcClock() {
   return () => { add(observer.takeRecords()); return ms; };
 }
 
+/**
+ * tfjs's cpu backend greets its first tensor under Node with a banner that recommends tfjs-node, once per
+ * rank. The example uses the cpu backend on purpose (plain JavaScript: nothing to build beyond hora), so
+ * that first tensor is made with tfjs's warnings off (its PROD flag); later warnings are shown as usual.
+ */
+async function useCpuBackendQuietly() {
+  await tf.setBackend('cpu');
+  const prod = tf.env().getBool('PROD');
+  tf.env().set('PROD', true);
+  tf.tensor1d([0]).dispose();
+  tf.env().set('PROD', prod);
+}
+
 async function main() {
   const spec = MODELS[MODEL];
   if (!spec) throw new Error(`--model must be one of ${Object.keys(MODELS).join(', ')}, not ${MODEL}`);
+  await useCpuBackendQuietly();
   if (!STOCK_KERNELS) useFasterCpuKernels();
   await hora.init();
   const rank = hora.rank(), size = hora.size();
@@ -145,7 +159,7 @@ async function main() {
 
   log(`hora/tfjs MNIST: ${size} rank(s), ${N_TRAIN} train / ${N_TEST} test digits, global batch ${BATCH} (${local} per rank), ` +
     `${steps} steps per epoch, ${EPOCHS} epochs, ${spec.describe} (${model.countParams()} parameters), Adam lr ${LR}, ` +
-    `tfjs ${tf.getBackend()} backend`);
+    `tfjs ${tf.getBackend()} backend (plain JavaScript, one core per rank)`);
   // Steady state: the epochs after the first (JIT warm-up), each timed from a common start to this rank's
   // last step; the last step's allreduce makes every rank end it together.
   const steady = { ms: 0, steps: 0, waitMs: 0, gcMs: 0 };

@@ -1,6 +1,6 @@
 'use strict';
-// examples/tfjs-mnist.js: its replacement cpu kernels compute what tfjs's own compute, and it trains on 2 ranks
-// and prints the JSON summary that bench/scaling.sh reads.
+// examples/tfjs-mnist.js (npm run demo): its replacement cpu kernels compute what tfjs's own compute, and it trains
+// on 2 ranks, opens with its own line and prints the JSON summary that bench/scaling.sh reads.
 const t = require('tap');
 const path = require('node:path');
 const tf = require('@tensorflow/tfjs');
@@ -77,5 +77,10 @@ t.test('examples/tfjs-mnist.js trains on 2 ranks and prints the summary bench/sc
     t.ok(Number.isFinite(summary[key]) && summary[key] >= 0, `${key} is a number >= 0 (${summary[key]})`);
   }
   t.ok(summary.commMs > 0, 'the allreduce of one step\'s gradients alone is timed');
+
+  const lines = job.stdout.split('\n');
+  t.match(lines[0], /^\[0\] hora\/tfjs MNIST: 2 rank\(s\), .* tfjs cpu backend/, 'the first line is the example\'s own', { output: tail(job) });
+  t.notMatch(`${job.stdout}${job.stderr}`, /looks like you are running TensorFlow\.js|tfjs-node for more details/, 'no tfjs-node banner');
+  t.notMatch(job.stderr, /^\s+at /m, 'no stack trace', { stderr: job.stderr });
   t.ok(summary.testAcc > 0.6, `it learns: test accuracy ${summary.testAcc} > 0.6 after 30 steps`);
 });
