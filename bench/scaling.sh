@@ -9,7 +9,8 @@
 #   efficiency = batch   (1-rank step at BATCH / 2 x 1-rank step at BATCH/2: fixed per-step costs)
 #              x sharing (1-rank step at BATCH/2 / 2-rank step without allreduce: two ranks on one machine)
 #              x comm    (2-rank step without allreduce / 2-rank step: communication and waiting for the peer)
-# The tfjs cpu backend is single-threaded JavaScript, so each rank uses one core.
+# The tfjs cpu backend is single-threaded JavaScript, so each rank uses one core. The example's own in-run
+# estimate of the same figures (--scaling-steps) is turned off here: these runs time the training alone.
 # Usage: bench/scaling.sh [PAIRS=3] [EPOCHS=2] [BATCH=128] [MODEL=cnn]   (run `npm run build:ts` first)
 #   Steady state = the epochs after the first. Two ranks take both cores of a 2-core machine, so anything
 #   else running is charged to the 2-rank runs: every run records the share of the machine's CPU time that
@@ -44,7 +45,7 @@ run() { # np, batch, extra env... -> the example's JSON summary line, with "othe
   times=$(mktemp)
   before=$(busy)
   out=$( { TIMEFORMAT='%R %U %S'; time env "$@" $HORA run -np "$np" "${PINNED[@]}" node "${NODE_FLAGS[@]}" examples/tfjs-mnist.js --model "$MODEL" \
-    --epochs "$EPOCHS" --batch "$batch" --json 2>/dev/null | sed -n 's/^\[0\] //p' | grep '^{' | tail -1; } 2>"$times")
+    --epochs "$EPOCHS" --batch "$batch" --scaling-steps 0 --json 2>/dev/null | sed -n 's/^\[0\] //p' | grep '^{' | tail -1; } 2>"$times")
   after=$(busy)
   local other
   other=$(awk -v b="$before" -v a="$after" -v hz="$HZ" -v n="$(nproc)" '{ o = ((a - b) / hz - $2 - $3) / ($1 * n); printf "%.3f", o < 0 ? 0 : o }' "$times")

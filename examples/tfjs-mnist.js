@@ -2,6 +2,8 @@
 // Data-parallel training of a handwritten-digit classifier (real MNIST digits from the `mnist` package)
 // with hora/tfjs. Every rank trains its shard of the training set; one DistributedOptimizer line makes the
 // ranks apply the same averaged gradients, so N ranks train like one process on the same global batch.
+// At the end rank 0 prints the scaling efficiency and hora's share of a step, measured in the same run
+// (see scalingProbe below).
 //
 //   node dist/ts/cli/main.js run -np 2 node examples/tfjs-mnist.js          (or: npm run demo)
 //   node examples/tfjs-mnist.js                                             (one rank)
@@ -14,12 +16,16 @@
 //   --epochs N (EPOCHS, default 6), --batch B: global batch (BATCH, default 128)
 //   --lr (LR, default 0.003 for the cnn, 0.001 for the mlp)
 //   --train / --test: digits per set (N_TRAIN / N_TEST, default 7500 / 1000, equally many of each digit)
-//   --baseline-sps S: the 1-rank samples/s at the same global batch, to print the scaling efficiency
+//   --scaling-steps N (SCALING_STEPS, default 3): after every epoch, time N steps at the global batch and 2N at
+//     the per-rank batch without hora, for the scaling efficiency and hora's share printed at the end
+//     (0 turns it off; a run of one rank skips it)
 //   --json: one JSON summary line at the end (bench/scaling.sh reads it)
 //   --stock-kernels: keep tfjs's own cpu kernels for three gradient operations (see tfjs-cpu-kernels.js;
 //     the cnn then trains about 20x slower)
 const tf = require('@tensorflow/tfjs');
 const mnist = require('mnist');
+const fs = require('node:fs');
+const os = require('node:os');
 const { PerformanceObserver } = require('node:perf_hooks');
 const hora = require('hora');
 const { DistributedOptimizer, broadcastModel, shard } = require('hora/tfjs');
@@ -36,7 +42,7 @@ const BATCH = Number(flag('batch', 'BATCH', 128));
 const LR = Number(flag('lr', 'LR', MODEL === 'mlp' ? 0.001 : 0.003));
 const N_TRAIN = Number(flag('train', 'N_TRAIN', 7500));
 const N_TEST = Number(flag('test', 'N_TEST', 1000));
-const BASELINE = Number(flag('baseline-sps', 'BASELINE_SPS', 0));
+const SCALING_STEPS = Number(flag('scaling-steps', 'SCALING_STEPS', 3));
 const JSON_OUT = process.argv.includes('--json');
 const STOCK_KERNELS = process.argv.includes('--stock-kernels');
 
@@ -135,9 +141,75 @@ async function useCpuBackendQuietly() {
   tf.env().set('PROD', prod);
 }
 
+/**
+ * Busy and total CPU time of the whole machine so far, in clock ticks (Linux /proc/stat; null elsewhere):
+ * with this job's own CPU time it tells how much other processes took while the figures were measured.
+ */
+function machineTicks() {
+  try {
+    const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    const [user, nice, system, idle, iowait, irq, softirq, steal] = f;
+    return { busy: user + nice + system + irq + softirq + steal, total: user + nice + system + idle + iowait + irq + softirq + steal };
+  } catch {
+    return null;
+  }
+}
+
+/** One training step on rows s*batch ... (s+1)*batch - 1 of `order`; resolves [loss, accuracy]. */
+async function trainStep(model, data, order, s, batch) {
+  const [x, y] = tf.tidy(() => {
+    const idx = order.slice(s * batch, batch);
+    return [tf.gather(data.x, idx), tf.gather(data.y, idx)];
+  });
+  try {
+    return await model.trainOnBatch(x, y);
+  } finally {
+    tf.dispose([x, y]);
+  }
+}
+
+/**
+ * The scaling figures, measured in the same run as the training. A copy of the model, trained with plain
+ * Adam and no hora, runs between the epochs:
+ * - `SCALING_STEPS` steps on the global batch: one process training alone on what the job trains on together,
+ *   the baseline of the scaling efficiency. Every rank times it at the same time, so that each has one core,
+ *   as the ranks have while training (a process alone on this machine would get V8's helper threads onto the
+ *   idle core; bench/scaling.sh pins ranks to cores for the same reason).
+ * - twice as many steps on this rank's batch: the training step without the allreduce, so the training
+ *   step against it is what hora adds (reading the gradients, the allreduce, waiting for the other ranks).
+ * bench/scaling.sh measures the same quantities over whole runs, repeated.
+ */
+function scalingProbe(spec, data, local) {
+  const model = tf.sequential({ layers: spec.layers() });
+  model.compile({ optimizer: tf.train.adam(LR), loss: 'categoricalCrossentropy', metrics: ['accuracy'] });
+  const total = { globalMs: 0, globalSteps: 0, localMs: 0, localSteps: 0 };
+  let round = 0;
+  async function timed(batch, steps) {
+    const order = tf.tensor1d(shuffled([...Array(data.x.shape[0]).keys()], 7 + round++), 'int32');
+    await hora.barrier(); // all ranks start together, so they run at the same time
+    const t0 = performance.now();
+    for (let s = 0; s < steps; s++) await trainStep(model, data, order, s % Math.floor(data.x.shape[0] / batch), batch);
+    const ms = performance.now() - t0;
+    order.dispose();
+    return ms;
+  }
+  return {
+    total,
+    /** Times one round; `keep` false for the warm-up round. */
+    async run(keep) {
+      const globalMs = await timed(BATCH, SCALING_STEPS);
+      const localMs = await timed(local, 2 * SCALING_STEPS);
+      if (!keep) return;
+      total.globalMs += globalMs; total.globalSteps += SCALING_STEPS;
+      total.localMs += localMs; total.localSteps += 2 * SCALING_STEPS;
+    },
+  };
+}
+
 async function main() {
   const spec = MODELS[MODEL];
   if (!spec) throw new Error(`--model must be one of ${Object.keys(MODELS).join(', ')}, not ${MODEL}`);
+  if (!Number.isInteger(SCALING_STEPS) || SCALING_STEPS < 0) throw new Error(`--scaling-steps must be a whole number >= 0, not ${SCALING_STEPS}`);
   await useCpuBackendQuietly();
   if (!STOCK_KERNELS) useFasterCpuKernels();
   await hora.init();
@@ -156,6 +228,7 @@ async function main() {
   const optimizer = new DistributedOptimizer(tf.train.adam(LR));
   model.compile({ optimizer, loss: 'categoricalCrossentropy', metrics: ['accuracy'] });
   await broadcastModel(model); // rank 0's random initial weights everywhere
+  const probe = size > 1 && SCALING_STEPS > 0 ? scalingProbe(spec, mine, local) : null;
 
   log(`hora/tfjs MNIST: ${size} rank(s), ${N_TRAIN} train / ${N_TEST} test digits, global batch ${BATCH} (${local} per rank), ` +
     `${steps} steps per epoch, ${EPOCHS} epochs, ${spec.describe} (${model.countParams()} parameters), Adam lr ${LR}, ` +
@@ -164,6 +237,7 @@ async function main() {
   // last step; the last step's allreduce makes every rank end it together.
   const steady = { ms: 0, steps: 0, waitMs: 0, gcMs: 0 };
   let testAcc = 0;
+  const ticksBefore = machineTicks(), cpuBefore = process.cpuUsage(), wallBefore = performance.now();
   for (let epoch = 0; epoch < EPOCHS; epoch++) {
     const order = tf.tensor1d(shuffled([...Array(mine.x.shape[0]).keys()], 1000 * epoch + rank), 'int32');
     let lossSum = 0, accSum = 0;
@@ -172,22 +246,19 @@ async function main() {
     const gcBefore = gcMsSoFar();
     const t0 = performance.now();
     for (let s = 0; s < steps; s++) {
-      const [x, y] = tf.tidy(() => {
-        const idx = order.slice(s * local, local);
-        return [tf.gather(mine.x, idx), tf.gather(mine.y, idx)];
-      });
-      const [loss, acc] = await model.trainOnBatch(x, y);
+      const [loss, acc] = await trainStep(model, mine, order, s, local);
       lossSum += loss; accSum += acc;
-      tf.dispose([x, y]);
     }
     const ms = performance.now() - t0;
     await new Promise(setImmediate); // V8 reports GC pauses from the event loop, which the steps never reach
-    if (epoch > 0 || EPOCHS === 1) {
+    const counted = epoch > 0 || EPOCHS === 1;
+    if (counted) {
       steady.ms += ms; steady.steps += steps;
       steady.waitMs += optimizer.stats.waitMs - waitBefore;
       steady.gcMs += gcMsSoFar() - gcBefore;
     }
     order.dispose();
+    if (probe) await probe.run(counted);
     const [evalLoss, evalAcc] = tf.tidy(() => model.evaluate(myTest.x, myTest.y, { batchSize: 500 }).map((t) => t.dataSync()[0]));
     const [loss, acc, testLoss, meanTestAcc, rankMs] = await averaged([lossSum / steps, accSum / steps, evalLoss, evalAcc, ms]);
     testAcc = meanTestAcc;
@@ -196,12 +267,16 @@ async function main() {
       `${(rankMs / 1000).toFixed(2)} s  ${sps.toFixed(0)} samples/s (${(sps / size).toFixed(0)} per rank)`);
   }
 
+  const cpu = process.cpuUsage(cpuBefore), wallS = (performance.now() - wallBefore) / 1000, ticksAfter = machineTicks();
+  // This job's share of the machine's CPU capacity; the rest of the busy share is other processes.
+  const [jobShare] = await hora.allreduce(Float64Array.of((cpu.user + cpu.system) / 1e6 / (wallS * os.cpus().length)), { op: 'sum' });
+  const otherShare = ticksBefore && ticksAfter && hora.localSize() === size
+    ? Math.max(0, (ticksAfter.busy - ticksBefore.busy) / (ticksAfter.total - ticksBefore.total) - jobShare) : null;
   const [stepMs, waitMs, gcMs] = await averaged([steady.ms / steady.steps, steady.waitMs / steady.steps, steady.gcMs / steady.steps]);
   const sps = BATCH / (stepMs / 1000);
-  log(`steady state (epochs ${EPOCHS === 1 ? 1 : `2..${EPOCHS}`}): ${sps.toFixed(0)} samples/s total, ${(sps / size).toFixed(0)} per rank, ` +
+  const epochs = EPOCHS === 1 ? '1' : `2..${EPOCHS}`;
+  log(`steady state (epochs ${epochs}): ${sps.toFixed(0)} samples/s total, ${(sps / size).toFixed(0)} per rank, ` +
     `${stepMs.toFixed(2)} ms per step, of which ${waitMs.toFixed(2)} ms blocked on communication and ${gcMs.toFixed(2)} ms in GC`);
-  if (BASELINE > 0) log(`scaling efficiency vs the 1-rank baseline of ${BASELINE.toFixed(0)} samples/s: ${(sps / (size * BASELINE)).toFixed(3)}`);
-  log(`test accuracy: ${testAcc.toFixed(4)} (${N_TEST} digits)`);
 
   // Pure communication of one step's gradients, nothing else running: what an overlap could hide at most.
   let commMs = 0;
@@ -214,11 +289,33 @@ async function main() {
       for (const w of works) w.wait();
     }
     commMs = (await averaged([(performance.now() - commMs) / rounds]))[0];
-    log(`allreduce of one step's gradients alone: ${commMs.toFixed(3)} ms`);
   }
+
+  let scaling = null;
+  if (probe) {
+    const { globalMs, globalSteps, localMs, localSteps } = probe.total;
+    const [baselineStepMs, plainStepMs] = await averaged([globalMs / globalSteps, localMs / localSteps]);
+    const baselineSps = BATCH / (baselineStepMs / 1000);
+    scaling = { baselineStepMs, plainStepMs, efficiency: sps / (size * baselineSps), commFactor: plainStepMs / stepMs };
+    log(`scaling efficiency ${scaling.efficiency.toFixed(3)}: ${sps.toFixed(0)} samples/s on ${size} ranks against ${size} x ${baselineSps.toFixed(0)} ` +
+      `for one process on the global batch of ${BATCH}`);
+    log(`  measured in this run: after each epoch, all ranks at once (one core each, as in training) timed ${SCALING_STEPS} steps of ` +
+      `batch ${BATCH} on a copy of the model trained with plain Adam, without hora (${globalSteps} steps per rank in epochs ${epochs})`);
+    const shareMs = stepMs - plainStepMs;
+    const against = `the same ${local}-sample step with plain Adam took ${plainStepMs.toFixed(2)} ms (${localSteps} steps per rank)`;
+    log(shareMs > 0
+      ? `hora's share of a step: ${shareMs.toFixed(2)} ms of ${stepMs.toFixed(2)} ms (${(100 * shareMs / stepMs).toFixed(1)}%); ${against}`
+      : `hora's share of a step: too small to measure here: the step took ${stepMs.toFixed(2)} ms with hora; ${against}`);
+  }
+  if (scaling && otherShare !== null && otherShare > 0.05) {
+    log(`  other processes took ${(100 * otherShare).toFixed(0)}% of this machine's CPU during the training, so these figures are noisy ` +
+      `(bench/scaling.sh repeats them and leaves out runs above 5%)`);
+  }
+  log(`test accuracy: ${testAcc.toFixed(4)} (${N_TEST} digits)`);
+  if (size > 1) log(`allreduce of one step's gradients alone: ${commMs.toFixed(3)} ms`);
   if (JSON_OUT) {
     log(JSON.stringify({ size, model: MODEL, batch: BATCH, steps: steady.steps, sps, stepMs, waitMs, gcMs, commMs, testAcc,
-      skipAllreduce: process.env.HORA_TFJS_SKIP_ALLREDUCE === '1' }));
+      skipAllreduce: process.env.HORA_TFJS_SKIP_ALLREDUCE === '1', otherShare, ...scaling }));
   }
   await hora.shutdown();
 }

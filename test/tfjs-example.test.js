@@ -1,6 +1,7 @@
 'use strict';
 // examples/tfjs-mnist.js (npm run demo): its replacement cpu kernels compute what tfjs's own compute, and it trains
-// on 2 ranks, opens with its own line and prints the JSON summary that bench/scaling.sh reads.
+// on 2 ranks, opens with its own line, measures its scaling efficiency and hora's share of a step in the same run,
+// and prints the JSON summary that bench/scaling.sh reads.
 const t = require('tap');
 const path = require('node:path');
 const tf = require('@tensorflow/tfjs');
@@ -63,7 +64,7 @@ t.test('the example\'s cpu kernels give the results of tfjs\'s own', async (t) =
   }
 });
 
-t.test('examples/tfjs-mnist.js trains on 2 ranks and prints the summary bench/scaling.sh reads', async (t) => {
+t.test('examples/tfjs-mnist.js trains on 2 ranks, measures its scaling and prints the summary bench/scaling.sh reads', async (t) => {
   const job = await runJob(2, path.join(ROOT, 'examples', 'tfjs-mnist.js'),
     { args: ['--train', '2000', '--test', '200', '--epochs', '2', '--json'] });
   t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
@@ -82,5 +83,21 @@ t.test('examples/tfjs-mnist.js trains on 2 ranks and prints the summary bench/sc
   t.match(lines[0], /^\[0\] hora\/tfjs MNIST: 2 rank\(s\), .* tfjs cpu backend/, 'the first line is the example\'s own', { output: tail(job) });
   t.notMatch(`${job.stdout}${job.stderr}`, /looks like you are running TensorFlow\.js|tfjs-node for more details/, 'no tfjs-node banner');
   t.notMatch(job.stderr, /^\s+at /m, 'no stack trace', { stderr: job.stderr });
+  // Efficiency = samples/s of the 2-rank steps / (2 x samples/s of one process stepping the global batch alone).
+  for (const key of ['baselineStepMs', 'plainStepMs', 'efficiency', 'commFactor']) {
+    t.ok(Number.isFinite(summary[key]) && summary[key] > 0, `${key} is a number > 0 (${summary[key]})`);
+  }
+  t.ok(Math.abs(summary.efficiency - summary.baselineStepMs / (2 * summary.stepMs)) < 1e-9 * summary.efficiency,
+    'efficiency = baseline step / (2 x 2-rank step)');
+  t.ok(Math.abs(summary.commFactor - summary.plainStepMs / summary.stepMs) < 1e-9 * summary.commFactor,
+    'hora\'s factor = step without hora / step with it');
+  const efficiency = lines.find((l) => l.startsWith('[0] scaling efficiency '));
+  t.match(efficiency, /^\[0\] scaling efficiency (\d+\.\d{3}): \d+ samples\/s on 2 ranks against 2 x \d+ for one process on the global batch of 128$/,
+    'rank 0 prints the scaling efficiency against one process on the same global batch', { output: tail(job) });
+  t.equal(efficiency && efficiency.split(' ')[3].replace(':', ''), summary.efficiency.toFixed(3), 'the printed efficiency is the measured one');
+  t.match(job.stdout, /\[0\]   measured in this run: after each epoch, all ranks at once .* timed 3 steps of batch 128 .* without hora \(3 steps per rank in epochs 2\.\.2\)/,
+    'it says how the baseline was measured');
+  t.match(job.stdout, /\[0\] hora's share of a step: .*the same 64-sample step with plain Adam took \d+\.\d\d ms \(6 steps per rank\)/,
+    'it prints hora\'s share: the step without the allreduce against the step with it');
   t.ok(summary.testAcc > 0.6, `it learns: test accuracy ${summary.testAcc} > 0.6 after 30 steps`);
 });
