@@ -75,6 +75,20 @@ const STAND_INS = {
   '--iface': () => 'lo', // checked against this machine's interfaces, which the docs cannot know
 };
 
+/**
+ * Stand-in values for the variables a command forwards from the reader's environment (`-x NAME`, and the bare
+ * names of HORA_RUN_EXPORT), which this machine need not have.
+ */
+function exportedStandIns(args, env) {
+  const names = [];
+  args.forEach((a, i) => {
+    if (args[i - 1] === '-x') names.push(a);
+    else if (a.startsWith('-x=')) names.push(a.slice(3));
+  });
+  names.push(...(env.HORA_RUN_EXPORT ?? '').split(',').map((e) => e.trim()));
+  return Object.fromEntries(names.filter((n) => n && !n.includes('=')).map((n) => [n, 'stand-in']));
+}
+
 function write(dir, name, text) {
   const file = path.join(dir, name);
   fs.writeFileSync(file, text);
@@ -353,8 +367,8 @@ t.test('every hora command in a ```sh block is one hora accepts; the cheap ones 
   const project = makeProject();
   t.teardown(() => fs.rmSync(project.dir, { recursive: true, force: true }));
 
-  /** Checks `hora argv...` without running it; returns a list of problems. */
-  function check(argv) {
+  /** Checks `hora argv...` (run with the line's own variables, env) without running it; returns a list of problems. */
+  function check(argv, env = {}) {
     const [command, ...rest] = argv;
     const problems = [];
     switch (command) {
@@ -362,7 +376,7 @@ t.test('every hora command in a ```sh block is one hora accepts; the cheap ones 
         const args = rest.map((a, i) => (STAND_INS[rest[i - 1]] ? STAND_INS[rest[i - 1]](scratch) : a));
         let opts;
         try {
-          opts = parseRunArgs(args, {});
+          opts = parseRunArgs(args, { ...exportedStandIns(args, env), ...env });
         } catch (e) {
           return [`hora run rejects it: ${e.message}`];
         }
@@ -406,7 +420,7 @@ t.test('every hora command in a ```sh block is one hora accepts; the cheap ones 
           for (const name of Object.keys(env).filter((k) => k.startsWith('HORA_'))) {
             t.ok(ENV_NAMES.includes(name), `${where(b)}: ${name} is a variable of hora env`);
           }
-          const problems = check(argv);
+          const problems = check(argv, env);
           t.same(problems, [], `${where(b)}: ${normalize(line)}`);
         }
         const key = normalize(line);
