@@ -147,9 +147,35 @@ t.test('the simulator reports messages out of order and deadlocks, naming the st
   t.throws(() => simulate(buildSchedule('gpipe', 2, 2), { forward: [1], backward: [1, 1] }), /argument 'costs.forward' must be an array of 2 finite numbers >= 0; received \[1\]/);
 });
 
+t.test('with sends that hold the sender until the receiver takes them, 1F1B deadlocks and GPipe does not', async (t) => {
+  let deadlocks = 0;
+  for (let S = 1; S <= 6; S++) {
+    for (let m = 1; m <= 32; m++) {
+      const g = simulate(buildSchedule('gpipe', S, m), equal(S, 1, 2), 'rendezvous');
+      if (g.makespan !== (m + S - 1) * 3) t.fail(`gpipe S=${S} m=${m}: makespan ${g.makespan}`);
+      let stuck = false;
+      try {
+        simulate(buildSchedule('1f1b', S, m), equal(S, 1, 2), 'rendezvous');
+      } catch (e) {
+        if (!/deadlock/.test(e.message)) throw e;
+        stuck = true;
+        deadlocks++;
+      }
+      if (stuck !== (S >= 2 && m >= 2)) t.fail(`1f1b S=${S} m=${m}: ${stuck ? 'deadlocked' : 'finished'}`);
+    }
+  }
+  t.equal(deadlocks, 5 * 31, '1F1B deadlocks exactly when S >= 2 and m >= 2');
+  t.throws(() => simulate(buildSchedule('1f1b', 2, 2), equal(2, 1, 1), 'rendezvous'),
+    /deadlock: stage 0 waits for stage 1 to take the activation of micro-batch 1; stage 1 waits for stage 0 to take the gradient of micro-batch 0/);
+  const one = simulate(buildSchedule('gpipe', 2, 1), { forward: [1, 1], backward: [2, 2], transfer: [5] }, 'rendezvous');
+  t.same(one.start, [[0, 14], [6, 7]], 'one micro-batch: the same times as eager sends');
+  t.equal(one.makespan, 16);
+});
+
 t.test('bad arguments name the argument and the value', async (t) => {
   t.throws(() => buildSchedule('zigzag', 2, 2), /argument 'kind' must be 'gpipe' or '1f1b'; received 'zigzag'/);
   t.throws(() => buildSchedule('1f1b', 0, 2), /argument 'stages' must be an integer >= 1; received 0/);
   t.throws(() => buildSchedule('1f1b', 2, 1.5), /argument 'microBatches' must be an integer >= 1; received 1.5/);
+  t.throws(() => simulate(buildSchedule('1f1b', 2, 2), equal(2, 1, 1), 'blocking'), /argument 'sends' must be 'eager' or 'rendezvous'; received 'blocking'/);
   t.throws(() => stageSchedule('1f1b', 2, 2, 4), /argument 'stage' must be an integer from 0 to 1; received 2/);
 });

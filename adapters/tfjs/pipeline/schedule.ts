@@ -26,7 +26,10 @@
  * Messages between two adjacent stages travel in one direction per kind (activations s -> s + 1,
  * gradients s + 1 -> s), and both schedules send and receive each kind in micro-batch order on both
  * ends, so one ordered channel per direction (one tag) matches them without tags per micro-batch.
- * simulate() checks that, and that no stage waits forever.
+ * simulate() checks that, and that no stage waits forever. It also shows what 1F1B demands of sends:
+ * in its steady state stage s sends an activation forward while stage s + 1 sends a gradient back, so
+ * if a send held its stage until the receiver took the message, both would wait on each other (for
+ * every S >= 2 and m >= 2; GPipe never). A stage must post its send and go on to its next receive.
  */
 
 export type ScheduleKind = 'gpipe' | '1f1b';
@@ -130,14 +133,21 @@ export interface Simulation {
 }
 
 /**
- * Runs the per-stage lists against each other. An instruction starts when its stage is free and its
- * message has arrived. Sends never hold the sender (the communication thread carries them), but each
- * directed link carries one message at a time, in the order sent: a message arrives transfer[s] after
- * the later of its send and the previous message's arrival on that link. Throws if a stage receives a
- * message other than the one it expects next on that link (the orders differ) or if the stages stop
- * with instructions left (a deadlock), naming the stage and what it waits for.
+ * How a stage sends. 'eager': a send never holds the sender (the communication thread carries it), but
+ * each directed link carries one message at a time, in the order sent, so a message arrives transfer[s]
+ * after the later of its send and the previous message's arrival on that link. 'rendezvous': the sender
+ * is held until the receiver takes the message and the transfer is done, as a blocking send of a
+ * message too large to buffer would be.
  */
-export function simulate(schedule: Instruction[][], costs: StageCosts): Simulation {
+export type SendMode = 'eager' | 'rendezvous';
+
+/**
+ * Runs the per-stage lists against each other. An instruction starts when its stage is free and its
+ * message has arrived. Throws if a stage receives a message other than the one it expects next on that
+ * link (the orders differ) or if the stages stop with work left (a deadlock), naming each stage and
+ * what it waits for.
+ */
+export function simulate(schedule: Instruction[][], costs: StageCosts, sends: SendMode = 'eager'): Simulation {
   const S = schedule.length;
   const transfer = costs.transfer ?? new Array(Math.max(S - 1, 0)).fill(0);
   for (const [name, list, n] of [['forward', costs.forward, S], ['backward', costs.backward, S], ['transfer', transfer, S - 1]] as const) {
@@ -145,8 +155,12 @@ export function simulate(schedule: Instruction[][], costs: StageCosts): Simulati
       throw new TypeError(`simulate: argument 'costs.${name}' must be an array of ${n} finite numbers >= 0; received ${Array.isArray(list) ? `[${list.join(', ')}]` : String(list)}`);
     }
   }
-  // links[from][to]: messages sent and not yet received on that directed link, oldest first.
-  type InTransit = { msg: Message; arrives: number };
+  if (sends !== 'eager' && sends !== 'rendezvous') {
+    throw new TypeError(`simulate: argument 'sends' must be 'eager' or 'rendezvous'; received ${typeof sends === 'string' ? `'${sends}'` : String(sends)}`);
+  }
+  // links[from][to]: messages sent and not yet received on that directed link, oldest first. With
+  // rendezvous sends, `arrives` is when the sender offered it; the transfer starts once both are ready.
+  type InTransit = { msg: Message; arrives: number; from: number };
   const links = new Map<string, InTransit[]>();
   const linkFree = new Map<string, number>();
   const key = (from: number, to: number) => `${from}>${to}`;
@@ -158,12 +172,14 @@ export function simulate(schedule: Instruction[][], costs: StageCosts): Simulati
   const start = schedule.map((list) => new Array<number>(list.length).fill(NaN));
   const end = schedule.map((list) => new Array<number>(list.length).fill(NaN));
   const forwarded = schedule.map(() => new Set<number>());
+  // heldBy[s]: the message stage s is held sending (rendezvous only).
+  const heldBy: Array<Message | null> = new Array(S).fill(null);
   let remaining = schedule.reduce((n, list) => n + list.length, 0);
 
-  while (remaining > 0) {
+  while (remaining > 0 || heldBy.some((h) => h !== null)) {
     let progressed = false;
     for (let s = 0; s < S; s++) {
-      while (next[s] < schedule[s].length) {
+      while (next[s] < schedule[s].length && heldBy[s] === null) {
         const ins = schedule[s][next[s]];
         let ready = free[s];
         if (ins.recv) {
@@ -174,7 +190,13 @@ export function simulate(schedule: Instruction[][], costs: StageCosts): Simulati
             throw new Error(`simulate: stage ${s} expects the ${ins.recv.kind} of micro-batch ${ins.recv.microBatch} from stage ${ins.recv.peer} but the next message on that link is the ${head.msg.kind} of micro-batch ${head.msg.microBatch}`);
           }
           queue.shift();
-          ready = Math.max(ready, head.arrives);
+          if (sends === 'rendezvous') {
+            ready = Math.max(ready, head.arrives) + transfer[Math.min(s, head.from)];
+            free[head.from] = ready;
+            heldBy[head.from] = null;
+          } else {
+            ready = Math.max(ready, head.arrives);
+          }
         }
         if (ins.op === 'backward' && !forwarded[s].has(ins.microBatch)) {
           throw new Error(`simulate: stage ${s} runs the backward of micro-batch ${ins.microBatch} before its forward`);
@@ -192,11 +214,15 @@ export function simulate(schedule: Instruction[][], costs: StageCosts): Simulati
         }
         if (ins.send) {
           const k = key(s, ins.send.peer);
-          const sent = Math.max(free[s], linkFree.get(k) ?? 0);
-          const arrives = sent + transfer[Math.min(s, ins.send.peer)];
-          linkFree.set(k, arrives);
+          let arrives = free[s];
+          if (sends === 'rendezvous') {
+            heldBy[s] = ins.send;
+          } else {
+            arrives = Math.max(free[s], linkFree.get(k) ?? 0) + transfer[Math.min(s, ins.send.peer)];
+            linkFree.set(k, arrives);
+          }
           if (!links.has(k)) links.set(k, []);
-          (links.get(k) as InTransit[]).push({ msg: { ...ins.send, peer: s }, arrives });
+          (links.get(k) as InTransit[]).push({ msg: { ...ins.send, peer: s }, arrives, from: s });
         }
         next[s] += 1;
         remaining -= 1;
@@ -205,6 +231,8 @@ export function simulate(schedule: Instruction[][], costs: StageCosts): Simulati
     }
     if (!progressed) {
       const waiting = schedule.map((list, s) => {
+        const held = heldBy[s];
+        if (held) return `stage ${s} waits for stage ${held.peer} to take the ${held.kind} of micro-batch ${held.microBatch}`;
         if (next[s] >= list.length) return null;
         const r = list[next[s]].recv as Message;
         return `stage ${s} waits for the ${r.kind} of micro-batch ${r.microBatch} from stage ${r.peer}`;
@@ -212,7 +240,7 @@ export function simulate(schedule: Instruction[][], costs: StageCosts): Simulati
       throw new Error(`simulate: deadlock: ${waiting.join('; ')}`);
     }
   }
-  const makespan = Math.max(0, ...end.flat());
+  const makespan = Math.max(0, ...end.flat(), ...free);
   const total = busy.reduce((a, b) => a + b, 0);
   return {
     makespan,
