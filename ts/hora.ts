@@ -541,7 +541,24 @@ function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite): 
   }, () => undefined, site, []);
 }
 
-/** @internal For hora bench and tests: the engine's communicator (null in a world of one). */
+/**
+ * @internal For the adapters: hands the collectives batched so far to the engine now. Batches otherwise
+ * go at the end of the current run of JavaScript, which a framework's backward pass may hold for seconds.
+ */
+export function flushCollectives(): void {
+  world?.dispatcher?.flush();
+}
+
+/** @internal For the adapters: whether HORA_TIMELINE is writing this rank's timeline. */
+export function timelineOn(): boolean {
+  return Boolean(world?.dispatcher?.timeline);
+}
+
+/** @internal For the adapters: a slice on the timeline's training lane (process.hrtime nanoseconds). */
+export function timelineSpan(name: string, startNs: number, endNs: number, args?: object): void {
+  world?.dispatcher?.timeline?.span(name, startNs, endNs, args);
+}
+
 /**
  * The cost model's predicted seconds of a float32 allreduce of `bytes` with each algorithm, and which one
  * `algorithm` (default: this job's setting) resolves to; null in a world of one. For `hora bench`.
@@ -553,6 +570,7 @@ export function allreduceEstimate(bytes: number, algorithm: string): NativeEstim
   return comm.estimate(bytes, ALGORITHMS[algorithm]);
 }
 
+/** @internal For hora bench and tests: the engine's communicator (null in a world of one). */
 export function nativeCommunicator(): NativeCommunicator | null {
   return world?.dispatcher?.comm ?? null;
 }

@@ -61,6 +61,8 @@ const OP_NAMES = ['sum', 'avg', 'min', 'max', 'prod'];
 const FLUSH_BYTES = 64 * 1024;
 const FLUSH_INTERVAL_MS = 250;
 const BASE_GRID_US = 1e9;
+/** The lane of the slices adapters draw (the backward pass), below every collectives lane. */
+const TRAINING_TID = 1000;
 
 /** What the JS side knows of a call, taken when it is made. */
 interface Call {
@@ -122,6 +124,7 @@ export class TimelineWriter {
   private group: Completed[] = [];
   private timer: NodeJS.Timeout;
   private readonly closeOnExit = () => this.close();
+  private trainingLaneNamed = false;
 
   /**
    * Opens `file` (truncating it) and writes the process and thread names. clocks is native clocks():
@@ -150,6 +153,19 @@ export class TimelineWriter {
       calledNs: Number(process.hrtime.bigint()), kind: item.kind, op: item.op, dtype: item.dtype, root: item.root,
       name: item.name, bytes: itemBytes(item),
     });
+  }
+
+  /**
+   * A slice of the training step that an adapter draws on the "training" lane (hora/tfjs: the backward
+   * pass, so each bucket's allreduce shows against it). Times are process.hrtime nanoseconds.
+   */
+  span(name: string, startNs: number, endNs: number, args?: object): void {
+    if (this.fd === null) return;
+    if (!this.trainingLaneNamed) {
+      this.nameThread(TRAINING_TID, 'training');
+      this.trainingLaneNamed = true;
+    }
+    this.slice(TRAINING_TID, name, 'training', startNs, endNs, args);
   }
 
   /** Collects what the engine completed, formats it and writes it to the file. */
