@@ -34,6 +34,10 @@ t.test('DistributedOptimizer validates its options, naming option and value', as
   t.throws(() => new tfjs.DistributedOptimizer(sgd, { backwardPassesPerStep: 1.5 }), /received 1.5/);
   t.throws(() => new tfjs.DistributedOptimizer(sgd, { op: 'max' }), /option 'op' must be 'avg' or 'sum'; received 'max'/);
   t.throws(() => new tfjs.DistributedOptimizer({}), /argument 'optimizer' must be a tf.train optimizer/);
+  t.throws(() => new tfjs.DistributedOptimizer(sgd, { overlap: 'yes' }), /option 'overlap' must be true or false; received 'yes'/);
+  t.throws(() => new tfjs.DistributedOptimizer(sgd, { bucketMB: 0 }), /option 'bucketMB' must be a finite number > 0; received 0/);
+  t.throws(() => new tfjs.DistributedOptimizer(sgd, { bucketMB: NaN }), /option 'bucketMB' must be a finite number > 0; received NaN/);
+  t.equal(new tfjs.DistributedOptimizer(sgd).overlap, true, 'overlap is on by default');
   t.throws(() => new tfjs.LearningRateWarmupCallback({ warmupEpochs: 0 }), /option 'warmupEpochs' must be a number > 0; received 0/);
 });
 
@@ -73,4 +77,35 @@ t.test('shard: equal contiguous or strided parts along axis 0, tensors and array
   t.ok(b.y instanceof Int32Array, 'typed arrays keep their type');
   t.throws(() => tfjs.shard(x, [1, 2], { rank: 0, size: 2 }), /x has 7 samples but y has 2/);
   t.throws(() => tfjs.shard(x, y, { rank: 3, size: 3 }), /option 'rank' must be an integer from 0 to 2; received 3/);
+});
+
+t.test('gradient-ready hooks report every gradient bit for bit as tfjs returns it, top layer first', async (t) => {
+  const { gradientsWithHooks } = require('../dist/adapters/tfjs/hooks.js');
+  const input = tf.input({ shape: [3] });
+  const twice = tf.layers.dense({ units: 3, activation: 'tanh', name: 'hooks_twice' });
+  const top = tf.layers.dense({ units: 2, name: 'hooks_top' });
+  const lstm = tf.layers.lstm({ units: 2, name: 'hooks_lstm' });
+  const out = top.apply(lstm.apply(tf.layers.reshape({ targetShape: [3, 1] }).apply(twice.apply(twice.apply(input)))));
+  const model = tf.model({ inputs: input, outputs: out });
+  const x = tf.randomNormal([4, 3], 0, 1, 'float32', 1);
+  const f = () => tf.losses.meanSquaredError(tf.ones([4, 2]), model.apply(x));
+  const varList = model.trainableWeights.map((w) => w.read());
+  const seen = [];
+  let forward = 0;
+  const { value, grads, followed } = gradientsWithHooks(f, varList, {
+    forwardEnded: () => { forward++; },
+    ready: (name, values) => seen.push([name, Float32Array.from(values)]),
+  });
+  const expected = tf.variableGrads(f, varList).grads;
+  t.equal(forward, 1, 'the forward end is signalled once');
+  t.same(seen.map(([n]) => n).sort(), Object.keys(expected).sort(), 'every variable with a gradient was reported once');
+  t.equal(followed.size, seen.length, 'and counted as followed');
+  for (const [name, values] of seen) {
+    t.same(Buffer.from(values.buffer), Buffer.from(grads[name].dataSync().buffer), `${name}: the value tfjs returns from this pass`);
+    t.same(Buffer.from(values.buffer), Buffer.from(expected[name].dataSync().buffer), `${name}: the value of a pass without hooks`);
+  }
+  const order = seen.map(([n]) => n);
+  t.ok(order.indexOf('hooks_top/kernel') < order.indexOf('hooks_lstm/kernel'), 'the top layer is ready before the LSTM');
+  t.ok(order.indexOf('hooks_lstm/kernel') < order.indexOf('hooks_twice/kernel'), 'the LSTM before the layer used twice');
+  tf.dispose([value, x, ...Object.values(grads), ...Object.values(expected)]);
 });

@@ -2,16 +2,26 @@
  * DistributedOptimizer: wraps any tf.train optimizer so that every rank applies the same, averaged
  * gradients.
  *
- * tfjs calls applyGradients synchronously with every gradient already computed (the cpu backend is
- * eager), so the only overlap available is inside this call: each gradient is read back and handed to
- * hora before the next one is read, and the JS thread blocks with Work.wait() only after all of them
- * are submitted. The inner optimizer then sees the averaged gradients under the same names and in the
- * same order it would have seen locally (Adam and friends key their slots by position), so N ranks on
- * batch B/N follow one process on batch B up to float rounding.
+ * With overlap (the default) the allreduce starts inside the backward pass: minimize(), and with it
+ * model.fit and trainOnBatch, run the pass through computeGradients(), where gradient-ready hooks
+ * (hooks.ts) hand each gradient over as soon as it is final and buckets (buckets.ts) send it while tfjs
+ * computes the layers below. applyGradients() then only waits for what is still in flight.
+ *
+ * Without overlap, or for gradients computed elsewhere (tf.variableGrads), applyGradients does all the
+ * work after the fact: each gradient is read back and handed to hora before the next one is read, and
+ * the JS thread blocks with Work.wait() only after all of them are submitted.
+ *
+ * Either way the inner optimizer sees the averaged gradients under the same names and in the same order
+ * it would have seen locally (Adam and friends key their slots by position), so N ranks on batch B/N
+ * follow one process on batch B up to float rounding, and both ways give bit-identical weights.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import * as hora from '../../ts/index';
+import { HoraError } from '../../ts/errors';
+import { flushCollectives, timelineOn, timelineSpan } from '../../ts/hora';
 import { steps } from '../../ts/stats';
+import { BucketedStep, planBuckets, PlannedBucket } from './buckets';
+import { gradientsWithHooks } from './hooks';
 import { bfloat16ToFloat, floatToBFloat16, floatToHalf, halfToFloat } from './half';
 
 export type Compression = 'none' | 'fp16' | 'bf16';
@@ -23,7 +33,17 @@ export interface DistributedOptimizerOptions {
   backwardPassesPerStep?: number;
   /** How gradients are combined over ranks: 'avg' for mean-reduced losses (default), 'sum' for summed ones. */
   op?: 'avg' | 'sum';
+  /**
+   * Start each bucket's allreduce during the backward pass of minimize / fit / trainOnBatch (true, the
+   * default), or all of them in applyGradients (false). Both give bit-identical weights.
+   */
+  overlap?: boolean;
+  /** Size of a bucket of gradients sent together when overlapping, in MiB (> 0). Default 4. */
+  bucketMB?: number;
 }
+
+/** Default bucketMB: see docs/tfjs.md for the measurement behind it. */
+export const DEFAULT_BUCKET_MB = 4;
 
 /** Where the time of applyGradients went, summed over calls (milliseconds). */
 export interface DistributedOptimizerStats {
@@ -35,6 +55,15 @@ export interface DistributedOptimizerStats {
   waitMs: number;
   /** The inner optimizer's update. */
   applyMs: number;
+  /** Backward passes run through computeGradients (minimize, fit, trainOnBatch): their time. */
+  backwardMs: number;
+  /**
+   * Communication in flight while a backward pass still ran: from its first bucket's start to the
+   * pass's end. An upper bound of the communication the pass hid.
+   */
+  hiddenMs: number;
+  /** Communication nothing hid: blocked after the backward pass (the same figure as waitMs). */
+  exposedMs: number;
 }
 
 /** tfjs-core's NamedTensor (not exported from its index). */
@@ -62,8 +91,14 @@ export class DistributedOptimizer extends tf.Optimizer {
   readonly compression: Compression;
   readonly backwardPassesPerStep: number;
   readonly op: 'avg' | 'sum';
-  readonly stats: DistributedOptimizerStats = { steps: 0, submitMs: 0, waitMs: 0, applyMs: 0 };
+  readonly overlap: boolean;
+  readonly bucketMB: number;
+  readonly stats: DistributedOptimizerStats = { steps: 0, submitMs: 0, waitMs: 0, applyMs: 0, backwardMs: 0, hiddenMs: 0, exposedMs: 0 };
   private readonly skip = skipAllreduce();
+  /** The bucket plan learnt on the first overlapped step; null until then. */
+  private plan: PlannedBucket[] | null = null;
+  /** The communicating pass whose buckets are in flight, until applyGradients takes it. */
+  private inFlight: { step: BucketedStep; grads: tf.NamedTensorMap; taken: Set<string> } | null = null;
   /** Sum of the local gradient sets since the last update (backwardPassesPerStep > 1). */
   private accumulated: { names: string[]; sums: Array<Float32Array | null> } | null = null;
   private passes = 0;
@@ -74,7 +109,9 @@ export class DistributedOptimizer extends tf.Optimizer {
       throw new TypeError(`DistributedOptimizer: argument 'optimizer' must be a tf.train optimizer; received ${optimizer === null ? 'null' : typeof optimizer}`);
     }
     if (options === null || typeof options !== 'object') throw invalid('options', 'an object', options);
-    const { compression = 'none', backwardPassesPerStep = 1, op = 'avg' } = options;
+    const {
+      compression = 'none', backwardPassesPerStep = 1, op = 'avg', overlap = true, bucketMB = DEFAULT_BUCKET_MB,
+    } = options;
     if (compression !== 'none' && compression !== 'fp16' && compression !== 'bf16') {
       throw invalid('compression', "'none', 'fp16' or 'bf16'", compression);
     }
@@ -82,10 +119,77 @@ export class DistributedOptimizer extends tf.Optimizer {
       throw invalid('backwardPassesPerStep', 'an integer >= 1', backwardPassesPerStep);
     }
     if (op !== 'avg' && op !== 'sum') throw invalid('op', "'avg' or 'sum'", op);
+    if (typeof overlap !== 'boolean') throw invalid('overlap', 'true or false', overlap);
+    if (typeof bucketMB !== 'number' || !Number.isFinite(bucketMB) || bucketMB <= 0) {
+      throw invalid('bucketMB', 'a finite number > 0', bucketMB);
+    }
     this.optimizer = optimizer;
+    this.overlap = overlap;
+    this.bucketMB = bucketMB;
     this.compression = compression;
     this.backwardPassesPerStep = backwardPassesPerStep;
     this.op = op;
+  }
+
+  /**
+   * Runs f's forward and backward pass, as tf.variableGrads(f, varList) does. With overlap, on a pass
+   * that communicates (every pass, or every k-th with backwardPassesPerStep = k), each bucket of
+   * gradients starts its allreduce as soon as it is final; applyGradients then waits for them.
+   */
+  computeGradients(f: () => tf.Scalar, varList?: tf.Variable[]): { value: tf.Scalar; grads: tf.NamedTensorMap } {
+    const k = this.backwardPassesPerStep;
+    this.inFlight = null;
+    if (!this.overlap || this.passes + 1 < k) {
+      let backwardAt = performance.now();
+      const result = super.computeGradients(() => {
+        const y = f();
+        backwardAt = performance.now();
+        return y;
+      }, varList);
+      this.stats.backwardMs += performance.now() - backwardAt;
+      return result;
+    }
+    // With k > 1 the earlier passes' sums (by name) take this pass's gradients as they become final.
+    const earlier = k > 1 && this.accumulated ? new Map(this.accumulated.names.map((n, i) => [n, this.accumulated?.sums[i]])) : null;
+    const step = new BucketedStep(this.plan ?? planBuckets([], 0), (data, name) => this.submit(data, name), flushCollectives);
+    const taken = new Set<string>();
+    const tracing = timelineOn();
+    let backwardAt = performance.now();
+    let backwardNs = 0;
+    let result: { value: tf.Scalar; grads: tf.NamedTensorMap };
+    try {
+      result = gradientsWithHooks(f, varList, {
+        forwardEnded: () => {
+          backwardAt = performance.now();
+          if (tracing) backwardNs = Number(process.hrtime.bigint());
+        },
+        ready: (name, values) => {
+          if (k === 1) {
+            step.add(name, values);
+          } else {
+            const sum = earlier?.get(name);
+            if (!sum || sum.length !== values.length) return; // applyGradients reports the difference
+            for (let i = 0; i < sum.length; i++) {
+              sum[i] += values[i];
+              sum[i] /= k;
+            }
+            step.add(name, sum);
+          }
+          taken.add(name);
+        },
+      });
+    } catch (e) {
+      // Buckets of this pass may be out already, and the other ranks wait in theirs: fail them now
+      // rather than let them wait for a collective this rank will never issue.
+      this.abandon(e);
+      throw e;
+    }
+    const end = performance.now();
+    this.stats.backwardMs += end - backwardAt;
+    if (step.firstSentAt !== null) this.stats.hiddenMs += end - Math.max(step.firstSentAt, backwardAt);
+    if (tracing) timelineSpan('backward', backwardNs, Number(process.hrtime.bigint()), { bucketsSent: step.submitted });
+    this.inFlight = { step, grads: result.grads, taken };
+    return result;
   }
 
   /**
@@ -101,28 +205,65 @@ export class DistributedOptimizer extends tf.Optimizer {
     const entries: Entry[] = asArray
       ? (variableGradients as NamedTensor[]).map((g) => ({ name: g.name, tensor: g.tensor }))
       : Object.keys(variableGradients).map((name) => ({ name, tensor: (variableGradients as tf.NamedTensorMap)[name] }));
+    const pass = this.inFlight;
+    this.inFlight = null;
 
     const k = this.backwardPassesPerStep;
-    let local: Array<Float32Array | null>;
-    if (k === 1) {
-      local = entries.map((e) => readGradient(e));
-    } else {
-      this.accumulate(entries);
-      if (++this.passes < k) {
-        this.stats.submitMs += performance.now() - t0;
-        return;
+    let averaged: Array<Float32Array | null>;
+    let t1: number;
+    let t2: number;
+    if (pass) {
+      if (k > 1) this.checkSameVariables(entries);
+      // What the hooks did not send: gradients they could not follow, and any replaced since the pass.
+      for (const [i, e] of entries.entries()) {
+        if (!e.tensor || (pass.taken.has(e.name) && pass.grads[e.name] === e.tensor)) continue;
+        let values = readGradient(e) as Float32Array;
+        if (k > 1) {
+          if (pass.taken.has(e.name)) {
+            throw new Error(`DistributedOptimizer: the gradient of '${e.name}' was replaced between computeGradients and applyGradients; ` +
+              'with backwardPassesPerStep > 1 that needs overlap: false');
+          }
+          const sum = (this.accumulated as { sums: Array<Float32Array | null> }).sums[i];
+          if (!sum) continue; // no gradient in the earlier passes: applied unaveraged, as without overlap
+          for (let j = 0; j < sum.length; j++) {
+            sum[j] += values[j];
+            sum[j] /= k;
+          }
+          values = sum;
+        }
+        pass.step.add(e.name, values);
       }
-      local = (this.accumulated as { sums: Array<Float32Array | null> }).sums;
-      for (const sum of local) if (sum) for (let i = 0; i < sum.length; i++) sum[i] /= k;
-      this.accumulated = null;
-      this.passes = 0;
+      t1 = performance.now();
+      const { results, errors } = pass.step.complete();
+      t2 = performance.now();
+      if (k > 1) {
+        this.accumulated = null;
+        this.passes = 0;
+      }
+      if (errors.length > 0) throw this.explain(errors, pass.step);
+      if (!this.plan) this.plan = planBuckets(pass.step.arrivals, this.bucketMB * 1024 * 1024);
+      averaged = entries.map((e) => (e.tensor ? results.get(e.name) ?? null : null));
+    } else {
+      let local: Array<Float32Array | null>;
+      if (k === 1) {
+        local = entries.map((e) => readGradient(e));
+      } else {
+        this.accumulate(entries);
+        if (++this.passes < k) {
+          this.stats.submitMs += performance.now() - t0;
+          return;
+        }
+        local = (this.accumulated as { sums: Array<Float32Array | null> }).sums;
+        for (const sum of local) if (sum) for (let i = 0; i < sum.length; i++) sum[i] /= k;
+        this.accumulated = null;
+        this.passes = 0;
+      }
+      // Submit everything first, in the order received, so later read-backs overlap earlier transfers.
+      const pending = local.map((data, i) => (data ? this.submit(data, entries[i].name) : null));
+      t1 = performance.now();
+      averaged = pending.map((finish) => (finish ? finish() : null));
+      t2 = performance.now();
     }
-
-    // Submit everything first, in the order received, so later read-backs overlap earlier transfers.
-    const pending = local.map((data, i) => (data ? this.submit(data, entries[i].name) : null));
-    const t1 = performance.now();
-    const averaged = pending.map((finish) => (finish ? finish() : null));
-    const t2 = performance.now();
 
     const tensors = averaged.map((data, i) => {
       const g = entries[i].tensor;
@@ -143,6 +284,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.stats.steps += 1;
     this.stats.submitMs += t1 - t0;
     this.stats.waitMs += t2 - t1;
+    this.stats.exposedMs += t2 - t1;
     this.stats.applyMs += t3 - t2;
     steps.end();
     steps.begin();
@@ -164,16 +306,47 @@ export class DistributedOptimizer extends tf.Optimizer {
     };
   }
 
+  /** A pass that threw: tells the other ranks, so none waits for buckets this rank will not send. */
+  private abandon(e: unknown): void {
+    this.accumulated = null;
+    this.passes = 0;
+    try {
+      hora.failPeers(`rank ${hora.rank()}: DistributedOptimizer's backward pass threw: ${(e as Error)?.message ?? String(e)}`);
+    } catch {
+      // Not initialised, or shut down: there is nobody to tell.
+    }
+  }
+
+  /** The error for failed buckets; a mismatch is explained by the variables each rank sent. */
+  private explain(errors: unknown[], step: BucketedStep): unknown {
+    const mismatch = errors.find((e) => e instanceof HoraError && e.code === 'ERR_MISMATCH') as HoraError | undefined;
+    if (!mismatch) return errors[0];
+    try {
+      const detail = describeDifference(gatherNames(step.sentNames()));
+      return new HoraError('ERR_MISMATCH', `DistributedOptimizer: the ranks computed gradients for different variables, so no bucket ` +
+        `was averaged: ${detail}. Every rank must compute a gradient for every variable it trains, every step (a branch that ` +
+        `some ranks' loss does not use gives those ranks no gradient for its variables). Engine: ${mismatch.message}`, mismatch.rank, mismatch.peer);
+    } catch {
+      return mismatch;
+    }
+  }
+
+  /** backwardPassesPerStep > 1: every pass of a step must have the same gradients. */
+  private checkSameVariables(entries: Entry[]): void {
+    const names = this.accumulated?.names ?? [];
+    if (names.length !== entries.length || names.some((n, i) => n !== entries[i].name)) {
+      throw new Error(`DistributedOptimizer: backward pass ${this.passes + 1} of ${this.backwardPassesPerStep} got gradients for [${entries.map((e) => e.name).join(', ')}], ` +
+        `but the earlier passes of this step had [${names.join(', ')}]; every pass of a step must update the same variables`);
+    }
+  }
+
   private accumulate(entries: Entry[]): void {
     if (!this.accumulated) {
       this.accumulated = { names: entries.map((e) => e.name), sums: entries.map((e) => readGradient(e)) };
       return;
     }
-    const { names, sums } = this.accumulated;
-    if (names.length !== entries.length || names.some((n, i) => n !== entries[i].name)) {
-      throw new Error(`DistributedOptimizer: backward pass ${this.passes + 1} of ${this.backwardPassesPerStep} got gradients for [${entries.map((e) => e.name).join(', ')}], ` +
-        `but the earlier passes of this step had [${names.join(', ')}]; every pass of a step must update the same variables`);
-    }
+    this.checkSameVariables(entries);
+    const { sums } = this.accumulated;
     entries.forEach((e, i) => {
       const sum = sums[i];
       if (!e.tensor || !sum) return;
@@ -214,8 +387,37 @@ export class DistributedOptimizer extends tf.Optimizer {
 
   dispose(): void {
     this.accumulated = null;
+    this.inFlight = null;
     this.optimizer.dispose();
   }
+}
+
+/**
+ * Every rank's bucket contents, for an error message: two allgathers (lengths, then the names as JSON
+ * padded to the longest), which every rank runs because every rank saw the same bucket fail.
+ */
+function gatherNames(mine: string[][]): string[][][] {
+  const bytes = new TextEncoder().encode(JSON.stringify(mine));
+  const lengths = hora.allgather(Int32Array.of(bytes.length), { name: 'tfjs gradient names: lengths' }).wait();
+  const longest = Math.max(...lengths);
+  const padded = new Uint8Array(longest);
+  padded.set(bytes);
+  const all = hora.allgather(padded, { name: 'tfjs gradient names' }).wait();
+  const decoder = new TextDecoder();
+  return Array.from(lengths, (n, r) => JSON.parse(decoder.decode(all.subarray(r * longest, r * longest + n))) as string[][]);
+}
+
+/** Which rank lacks which variables' gradients, or how the orders differ. */
+function describeDifference(perRank: string[][][]): string {
+  const sets = perRank.map((buckets) => new Set(buckets.flat()));
+  const union = new Set(sets.flatMap((s) => [...s]));
+  const lacks: string[] = [];
+  sets.forEach((set, r) => {
+    const missing = [...union].filter((n) => !set.has(n));
+    if (missing.length > 0) lacks.push(`rank ${r} has no gradient for ${missing.join(', ')}`);
+  });
+  if (lacks.length > 0) return lacks.join('; ') + ' (which other ranks have)';
+  return `the same variables, packed differently: ${perRank.map((b, r) => `rank ${r}: ${JSON.stringify(b)}`).join('; ')}`;
 }
 
 /** A float32 copy of one gradient (null where the variable got none). */
