@@ -97,3 +97,25 @@ t.test('a rank that throws in the middle of its backward pass: every rank fails,
     t.ok(['ERR_INVALID_ARGUMENT', 'ERR_PEER_LOST'].includes(other.error.code), `rank 0: ${other.error.code}, from rank 1 telling it or leaving`);
   }
 });
+
+t.test("the timeline shows each bucket's allreduce starting inside the backward pass", async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-overlap-timeline-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, 'trace.json');
+  const job = await runJob(2, WORKER, { args: ['timeline'], env: { HORA_TIMELINE: file }, timeoutMs: 60000 });
+  t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
+  const parsed = JSON.parse(fs.readFileSync(file, 'utf8'));
+  const events = Array.isArray(parsed) ? parsed : parsed.traceEvents;
+  for (const rank of [0, 1]) {
+    const mine = events.filter((e) => e.pid === rank && e.ph === 'X');
+    const backward = mine.filter((e) => e.cat === 'training' && e.name === 'backward');
+    t.equal(backward.length, 3, `rank ${rank}: one backward slice per step`);
+    t.ok(events.some((e) => e.pid === rank && e.ph === 'M' && e.name === 'thread_name' && e.args.name === 'training'), `rank ${rank}: on a lane named training`);
+    const buckets = mine.filter((e) => e.cat === 'collective' && /^allreduce tfjs bucket \d+\/\d+/.test(e.name));
+    // The first step learns the buckets and sends one after the pass; the later ones send the top layer's
+    // buckets while the pass still runs.
+    const inside = buckets.filter((b) => backward.some((w) => b.ts >= w.ts && b.ts <= w.ts + w.dur));
+    t.ok(inside.length >= 2, `rank ${rank}: bucket allreduces start inside backward slices (${inside.length} of ${buckets.length})`);
+    t.ok(backward.slice(1).every((w) => typeof w.args.bucketsSent === 'number' && w.args.bucketsSent > 0), `rank ${rank}: the slices count the buckets sent during the pass`);
+  }
+});

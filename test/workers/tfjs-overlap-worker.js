@@ -6,6 +6,7 @@
 //              any gradient and larger than all of them; Adam k=2 and SGD fp16 both ways
 //   mismatch   rank 1's loss leaves out a branch from step $MISMATCH_STEP on: ERR_MISMATCH expected
 //   throw      rank $THROW_RANK throws in the middle of its backward pass at step 3
+//   timeline   3 steps of the dense model, a bucket per gradient (run with HORA_TIMELINE)
 // TFJS_BACKEND=wasm selects the wasm backend. Each rank writes one JSON line to
 // $HORA_TEST_RESULT_DIR/rank-<rank>.json.
 const tf = require('@tensorflow/tfjs');
@@ -189,6 +190,17 @@ async function throwing() {
   report(rank, { finished: true });
 }
 
+async function timeline() {
+  const model = buildModel('dense');
+  model.compile({ optimizer: new DistributedOptimizer(tf.train.sgd(0.1), { bucketMB: TINY_MB }), loss: 'meanSquaredError' });
+  for (let s = 0; s < 3; s++) {
+    const { x, y } = globalBatch('dense', s);
+    const local = shard(x, y);
+    await model.trainOnBatch(local.x, local.y);
+  }
+  report(hora.rank(), { finished: true });
+}
+
 async function main() {
   if (process.env.TFJS_BACKEND) {
     if (process.env.TFJS_BACKEND === 'wasm') require('@tensorflow/tfjs-backend-wasm');
@@ -201,6 +213,7 @@ async function main() {
   else if (scenario === 'equiv') await equiv();
   else if (scenario === 'mismatch') await mismatch();
   else if (scenario === 'throw') await throwing();
+  else if (scenario === 'timeline') await timeline();
   else throw new Error(`unknown scenario ${scenario}`);
   await hora.shutdown();
 }
