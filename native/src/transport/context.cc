@@ -71,10 +71,12 @@ Context::Context(int rank, int size, int64_t timeoutMs)
     : rank_(rank), size_(size), timeoutMs_(timeoutMs), deadline_(timeoutMs) {
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pairs_.resize(size);
+  p2pChannels_.resize(size);
 }
 
 Context::~Context() {
   pairs_.clear();
+  p2pChannels_.clear();
   segments_.clear();
   if (listenFd_ >= 0) close(listenFd_);
   if (wakeFd_ >= 0) close(wakeFd_);
@@ -107,8 +109,28 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   mesh.secret = secret;
   std::vector<int> fds;
   HORA_RETURN_IF_ERROR(tcp::connectMesh(listenFd_, mesh, deadline, &fds));
+  // A second mesh for point-to-point messages (engine/p2p.h). Every rank must be done with the first
+  // before anyone dials the second, or a first-round acceptor would take a second-round connection for
+  // a duplicate; a barrier over the first mesh sees to that. The second round's job tag differs, so the
+  // two can never be confused.
+  std::vector<int> allPeers;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) allPeers.push_back(r);
+  }
+  std::vector<int> p2pFds;
+  Status meshed = syncLocalPeers(fds, allPeers, deadline, [](int) { return Status::ok(); });
+  if (meshed.isOk()) {
+    mesh.jobTag = fnv1a64(jobId + "/messages");
+    meshed = tcp::connectMesh(listenFd_, mesh, deadline, &p2pFds);
+  }
   close(listenFd_);
   listenFd_ = -1;
+  if (!meshed.isOk()) {
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+    return meshed;
+  }
 
   std::vector<int> shmPeers;
   int localSize = 0;
@@ -121,24 +143,28 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
     for (int fd : fds) {
       if (fd >= 0) close(fd);
     }
+    for (int fd : p2pFds) {
+      if (fd >= 0) close(fd);
+    }
     return st;
   };
 
+  // A segment holds two rings per local rank: the collectives' first, then the messages' (engine/p2p.h).
   std::vector<shm::Ring*> peerRingsForMe(size_, nullptr);
   shm::Ring* myRings = nullptr;
   if (!shmPeers.empty()) {
     auto mine = std::make_unique<shm::Segment>();
-    Status st = shm::Segment::create(segmentName(jobId, rank_), shm::kRingBytes * localSize, mine.get());
+    Status st = shm::Segment::create(segmentName(jobId, rank_), shm::kRingBytes * 2 * localSize, mine.get());
     if (!st.isOk()) return fail(st);
     myRings = static_cast<shm::Ring*>(mine->data());
-    for (int i = 0; i < localSize; ++i) {
+    for (int i = 0; i < 2 * localSize; ++i) {
       new (&myRings[i].control.head) std::atomic<uint64_t>(0);
       new (&myRings[i].control.tail) std::atomic<uint64_t>(0);
     }
     // Two rounds over the TCP connections: "my segment exists", then "I have mapped yours".
     st = syncLocalPeers(fds, shmPeers, deadline, [&](int p) {
       auto theirs = std::make_unique<shm::Segment>();
-      HORA_RETURN_IF_ERROR(shm::Segment::open(segmentName(jobId, p), shm::kRingBytes * localSize, theirs.get()));
+      HORA_RETURN_IF_ERROR(shm::Segment::open(segmentName(jobId, p), shm::kRingBytes * 2 * localSize, theirs.get()));
       peerRingsForMe[p] = static_cast<shm::Ring*>(theirs->data()) + peers[rank_].localRank;
       segments_.push_back(std::move(theirs));
       return Status::ok();
@@ -152,16 +178,21 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     Status st = tcp::configureForDataPlane(fds[r]);
+    if (st.isOk()) st = tcp::configureForDataPlane(p2pFds[r]);
     if (!st.isOk()) return fail(st);
   }
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     if (peerRingsForMe[r] != nullptr) {
       pairs_[r] = std::make_unique<shm::ShmPair>(r, peerRingsForMe[r], myRings + peers[r].localRank, fds[r]);
+      p2pChannels_[r] = std::make_unique<shm::ShmPair>(r, peerRingsForMe[r] + localSize,
+                                                       myRings + localSize + peers[r].localRank, p2pFds[r]);
     } else {
       pairs_[r] = std::make_unique<tcp::TcpPair>(r, fds[r]);
+      p2pChannels_[r] = std::make_unique<tcp::TcpPair>(r, p2pFds[r]);
     }
     fds[r] = -1;
+    p2pFds[r] = -1;
   }
   const unsigned cores = std::thread::hardware_concurrency();
   oversubscribed_ = cores > 0 && static_cast<unsigned>(localSize) > cores;
@@ -184,6 +215,9 @@ void Context::abort(const Status& reason) {
 
 void Context::hangUp() {
   for (auto& p : pairs_) {
+    if (p != nullptr) shutdown(p->livenessFd(), SHUT_RDWR);
+  }
+  for (auto& p : p2pChannels_) {
     if (p != nullptr) shutdown(p->livenessFd(), SHUT_RDWR);
   }
 }
@@ -285,6 +319,8 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     return Status::ok();
   }
   if (deadline_.expired()) return timeoutStatus(sends, numSends, recvs, numRecvs);
+  const bool background = background_ != nullptr && background_->busy();
+  if (background) background_->progressInBackground();
 
   // Gather what poll() can watch: TCP sockets with pending work, plus the abort eventfd. A pending send
   // also watches for the peer's hang-up: a peer that shut its side never reads again, and a full socket
@@ -327,7 +363,8 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     }
     return Status::ok();
   };
-  if (!spinning) return pollAndCheck(deadline_.remainingMs(200));
+  // Messages in flight are moved between polls, so the poll is kept short while there are any.
+  if (!spinning) return pollAndCheck(deadline_.remainingMs(background ? 5 : 200));
   // Shared memory has no descriptor to sleep on: yield for a while, then nap, looking at the peers'
   // sockets for a hang-up on the way.
   HORA_RETURN_IF_ERROR(checkLiveness(sends, numSends, recvs, numRecvs));

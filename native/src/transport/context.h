@@ -57,6 +57,16 @@ struct RecvOp {
   DType dtype = DType::kUint8;
 };
 
+// Work that moves while a collective waits (the point-to-point messages, engine/p2p.h): the progress
+// engine calls it from its idle rounds, so messages are not held up behind a collective.
+class BackgroundProgress {
+ public:
+  virtual ~BackgroundProgress() = default;
+  virtual bool busy() const = 0;
+  // Must not block; may do nothing when another thread is already at it.
+  virtual void progressInBackground() = 0;
+};
+
 class Context {
  public:
   Context(int rank, int size, int64_t timeoutMs);
@@ -72,6 +82,9 @@ class Context {
   int rank() const { return rank_; }
   int size() const { return size_; }
   Pair* pair(int peer) const { return pairs_[peer].get(); }
+  // The stream for point-to-point messages with peer, beside pair(peer) (see engine/p2p.h).
+  Pair* p2pChannel(int peer) const { return p2pChannels_[peer].get(); }
+  void setBackground(BackgroundProgress* b) { background_ = b; }
   // Where the ranks are and what the links cost; set up by connect(), refined by setTopology().
   const Topology& topology() const { return topology_; }
   void setTopology(Topology t) { topology_ = std::move(t); }
@@ -128,6 +141,8 @@ class Context {
   int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
   bool oversubscribed_ = false;  // more ranks on this host than cores
   std::vector<std::unique_ptr<Pair>> pairs_;
+  std::vector<std::unique_ptr<Pair>> p2pChannels_;
+  BackgroundProgress* background_ = nullptr;
   Topology topology_;
   std::vector<std::unique_ptr<shm::Segment>> segments_;  // outlive the pairs that point into them
   bool kernelTiming_ = false;
