@@ -174,7 +174,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return info.Env().Undefined();
   }
 
-  // submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}]); a device item
+  // submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}]); a send or
+  // recv item (kinds 6, 7) carries peer and tag and is posted at once, beside the batch; a device item
   // has device >= 0, devicePtr, count, stream (and outPtr for reducescatter) instead of data and out.
   Napi::Value Submit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -184,7 +185,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     for (uint32_t i = 0; i < arr.Length(); ++i) {
       Napi::Object it = arr.Get(i).As<Napi::Object>();
       auto w = Track(env, it.Get("id"));
-      w->kind = enumFrom<hora::Kind>(it, "kind", 6);
+      w->kind = enumFrom<hora::Kind>(it, "kind", 8);
       w->op = enumFrom<hora::ReduceOp>(it, "op", hora::kNumReduceOps);
       w->dtype = enumFrom<hora::DType>(it, "dtype", hora::kNumDTypes);
       w->root = it.Has("root") ? it.Get("root").As<Napi::Number>().Int32Value() : 0;
@@ -206,6 +207,12 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
         size_t bytes = 0;
         viewOf(data, &w->data, &bytes);
         w->count = bytes / hora::dtypeSize(w->dtype);
+      }
+      if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv) {
+        w->peer = it.Get("peer").As<Napi::Number>().Int32Value();
+        w->tag = it.Get("tag").As<Napi::Number>().Int32Value();
+        comm_->post(std::move(w));
+        continue;
       }
       Napi::Value out = it.Get("out");
       if (!out.IsUndefined() && !out.IsNull()) {

@@ -43,13 +43,20 @@ const char* kindName(Kind k) {
     case Kind::kReduceScatter: return "reducescatter";
     case Kind::kBarrier: return "barrier";
     case Kind::kInvalid: return "invalid call";
+    case Kind::kSend: return "send";
+    case Kind::kRecv: return "recv";
   }
   return "unknown collective";
 }
 
 Communicator::Communicator(const CommunicatorOptions& options, Completion onComplete)
-    : options_(options), onComplete_(std::move(onComplete)), ctx_(options.rank, options.size, options.timeoutMs) {
+    : options_(options),
+      onComplete_(std::move(onComplete)),
+      ctx_(options.rank, options.size, options.timeoutMs),
+      p2p_(ctx_, options.timeoutMs,
+           [this](const std::shared_ptr<Work>& w, Status st, const std::string& what) { complete(w, std::move(st), what); }) {
   setLogRank(options.rank);
+  ctx_.setBackground(&p2p_);
   ctx_.setKernelTiming(options.timeline);
   thread_ = std::thread([this] { run(); });
 }
@@ -81,6 +88,14 @@ void Communicator::connect(std::shared_ptr<Work> work, std::vector<PeerInfo> pee
   queueCv_.notify_one();
 }
 
+void Communicator::post(std::shared_ptr<Work> work) {
+  if (options_.timeline) work->times.enqueued = monotonicNanos();
+  p2p_.post(std::move(work));
+  // Under the lock, so a communication thread about to sleep on queueCv_ cannot miss it.
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  queueCv_.notify_one();
+}
+
 void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
   // HORA_ALGO (or init's algorithm option) applies to every allreduce that does not name its own.
   for (auto& w : batch) {
@@ -100,6 +115,7 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
   // Notified even when the caller goes on to wait() and runs the batch itself: measured on two cores,
   // the woken thread keeps its core from idling and the exchange with the peer finishes sooner.
   queueCv_.notify_one();
+  if (p2p_.busy()) p2p_.wake();
 }
 
 // The caller blocks anyway, so while the engine is idle it runs the queued tasks itself, in order, up to
@@ -147,7 +163,10 @@ bool Communicator::isDone(const std::shared_ptr<Work>& work) {
   return work->completed;
 }
 
-void Communicator::abort(const Status& reason) { ctx_.abort(reason); }
+void Communicator::abort(const Status& reason) {
+  ctx_.abort(reason);
+  p2p_.wake();
+}
 
 void Communicator::close() {
   {
@@ -169,11 +188,19 @@ void Communicator::run() {
     // watch yields rather than spins: the JS thread that will submit needs a core to do it, and on a
     // machine with as many cores as ranks a spinning thread would take it.
     auto watchUntil = Clock::now() + std::chrono::microseconds(kQueueSpinMicros);
-    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < watchUntil) sched_yield();
+    while (queued_.load(std::memory_order_acquire) == 0 && !p2p_.busy() && Clock::now() < watchUntil) sched_yield();
+    bool haveTask = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      queueCv_.wait(lock, [&] { return !queue_.empty() && !running_; });
-      task = takeTask();
+      queueCv_.wait(lock, [&] { return (!queue_.empty() && !running_) || p2p_.busy(); });
+      if (!queue_.empty() && !running_) {
+        task = takeTask();
+        haveTask = true;
+      }
+    }
+    if (!haveTask) {
+      progressMessages();
+      continue;
     }
     if (task.stop) break;
     runTask(task);
@@ -182,6 +209,7 @@ void Communicator::run() {
       running_ = false;
     }
   }
+  p2p_.failAll(Status(Code::kShutdown, "the communicator was shut down before this completed"));
   // Whatever is still queued never runs.
   std::deque<Task> rest;
   {
@@ -195,6 +223,22 @@ void Communicator::run() {
     }
   }
   ctx_.hangUp();
+}
+
+void Communicator::progressMessages() {
+  Clock::time_point idleSince = Clock::now();
+  while (p2p_.busy()) {
+    if (queued_.load(std::memory_order_acquire) > 0) {
+      // A task is queued; it is this thread's to run unless a blocked wait() is running one already.
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!running_) return;
+    }
+    if (p2p_.progress()) {
+      idleSince = Clock::now();
+      continue;
+    }
+    p2p_.waitForTraffic(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count());
+  }
 }
 
 void Communicator::runConnect(Task& task) {
@@ -412,6 +456,9 @@ Status Communicator::execute(Work& w) {
     case Kind::kBarrier:
     case Kind::kInvalid:
       return Status::ok();
+    case Kind::kSend:
+    case Kind::kRecv:
+      break;  // posted to p2p_, never queued
   }
   return Status(Code::kInternal, "unknown collective kind");
 }
@@ -435,13 +482,15 @@ void Communicator::takeKernelTime(WorkTimes* t) {
 
 void Communicator::complete(const std::shared_ptr<Work>& w, Status st, const std::string& what) {
   if (!st.isOk()) {
-    bool fatal = isFatal(st.code());
+    // A message's failure stays with the message: it never touched the collectives' streams.
+    bool fatal = isFatal(st.code()) && w->kind != Kind::kSend && w->kind != Kind::kRecv;
     std::string prefix = "rank " + std::to_string(options_.rank) + ": " + what + ": ";
     if (fatal && broken_.isOk()) {
       broken_ = Status(st.code(), "earlier failure: " + st.message(), st.peer());
       // Peers blocked on this rank should hear at once rather than wait for their own timeout.
       ctx_.hangUp();
       HORA_WARN("%s%s", prefix.c_str(), st.message().c_str());
+      p2p_.failAll(broken_);
     }
     w->status = Status(st.code(), prefix + st.message(), st.peer());
   } else {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/collectives.h"
+#include "engine/p2p.h"
 #include "engine/probe.h"
 #include "engine/work.h"
 #include "transport/context.h"
@@ -59,6 +60,8 @@ class Communicator {
   void connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId);
   // Queues collectives that were submitted together; they run in order.
   void submit(std::vector<std::shared_ptr<Work>> batch);
+  // Posts a send or receive (kind kSend or kRecv); it runs beside the collectives, in no order with them.
+  void post(std::shared_ptr<Work> work);
   // Blocks the caller until work has completed; while the engine is idle the caller runs queued tasks.
   void waitFor(const std::shared_ptr<Work>& work);
   bool isDone(const std::shared_ptr<Work>& work);
@@ -86,6 +89,8 @@ class Communicator {
   size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
   Status execute(Work& w);
   void complete(const std::shared_ptr<Work>& w, Status st, const std::string& what);
+  // Between collectives: moves messages until a task is queued or nothing is left to move.
+  void progressMessages();
   bool fusable(const Work& w) const;
   // Timeline: stores the time at *at when the timeline is on; one branch otherwise.
   void stamp(int64_t* at) const {
@@ -100,6 +105,7 @@ class Communicator {
   Status broken_;  // the first fatal failure; every later Work fails with it
   std::vector<uint8_t> fusionBuffer_;
   std::unique_ptr<cuda::DeviceCollectives> device_;  // made at the first collective on GPU memory
+  PointToPoint p2p_;
 
   std::mutex mutex_;
   std::condition_variable queueCv_;

@@ -22,6 +22,9 @@ enum class Kind : uint8_t {
   kReduceScatter = 3,
   kBarrier = 4,
   kInvalid = 5,  // a placeholder for a call that failed validation on this rank, so the others hear of it
+  // Point-to-point messages (engine/p2p.h): never part of the agreement, never on the collectives' streams.
+  kSend = 6,
+  kRecv = 7,
 };
 const char* kindName(Kind k);
 
@@ -75,6 +78,10 @@ struct Work {
   // ready on that stream when the work completes. -1: host memory.
   int device = -1;
   void* stream = nullptr;
+  // kSend, kRecv: the other rank and the message's tag. data holds count elements: sent from, or
+  // received into.
+  int peer = -1;
+  int32_t tag = 0;
   // kInvalid: what was wrong with this rank's call.
   std::string invalidReason;
 

@@ -1,0 +1,608 @@
+#include "engine/p2p.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <ctime>
+
+namespace hora {
+namespace {
+
+using p2p::FrameHeader;
+using p2p::FrameType;
+
+// Payloads up to this size are copied behind their header so that the frame goes out in one piece.
+constexpr size_t kInlineBytes = 16 * 1024;
+// How often a channel that something waits on is checked for a peer that is gone.
+constexpr int kLivenessMs = 50;
+// Idle waits: spin first (a reply in a ping-pong comes within microseconds), then yield, then sleep.
+constexpr int64_t kSpinMicros = 50;
+constexpr int64_t kYieldMicros = 1000;
+constexpr int kMaxNapMicros = 1000;
+// The longest single sleep while only TCP channels are pending (deadlines are checked in between).
+constexpr int kPollCapMs = 100;
+
+std::string describeMessage(uint64_t count, uint8_t dtype) {
+  const char* name = dtype < kNumDTypes ? dtypeName(static_cast<DType>(dtype)) : "unknown dtype";
+  return std::to_string(count) + " x " + name;
+}
+
+bool multiplyFits(uint64_t count, size_t elem, size_t* bytes) {
+  if (elem != 0 && count > SIZE_MAX / elem) return false;
+  *bytes = static_cast<size_t>(count * elem);
+  return true;
+}
+
+}  // namespace
+
+PointToPoint::PointToPoint(Context& ctx, int64_t timeoutMs, Finish finish)
+    : ctx_(ctx), timeoutMs_(timeoutMs), finish_(std::move(finish)), discard_(64 * 1024) {
+  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+PointToPoint::~PointToPoint() {
+  if (wakeFd_ >= 0) close(wakeFd_);
+}
+
+void PointToPoint::post(std::shared_ptr<Work> w) {
+  {
+    std::lock_guard<std::mutex> lock(inboxMutex_);
+    inbox_.push_back(std::move(w));
+    busy_.store(true, std::memory_order_release);
+  }
+  wake();
+}
+
+void PointToPoint::wake() {
+  uint64_t one = 1;
+  ssize_t ignored = write(wakeFd_, &one, sizeof(one));
+  (void)ignored;
+}
+
+std::string PointToPoint::describe(const Op& op) const {
+  const Work& w = *op.work;
+  return std::string(w.kind == Kind::kSend ? "send to rank " : "recv from rank ") + std::to_string(w.peer) +
+         " (tag " + std::to_string(w.tag) + ")";
+}
+
+bool PointToPoint::progress() {
+  std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  if (channels_.empty()) {
+    channels_.resize(ctx_.size());
+    for (int r = 0; r < ctx_.size(); ++r) channels_[r].pair = r == ctx_.rank() ? nullptr : ctx_.p2pChannel(r);
+  }
+  std::vector<std::shared_ptr<Work>> posted;
+  {
+    std::lock_guard<std::mutex> inbox(inboxMutex_);
+    posted.swap(inbox_);
+  }
+  bool moved = !posted.empty();
+  for (auto& w : posted) take(std::move(w));
+  if (ctx_.aborted()) {
+    Status reason = ctx_.abortReason();
+    for (Channel& c : channels_) {
+      if (c.pair != nullptr && c.dead.isOk()) breakChannel(c, reason);
+    }
+  }
+  for (Channel& c : channels_) {
+    if (c.pair == nullptr || !c.dead.isOk() || !involved(c)) continue;
+    moved |= pump(c);
+    if (c.dead.isOk() && involved(c)) checkLiveness(c);
+  }
+  checkDeadlines();
+  bool busy = !ops_.empty();
+  for (const Channel& c : channels_) busy |= !c.control.empty() || !c.data.empty();
+  std::lock_guard<std::mutex> inbox(inboxMutex_);
+  busy_.store(busy || !inbox_.empty(), std::memory_order_release);
+  return moved;
+}
+
+// Something on this channel is owed or awaited.
+bool PointToPoint::involved(const Channel& c) const {
+  if (!c.control.empty() || !c.data.empty() || !c.sent.empty() || !c.awaitingData.empty() || c.inPayload) return true;
+  for (const auto& kv : c.posted) {
+    if (!kv.second.empty()) return true;
+  }
+  return false;
+}
+
+void PointToPoint::take(std::shared_ptr<Work> w) {
+  ops_.emplace_back();
+  Op* op = &ops_.back();
+  op->work = std::move(w);
+  op->deadline = Clock::now() + std::chrono::milliseconds(timeoutMs_);
+  op->bytes = op->work->count * dtypeSize(op->work->dtype);
+  const int peer = op->work->peer;
+  if (peer < 0 || peer >= ctx_.size() || peer == ctx_.rank() || channels_[peer].pair == nullptr) {
+    // The JS layer checks this first; a Work that gets here anyway must not touch a channel.
+    return finish(op, Status(Code::kInvalidArgument, "no channel to rank " + std::to_string(peer)));
+  }
+  Channel& c = channels_[peer];
+  if (op->work->kind == Kind::kSend) {
+    postSend(c, op);
+  } else {
+    postRecv(c, op);
+  }
+}
+
+void PointToPoint::postSend(Channel& c, Op* op) {
+  if (!c.dead.isOk()) return finish(op, c.dead);
+  const Work& w = *op->work;
+  op->seq = c.nextSeq++;
+  op->eager = op->bytes <= kEagerBytes && c.unackedEager + op->bytes <= kEagerCredit;
+  FrameHeader h;
+  h.type = op->eager ? FrameType::kEager : FrameType::kRts;
+  h.dtype = static_cast<uint8_t>(w.dtype);
+  h.tag = w.tag;
+  h.seq = op->seq;
+  h.count = w.count;
+  OutFrame f;
+  f.head.resize(p2p::kHeaderBytes);
+  p2p::encodeHeader(h, f.head.data());
+  f.owner = op;
+  if (op->eager) {
+    c.unackedEager += op->bytes;
+    if (op->bytes <= kInlineBytes) {
+      f.head.insert(f.head.end(), w.data, w.data + op->bytes);
+    } else {
+      f.payload = w.data;
+      f.payloadLen = op->bytes;
+    }
+  }
+  op->state = State::kFramed;
+  c.data.push_back(std::move(f));
+  c.sent[op->seq] = op;
+}
+
+void PointToPoint::postRecv(Channel& c, Op* op) {
+  auto found = c.unexpected.find(op->work->tag);
+  if (found != c.unexpected.end() && !found->second.empty()) {
+    Unexpected m = std::move(found->second.front());
+    found->second.pop_front();
+    if (found->second.empty()) c.unexpected.erase(found);
+    c.unexpectedBytes -= m.payload.size();
+    return match(c, op, m.header, &m);
+  }
+  if (!c.dead.isOk()) return finish(op, c.dead);
+  op->state = State::kPosted;
+  c.posted[op->work->tag].push_back(op);
+}
+
+// A message (h) meets a receive (op): from the unexpected queue (buffered set; its EAGER payload is there)
+// or straight off the stream (buffered null; an EAGER's payload is still to be read).
+void PointToPoint::match(Channel& c, Op* op, const FrameHeader& h, Unexpected* buffered) {
+  const Work& w = *op->work;
+  if (h.dtype != static_cast<uint8_t>(w.dtype) || h.count != w.count) {
+    if (c.dead.isOk()) sendControl(c, FrameType::kNack, h.seq, static_cast<uint8_t>(w.dtype), w.count);
+    if (buffered == nullptr && h.type == FrameType::kEager) {
+      size_t bytes = 0;
+      multiplyFits(h.count, dtypeSize(static_cast<DType>(h.dtype)), &bytes);
+      c.inPayload = bytes > 0;
+      c.inDst = nullptr;
+      c.inLen = bytes;
+      c.inDone = 0;
+      c.inCompletes = nullptr;
+      c.inAck = false;
+    }
+    return finish(op, Status(Code::kMismatch,
+                             "rank " + std::to_string(w.peer) + " sent " + describeMessage(h.count, h.dtype) +
+                                 " with tag " + std::to_string(h.tag) + ", but this rank's receive is for " +
+                                 describeMessage(w.count, static_cast<uint8_t>(w.dtype)),
+                             w.peer));
+  }
+  if (h.type == FrameType::kRts) {
+    if (!c.dead.isOk()) return finish(op, c.dead);
+    sendControl(c, FrameType::kCts, h.seq, h.dtype, h.count);
+    op->state = State::kAwaitData;
+    op->seq = h.seq;
+    c.awaitingData[h.seq] = op;
+    return;
+  }
+  if (buffered != nullptr) {
+    if (op->bytes > 0) memcpy(w.data, buffered->payload.data(), op->bytes);
+    if (c.dead.isOk()) sendControl(c, FrameType::kAck, h.seq, 0, 0);
+    return finish(op, Status::ok());
+  }
+  op->state = State::kStreaming;
+  c.inPayload = true;
+  c.inDst = w.data;
+  c.inLen = op->bytes;
+  c.inDone = 0;
+  c.inCompletes = op;
+  c.inAck = true;
+  if (op->bytes == 0) onPayloadDone(c);
+}
+
+void PointToPoint::sendControl(Channel& c, FrameType type, uint64_t seq, uint8_t dtype, uint64_t count) {
+  FrameHeader h;
+  h.type = type;
+  h.seq = seq;
+  h.dtype = dtype;
+  h.count = count;
+  OutFrame f;
+  f.head.resize(p2p::kHeaderBytes);
+  p2p::encodeHeader(h, f.head.data());
+  c.control.push_back(std::move(f));
+}
+
+bool PointToPoint::pump(Channel& c) {
+  bool moved = writeFrames(c);
+  if (c.dead.isOk()) moved |= readFrames(c);
+  // Reading may have queued control frames (ACK, CTS, NACK) or made DATA ready.
+  if (c.dead.isOk()) moved |= writeFrames(c);
+  return moved;
+}
+
+bool PointToPoint::writeFrames(Channel& c) {
+  bool moved = false;
+  while (c.dead.isOk()) {
+    // One frame at a time: a started frame goes first; control frames go before the next payload.
+    std::deque<OutFrame>* q = nullptr;
+    if (!c.control.empty() && c.control.front().done > 0) q = &c.control;
+    else if (!c.data.empty() && c.data.front().done > 0) q = &c.data;
+    else if (!c.control.empty()) q = &c.control;
+    else if (!c.data.empty()) q = &c.data;
+    if (q == nullptr) break;
+    OutFrame& f = q->front();
+    const size_t total = f.head.size() + f.payloadLen;
+    while (f.done < total) {
+      const bool inHead = f.done < f.head.size();
+      const uint8_t* from = inHead ? f.head.data() + f.done : f.payload + (f.done - f.head.size());
+      const size_t len = inHead ? f.head.size() - f.done : total - f.done;
+      size_t taken = 0;
+      Status st = c.pair->trySend(from, len, &taken);
+      if (!st.isOk()) {
+        breakChannel(c, st);
+        return moved;
+      }
+      if (taken == 0) break;
+      f.done += taken;
+      moved = true;
+    }
+    if (f.done < total) break;
+    Op* completes = f.completes;
+    if (f.owner != nullptr && f.owner->state == State::kFramed) f.owner->state = State::kAwaitReply;
+    q->pop_front();
+    if (completes != nullptr) finish(completes, Status::ok());
+  }
+  return moved;
+}
+
+bool PointToPoint::readFrames(Channel& c) {
+  bool moved = false;
+  while (c.dead.isOk()) {
+    if (!c.inPayload) {
+      size_t got = 0;
+      Status st = c.pair->tryRecvInto(c.header + c.headerGot, p2p::kHeaderBytes - c.headerGot, &got);
+      if (!st.isOk()) {
+        breakChannel(c, st);
+        break;
+      }
+      c.headerGot += got;
+      moved |= got > 0;
+      if (c.headerGot < p2p::kHeaderBytes) break;
+      c.headerGot = 0;
+      onHeader(c);
+      continue;
+    }
+    size_t got = 0;
+    uint8_t* dst = c.inDst != nullptr ? c.inDst + c.inDone : discard_.data();
+    size_t want = c.inLen - c.inDone;
+    if (c.inDst == nullptr && want > discard_.size()) want = discard_.size();
+    Status st = c.pair->tryRecvInto(dst, want, &got);
+    if (!st.isOk()) {
+      breakChannel(c, st);
+      break;
+    }
+    c.inDone += got;
+    moved |= got > 0;
+    if (c.inDone == c.inLen) {
+      onPayloadDone(c);
+    } else if (got == 0) {
+      break;
+    }
+  }
+  return moved;
+}
+
+void PointToPoint::onHeader(Channel& c) {
+  FrameHeader h;
+  const int peer = c.pair->peer();
+  auto violation = [&](const std::string& what) {
+    breakChannel(c, Status(Code::kInternal, "rank " + std::to_string(peer) + " broke the message protocol: " + what, peer));
+  };
+  if (!p2p::decodeHeader(c.header, &h)) return violation("unknown frame type " + std::to_string(c.header[0]));
+  c.in = h;
+  size_t bytes = 0;
+  const bool carriesMessage = h.type == FrameType::kEager || h.type == FrameType::kRts || h.type == FrameType::kData;
+  if (carriesMessage) {
+    if (h.dtype >= kNumDTypes || !multiplyFits(h.count, dtypeSize(static_cast<DType>(h.dtype)), &bytes)) {
+      return violation("a message of " + std::to_string(h.count) + " elements of dtype " + std::to_string(h.dtype));
+    }
+  }
+  switch (h.type) {
+    case FrameType::kEager:
+    case FrameType::kRts: {
+      if (h.type == FrameType::kEager && bytes > kEagerBytes) {
+        return violation("an eager message of " + std::to_string(bytes) + " bytes");
+      }
+      auto posted = c.posted.find(h.tag);
+      if (posted != c.posted.end() && !posted->second.empty()) {
+        Op* op = posted->second.front();
+        posted->second.pop_front();
+        if (posted->second.empty()) c.posted.erase(posted);
+        return match(c, op, h, nullptr);
+      }
+      Unexpected m;
+      m.header = h;
+      if (h.type == FrameType::kEager) {
+        if (c.unexpectedBytes + bytes > kEagerCredit) return violation("more eager bytes than its credit");
+        m.payload.resize(bytes);
+        c.unexpectedBytes += bytes;
+        auto& q = c.unexpected[h.tag];
+        q.push_back(std::move(m));
+        if (bytes > 0) {
+          c.inPayload = true;
+          c.inDst = q.back().payload.data();
+          c.inLen = bytes;
+          c.inDone = 0;
+          c.inCompletes = nullptr;
+          c.inAck = false;
+        }
+        return;
+      }
+      c.unexpected[h.tag].push_back(std::move(m));
+      return;
+    }
+    case FrameType::kData: {
+      auto it = c.awaitingData.find(h.seq);
+      Op* op = it != c.awaitingData.end() ? it->second : nullptr;
+      if (op != nullptr) {
+        c.awaitingData.erase(it);
+        if (bytes != op->bytes) return violation("DATA of another size than its RTS");
+        op->state = State::kStreaming;
+      }
+      // A receive that timed out after its CTS leaves its DATA to be discarded.
+      c.inPayload = bytes > 0;
+      c.inDst = op != nullptr ? op->work->data : nullptr;
+      c.inLen = bytes;
+      c.inDone = 0;
+      c.inCompletes = op;
+      c.inAck = false;
+      if (bytes == 0 && op != nullptr) onPayloadDone(c);
+      return;
+    }
+    case FrameType::kAck:
+    case FrameType::kCts:
+    case FrameType::kNack: {
+      auto it = c.sent.find(h.seq);
+      if (it == c.sent.end()) return;  // the send timed out meanwhile
+      Op* op = it->second;
+      c.sent.erase(it);
+      if (op->eager) c.unackedEager -= op->bytes;
+      const Work& w = *op->work;
+      if (h.type == FrameType::kAck) return finish(op, Status::ok());
+      if (h.type == FrameType::kNack) {
+        return finish(op, Status(Code::kMismatch,
+                                 "rank " + std::to_string(peer) + "'s receive for tag " + std::to_string(w.tag) + " is for " +
+                                     describeMessage(h.count, h.dtype) + ", but this rank sent " +
+                                     describeMessage(w.count, static_cast<uint8_t>(w.dtype)),
+                                 peer));
+      }
+      if (op->eager) return violation("CTS for an eager message");
+      FrameHeader d;
+      d.type = FrameType::kData;
+      d.dtype = static_cast<uint8_t>(w.dtype);
+      d.tag = w.tag;
+      d.seq = op->seq;
+      d.count = w.count;
+      OutFrame f;
+      f.head.resize(p2p::kHeaderBytes);
+      p2p::encodeHeader(d, f.head.data());
+      f.payload = w.data;
+      f.payloadLen = op->bytes;
+      f.completes = op;
+      f.owner = op;
+      op->state = State::kStreaming;
+      c.data.push_back(std::move(f));
+      return;
+    }
+  }
+}
+
+void PointToPoint::onPayloadDone(Channel& c) {
+  c.inPayload = false;
+  Op* op = c.inCompletes;
+  c.inCompletes = nullptr;
+  if (op == nullptr) return;
+  if (c.inAck) sendControl(c, FrameType::kAck, c.in.seq, 0, 0);
+  finish(op, Status::ok());
+}
+
+// Shared-memory channels have no descriptor that reports a hang-up; their TCP connection does. A TCP
+// channel reports it on the next read, but a peer that only ever receives would go unnoticed while this
+// rank waits to send into a full buffer, so both are checked.
+void PointToPoint::checkLiveness(Channel& c) {
+  Clock::time_point now = Clock::now();
+  if (now < c.nextLivenessCheck) return;
+  c.nextLivenessCheck = now + std::chrono::milliseconds(kLivenessMs);
+  pollfd pf{c.pair->livenessFd(), POLLIN | POLLRDHUP, 0};
+  if (pf.fd < 0 || poll(&pf, 1, 0) <= 0) return;
+  char byte;
+  ssize_t r = recv(pf.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const bool gone = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (pf.revents & (POLLHUP | POLLERR));
+  if (!gone) return;
+  // What the peer wrote before it went is still readable: take it first.
+  readFrames(c);
+  if (!c.dead.isOk()) return;
+  const int peer = c.pair->peer();
+  breakChannel(c, Status(Code::kPeerLost, "rank " + std::to_string(peer) + " is gone (its connection to rank " +
+                                              std::to_string(ctx_.rank()) + " closed)",
+                         peer));
+}
+
+void PointToPoint::checkDeadlines() {
+  const Clock::time_point now = Clock::now();
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    Op* op = &*it;
+    ++it;  // finish() erases op
+    if (now < op->deadline) continue;
+    const Work& w = *op->work;
+    const std::string after = std::to_string(timeoutMs_ / 1000.0).substr(0, 6) + " s";
+    Status st(Code::kTimeout,
+              w.kind == Kind::kSend
+                  ? "timed out after " + after + ": rank " + std::to_string(w.peer) + " did not receive this rank's message (" +
+                        describeMessage(w.count, static_cast<uint8_t>(w.dtype)) + ") with tag " + std::to_string(w.tag)
+                  : "timed out after " + after + " waiting for a message from rank " + std::to_string(w.peer) +
+                        " with tag " + std::to_string(w.tag),
+              w.peer);
+    Channel& c = channels_[w.peer];
+    // A frame half-way through the stream cannot be taken back: the stream is lost with it.
+    bool midStream = w.kind == Kind::kRecv && c.inPayload && c.inCompletes == op;
+    for (const OutFrame& f : c.data) midStream |= f.owner == op && f.done > 0;
+    if (midStream && c.dead.isOk()) {
+      breakChannel(c, st);  // fails op too
+    } else {
+      finish(op, st);
+    }
+  }
+}
+
+void PointToPoint::breakChannel(Channel& c, const Status& st) {
+  if (!c.dead.isOk()) return;
+  c.dead = st;
+  c.control.clear();
+  c.data.clear();
+  c.inPayload = false;
+  c.inCompletes = nullptr;
+  const int peer = c.pair->peer();
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    Op* op = &*it;
+    ++it;
+    if (op->work->peer == peer) finish(op, st);
+  }
+}
+
+// Removes every reference to op from its channel.
+void PointToPoint::detach(Op* op) {
+  const Work& w = *op->work;
+  if (w.peer < 0 || w.peer >= static_cast<int>(channels_.size())) return;
+  Channel& c = channels_[w.peer];
+  if (w.kind == Kind::kSend) {
+    auto it = c.sent.find(op->seq);
+    if (it != c.sent.end() && it->second == op) {
+      if (op->eager) c.unackedEager -= op->bytes;
+      c.sent.erase(it);
+    }
+    for (auto f = c.data.begin(); f != c.data.end();) {
+      // Only frames not yet started reach here (see checkDeadlines) or the completing DATA frame.
+      f = f->owner == op && f->done == 0 ? c.data.erase(f) : std::next(f);
+    }
+  } else {
+    auto p = c.posted.find(w.tag);
+    if (p != c.posted.end()) {
+      for (auto q = p->second.begin(); q != p->second.end(); ++q) {
+        if (*q == op) {
+          p->second.erase(q);
+          break;
+        }
+      }
+      if (p->second.empty()) c.posted.erase(p);
+    }
+    auto a = c.awaitingData.find(op->seq);
+    if (a != c.awaitingData.end() && a->second == op) c.awaitingData.erase(a);
+    if (c.inCompletes == op) {
+      c.inCompletes = nullptr;
+      c.inDst = nullptr;
+    }
+  }
+}
+
+void PointToPoint::finish(Op* op, Status st) {
+  detach(op);
+  const std::string what = describe(*op);
+  std::shared_ptr<Work> w = std::move(op->work);
+  for (auto it = ops_.begin(); it != ops_.end(); ++it) {
+    if (&*it == op) {
+      ops_.erase(it);
+      break;
+    }
+  }
+  finish_(w, std::move(st), what);
+}
+
+void PointToPoint::failAll(const Status& st) {
+  std::lock_guard<std::mutex> lock(progressMutex_);
+  std::vector<std::shared_ptr<Work>> posted;
+  {
+    std::lock_guard<std::mutex> inbox(inboxMutex_);
+    posted.swap(inbox_);
+  }
+  for (auto& w : posted) {
+    std::string what = w->kind == Kind::kSend ? "send to rank " : "recv from rank ";
+    finish_(w, st, what + std::to_string(w->peer) + " (tag " + std::to_string(w->tag) + ")");
+  }
+  for (Channel& c : channels_) {
+    if (c.pair != nullptr) breakChannel(c, st);
+  }
+  while (!ops_.empty()) finish(&ops_.front(), st);
+  busy_.store(false, std::memory_order_release);
+}
+
+void PointToPoint::waitForTraffic(int64_t idleMicros) {
+  if (idleMicros < kSpinMicros) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    return;
+  }
+  std::vector<pollfd> fds;
+  fds.push_back({wakeFd_, POLLIN, 0});
+  bool spinning = false;
+  {
+    std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      sched_yield();
+      return;
+    }
+    for (const Channel& c : channels_) {
+      if (c.pair == nullptr || !c.dead.isOk() || !involved(c)) continue;
+      const int fd = c.pair->pollFd();
+      if (fd < 0) {
+        spinning = true;
+        continue;
+      }
+      short events = POLLIN;
+      if (!c.control.empty() || !c.data.empty()) events |= POLLOUT;
+      fds.push_back({fd, events, 0});
+    }
+  }
+  int timeoutMs = kPollCapMs;
+  if (spinning) {
+    if (idleMicros < kYieldMicros) {
+      sched_yield();
+      return;
+    }
+    timeoutMs = 0;
+  }
+  int r = poll(fds.data(), fds.size(), timeoutMs);
+  if (r > 0 && (fds[0].revents & POLLIN)) {
+    uint64_t drained;
+    ssize_t ignored = read(wakeFd_, &drained, sizeof(drained));
+    (void)ignored;
+  }
+  if (spinning && r <= 0) {
+    int nap = static_cast<int>((idleMicros - kYieldMicros) / 8);
+    nap = nap < 20 ? 20 : (nap > kMaxNapMicros ? kMaxNapMicros : nap);
+    timespec ts{0, nap * 1000L};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+}  // namespace hora

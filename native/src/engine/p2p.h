@@ -1,0 +1,161 @@
+// Point-to-point messages (hora.send / hora.recv): tag-matched queues beside the collectives.
+//
+// Channels. The collectives move raw bytes over each pair's stream in lockstep, with no framing: a
+// point-to-point frame on that stream would be read as collective data by a peer in the middle of a
+// collective. So every pair of ranks has a second stream of its own for messages (Context::p2pChannel):
+// a second pair of shared-memory rings between ranks of one host, a second authenticated TCP connection
+// otherwise. Collectives and messages never share bytes, and neither can block the other.
+//
+// Protocol, per direction of a channel (frames in p2p_frames.h):
+//  - A send takes the next sequence number of its (sender, receiver) pair. A message of at most
+//    kEagerBytes goes out at once as EAGER (header + payload) while the sender's unacknowledged eager
+//    bytes to that peer stay within kEagerCredit; anything else goes out as RTS (header only) and its
+//    payload waits for the receiver.
+//  - The receiver reads frames in order. A message is matched with the oldest posted receive of its
+//    (peer, tag); with none, it is kept as unexpected (an EAGER's payload is buffered, an RTS only
+//    remembered), and the next receive posted for that (peer, tag) takes the oldest unexpected one first.
+//    Messages of one (peer, tag) thus match receives in order; other tags and peers never wait on them.
+//  - A match checks dtype and count. Equal: an EAGER is delivered and acknowledged (ACK), an RTS is
+//    answered with CTS and the sender streams DATA straight into the receive's array. Different: the
+//    receive fails with ERR_MISMATCH and the receiver answers NACK with its own dtype and count, so the
+//    send fails with ERR_MISMATCH naming both sides too. The message is dropped.
+//  - A send completes when its message is delivered: on ACK (eager) or once its DATA is written (large).
+//    So a send never completes before a matching receive exists, a mismatch reaches both ends, and a
+//    process may exit as soon as its sends complete.
+//  - Why this bounds memory: the credit caps what a receiver buffers from one peer at kEagerCredit bytes
+//    of payload (a peer exceeding it breaks the channel), and large messages are never buffered. Why it
+//    cannot deadlock: a receiver always reads on (it never stops behind an unmatched frame), and control
+//    frames (CTS, ACK, NACK) go out between frames, never behind a whole queue of payloads.
+//  - Failures stay with the messages they touch and never break the collectives: a peer that is gone
+//    fails the operations with that peer (ERR_PEER_LOST; messages already buffered can still be received),
+//    an operation past its deadline fails alone (ERR_TIMEOUT naming peer and tag), unless its frame was
+//    half-way through the stream, which then cannot go on and fails like a lost peer.
+//
+// Threads. post() may be called from any thread. progress() runs on the communication thread when it has
+// no collective to run, and from inside a collective's waits (Context's background hook), so a message
+// moves while a collective waits on a slow peer; a try-lock keeps it to one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "engine/p2p_frames.h"
+#include "engine/work.h"
+#include "transport/context.h"
+
+namespace hora {
+
+class PointToPoint : public BackgroundProgress {
+ public:
+  // Largest message sent eagerly, and the most eager bytes in flight to one peer.
+  static constexpr size_t kEagerBytes = 64 * 1024;
+  static constexpr size_t kEagerCredit = 4 * 1024 * 1024;
+
+  // finish runs once per Work, on whichever thread progressed it, with its outcome; `what` names the
+  // operation ("send to rank 2 (tag 0)").
+  using Finish = std::function<void(const std::shared_ptr<Work>&, Status, const std::string& what)>;
+  PointToPoint(Context& ctx, int64_t timeoutMs, Finish finish);
+  ~PointToPoint() override;
+
+  // Any thread: queues a Work of kind kSend or kRecv (peer, tag, dtype, data, count set).
+  void post(std::shared_ptr<Work> w);
+  // Anything to do: posted, in flight, or partly framed.
+  bool busy() const override { return busy_.load(std::memory_order_acquire); }
+  // Moves what can move on every channel without blocking; returns whether anything moved. Returns false
+  // at once when another thread is inside.
+  bool progress();
+  void progressInBackground() override { progress(); }
+  // Blocks until a channel may have moved, a wake() or a deadline; idleMicros: how long nothing moved.
+  void waitForTraffic(int64_t idleMicros);
+  // Any thread: ends a waitForTraffic() early (new work, a collective queued, an abort).
+  void wake();
+  // Fails everything posted and not yet complete (the engine is stopping or broken).
+  void failAll(const Status& st);
+
+ private:
+  enum class State { kFramed, kAwaitReply, kPosted, kAwaitData, kStreaming };
+  struct Op {
+    std::shared_ptr<Work> work;
+    Clock::time_point deadline;
+    State state = State::kFramed;
+    uint64_t seq = 0;
+    bool eager = false;
+    size_t bytes = 0;
+  };
+  struct OutFrame {
+    std::vector<uint8_t> head;  // the header, and a small payload copied behind it
+    const uint8_t* payload = nullptr;
+    size_t payloadLen = 0;
+    size_t done = 0;           // bytes of head + payload written
+    Op* completes = nullptr;   // DATA: the send it completes once written
+    Op* owner = nullptr;       // EAGER, RTS, DATA: the send whose memory it reads
+  };
+  struct Unexpected {
+    p2p::FrameHeader header;
+    std::vector<uint8_t> payload;  // EAGER only
+  };
+  struct Channel {
+    Pair* pair = nullptr;
+    Status dead;  // set once the stream can no longer be used
+    uint64_t nextSeq = 0;
+    std::deque<OutFrame> control, data;
+    std::unordered_map<uint64_t, Op*> sent;  // sends awaiting ACK, CTS or NACK, by seq
+    size_t unackedEager = 0;
+    // Receiving: the header being read, then where its payload goes.
+    uint8_t header[p2p::kHeaderBytes];
+    size_t headerGot = 0;
+    p2p::FrameHeader in;
+    bool inPayload = false;
+    uint8_t* inDst = nullptr;  // nullptr: discard
+    size_t inLen = 0, inDone = 0;
+    Op* inCompletes = nullptr;  // receive completed when the payload is in
+    bool inAck = false;         // acknowledge in.seq then
+    std::map<int32_t, std::deque<Unexpected>> unexpected;
+    size_t unexpectedBytes = 0;
+    std::map<int32_t, std::deque<Op*>> posted;
+    std::unordered_map<uint64_t, Op*> awaitingData;
+    Clock::time_point nextLivenessCheck;
+  };
+
+  void take(std::shared_ptr<Work> w);
+  void postSend(Channel& c, Op* op);
+  void postRecv(Channel& c, Op* op);
+  void match(Channel& c, Op* op, const p2p::FrameHeader& h, Unexpected* buffered);
+  bool pump(Channel& c);
+  bool writeFrames(Channel& c);
+  bool readFrames(Channel& c);
+  void onHeader(Channel& c);
+  void onPayloadDone(Channel& c);
+  void sendControl(Channel& c, p2p::FrameType type, uint64_t seq, uint8_t dtype, uint64_t count);
+  void checkDeadlines();
+  void checkLiveness(Channel& c);
+  bool involved(const Channel& c) const;
+  void breakChannel(Channel& c, const Status& st);
+  void finish(Op* op, Status st);
+  void detach(Op* op);
+  std::string describe(const Op& op) const;
+
+  Context& ctx_;
+  int64_t timeoutMs_;
+  Finish finish_;
+  std::vector<Channel> channels_;  // by peer rank
+  std::list<Op> ops_;
+  std::atomic<bool> busy_{false};
+  int wakeFd_ = -1;
+  std::mutex progressMutex_;
+  std::mutex inboxMutex_;
+  std::vector<std::shared_ptr<Work>> inbox_;  // under inboxMutex_
+  std::vector<uint8_t> discard_;
+};
+
+}  // namespace hora
