@@ -135,7 +135,7 @@ function dtypeOfArray(where: string, array: unknown, dtype: unknown): DType {
 }
 
 /** A new host array for `count` elements of `dtype`. */
-function hostArray(dtype: DType, count: number): Tensor {
+export function hostArray(dtype: DType, count: number): Tensor {
   switch (dtype) {
     case 'float32': return new Float32Array(count);
     case 'float64': return new Float64Array(count);

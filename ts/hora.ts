@@ -1,5 +1,5 @@
 /**
- * The public API: joining a job, the topology, and the collectives.
+ * The public API: joining a job, the topology, the collectives, and point-to-point messages.
  *
  * Validation happens here, on the calling rank, and an invalid call is still sent to the engine as a
  * placeholder so that the other ranks fail the same collective with ERR_INVALID_ARGUMENT instead of
@@ -8,12 +8,15 @@
  * A collective given a hora.cuda.DeviceBuffer submits a device item (see ts/native.ts) and answers with
  * device memory: any new buffer is allocated here, before submission, except an allgather's, which the
  * engine allocates. The buffers are lent to the engine until the work settles (free() refuses meanwhile).
+ *
+ * send and recv have no order across ranks to keep, so a bad call fails on its own rank only (the
+ * returned Work is rejected) and nothing reaches the engine.
  */
 import { advertiseAddress, connectTimeoutS, makeLogger, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
 import type { Peer } from './control/messages';
 import { register, RendezvousConnection } from './control/client';
 import { RendezvousServer } from './control/server';
-import { DTYPE_OF_NAME, DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, lend } from './device-buffer';
+import { DTYPE_OF_NAME, DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, hostArray, lend } from './device-buffer';
 import { CallSite, HoraError, describeValue, invalidArgument } from './errors';
 import { loadNative } from './loader';
 import {
@@ -21,7 +24,7 @@ import {
 } from './native';
 import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, DType, InitOptions, ReduceOp,
-  ReduceScatterOptions, Tensor,
+  RecvOptions, ReduceScatterOptions, SendOptions, Tensor,
 } from './types';
 import { startReporting, stopReporting } from './stats';
 import { openTimeline } from './timeline';
@@ -559,6 +562,107 @@ export function timelineSpan(name: string, startNs: number, endNs: number, args?
   world?.dispatcher?.timeline?.span(name, startNs, endNs, args);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Point-to-point messages (native/src/engine/p2p.h).
+
+const TAG_LIMIT = 2 ** 31;
+const P2P_TYPES = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16); ' +
+  'send and recv take typed arrays, not hora.cuda.DeviceBuffer';
+
+function peerOf(call: string, key: string, v: unknown, w: World): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v >= w.size || v === w.rank) {
+    const expected = w.size > 1
+      ? `an integer rank from 0 to ${w.size - 1} other than this rank (${w.rank})`
+      : 'another rank, but this job has one rank only';
+    throw invalidArgument(call, `options.${key}`, expected, v, w.rank);
+  }
+  return v;
+}
+
+function tagOf(call: string, v: unknown, rank: number): number {
+  if (v === undefined) return 0;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v >= TAG_LIMIT) {
+    throw invalidArgument(call, 'options.tag', `an integer from 0 to ${TAG_LIMIT - 1}`, v, rank);
+  }
+  return v;
+}
+
+function messageDtype(call: string, argument: string, x: unknown, dtype: unknown, rank: number): NativeDType {
+  if (x instanceof DeviceBuffer || !ArrayBuffer.isView(x) || x instanceof DataView) throw invalidArgument(call, argument, P2P_TYPES, x, rank);
+  return dtypeOf(call, x, dtype, rank);
+}
+
+/** Runs send or recv: validation failures reject the returned Work on this rank only. */
+function runMessage<T>(call: string, callee: Function, plan: (w: World) => Plan<T>): Work<T> {
+  const w = current(call);
+  const site = new CallSite(callee);
+  let p: Plan<T>;
+  try {
+    p = plan(w);
+  } catch (e) {
+    const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.rank);
+    const failed = new Work<T>(null);
+    failed.reject(site.attach(err));
+    return failed;
+  }
+  if (!w.dispatcher) throw new HoraError('ERR_INTERNAL', `hora.${call}: no engine in a world of one`, w.rank);
+  return w.dispatcher.submit(p.item, p.finish, site, p.keep);
+}
+
+/**
+ * Sends x to rank `to` with `tag` (default 0). The Work settles once the message is delivered into the
+ * receiver's array (so a matching recv must be posted); until then x belongs to the engine. Messages from
+ * one rank to another with one tag are received in the order sent; other tags and peers never wait on them.
+ */
+export function send(x: Tensor, options: SendOptions): Work<void> {
+  return runMessage('send', send, (w) => {
+    const o = optionsObject<SendOptions>('send', options, w.rank);
+    const dtype = messageDtype('send', 'x', x, o.dtype, w.rank);
+    const peer = peerOf('send', 'to', o.to, w);
+    const tag = tagOf('send', o.tag, w.rank);
+    return {
+      item: { kind: NativeKind.Send, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name: '', data: x, out: null, peer, tag },
+      finish: () => undefined, keep: [x], local: () => undefined,
+    };
+  });
+}
+
+/**
+ * Receives the next message from rank `from` with `tag` (default 0) into `into`, and answers `into`; or,
+ * given only options with `dtype` and `count`, into a new array. The message must have the same dtype and
+ * count, or both ends fail with ERR_MISMATCH.
+ */
+export function recv<T extends Tensor>(into: T, options: RecvOptions): Work<T>;
+export function recv(options: RecvOptions): Work<Tensor>;
+export function recv(first: unknown, second?: unknown): Work<Tensor> {
+  return runMessage('recv', recv, (w) => {
+    const fresh = second === undefined && first !== null && typeof first === 'object' && !ArrayBuffer.isView(first) &&
+      !(first instanceof DeviceBuffer);
+    const o = optionsObject<RecvOptions>('recv', fresh ? first : second, w.rank);
+    let into: Tensor;
+    if (fresh) {
+      if (typeof o.dtype !== 'string' || !(o.dtype in DTYPE_OF_NAME)) {
+        throw invalidArgument('recv', 'options.dtype', `one of ${Object.keys(DTYPE_OF_NAME).join(', ')} (no array was given to receive into)`, o.dtype, w.rank);
+      }
+      if (typeof o.count !== 'number' || !Number.isInteger(o.count) || o.count < 0 || o.count > 2 ** 32) {
+        throw invalidArgument('recv', 'options.count', 'an integer from 0 to 2^32 (no array was given to receive into)', o.count, w.rank);
+      }
+      into = hostArray(o.dtype, o.count);
+    } else {
+      if (o.count !== undefined) throw invalidArgument('recv', 'options.count', 'undefined when an array is given (its length is the count)', o.count, w.rank);
+      into = first as Tensor;
+    }
+    const dtype = messageDtype('recv', 'into', into, o.dtype, w.rank);
+    const peer = peerOf('recv', 'from', o.from, w);
+    const tag = tagOf('recv', o.tag, w.rank);
+    return {
+      item: { kind: NativeKind.Recv, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name: '', data: into, out: null, peer, tag },
+      finish: () => into, keep: [into], local: () => into,
+    };
+  });
+}
+
+/** @internal For hora bench and tests: the engine's communicator (null in a world of one). */
 /**
  * The cost model's predicted seconds of a float32 allreduce of `bytes` with each algorithm, and which one
  * `algorithm` (default: this job's setting) resolves to; null in a world of one. For `hora bench`.

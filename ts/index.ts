@@ -1,7 +1,7 @@
 /** hora: distributed data-parallel training for JavaScript. */
 export {
   init, shutdown, isInitialized, rank, size, localRank, localSize, crossRank, crossSize,
-  allreduce, broadcast, allgather, reduceScatter, barrier, failPeers,
+  allreduce, broadcast, allgather, reduceScatter, barrier, failPeers, send, recv,
 } from './hora';
 export { Work } from './work';
 export * as cuda from './cuda';
@@ -9,5 +9,5 @@ export { HoraError } from './errors';
 export type { HoraErrorCode } from './errors';
 export type {
   ReduceOp, DType, Tensor, CollectiveInput, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
-  ReduceScatterOptions, BarrierOptions,
+  ReduceScatterOptions, BarrierOptions, SendOptions, RecvOptions,
 } from './types';

@@ -16,11 +16,15 @@
  * with `cuda.free`. The `cuda` object's calls are synchronous; a failure throws an Error whose `code` is
  * a HoraError code.
  *
+ * Send and Recv items (hora.send / hora.recv) travel in the same submit() calls but are posted at once,
+ * beside the ordered queue of collectives (native/src/engine/p2p.h); a send completes when the peer's
+ * matching receive has its data.
+ *
  * Enum values below are shared with the C++ side (and, for kinds, dtypes and ops, with other ranks on
  * the wire): never renumber them.
  */
 
-export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5 }
+export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7 }
 export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6 }
 export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
 export const enum NativeAlgorithm { Auto = 0, Ring = 1, RecursiveDoubling = 2, Hierarchical = 3, MultiDim = 4 }
@@ -70,6 +74,9 @@ export interface NativeItem {
   out: ArrayBufferView | null;
   /** kind Invalid: why this rank's call was rejected. */
   invalidReason?: string;
+  /** kinds Send and Recv: the other rank, and the message's tag. data is sent from, or received into. */
+  peer?: number;
+  tag?: number;
   /** A device item: the CUDA device of devicePtr and outPtr (data and out are then null). */
   device?: number;
   /** allreduce/broadcast: reduced or received in place; allgather/reducescatter: input. Device memory. */

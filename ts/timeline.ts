@@ -55,7 +55,7 @@ const enum C {
   CopyOutEnd, Done, ReduceNanos, ReduceCalls, FusedTensors, Seq, Algorithm, Code, Message, Columns,
 }
 
-const KIND_NAMES = ['allreduce', 'broadcast', 'allgather', 'reducescatter', 'barrier', 'invalid call'];
+const KIND_NAMES = ['allreduce', 'broadcast', 'allgather', 'reducescatter', 'barrier', 'invalid call', 'send', 'recv'];
 const DTYPE_NAMES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8'];
 const OP_NAMES = ['sum', 'avg', 'min', 'max', 'prod'];
 const FLUSH_BYTES = 64 * 1024;

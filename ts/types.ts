@@ -66,3 +66,23 @@ export interface ReduceScatterOptions {
 export interface BarrierOptions {
   name?: string;
 }
+
+export interface SendOptions {
+  /** Rank that receives the message: 0 <= to < size(), not this rank. */
+  to: number;
+  /** Integer 0 <= tag < 2^31 (default 0). Messages of one (sender, tag) arrive in order. */
+  tag?: number;
+  /** Element type of a Uint16Array: 'float16' or 'bfloat16' (required for Uint16Array). */
+  dtype?: DType;
+}
+
+export interface RecvOptions {
+  /** Rank that sends the message: 0 <= from < size(), not this rank. */
+  from: number;
+  /** Integer 0 <= tag < 2^31 (default 0). */
+  tag?: number;
+  /** Without an array to receive into: the element type of the new array; with a Uint16Array, 'float16' or 'bfloat16'. */
+  dtype?: DType;
+  /** Without an array to receive into: its length in elements. */
+  count?: number;
+}

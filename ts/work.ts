@@ -12,7 +12,7 @@
  * difference into ERR_MISMATCH rather than wrong numbers.
  */
 import { CallSite, HoraError } from './errors';
-import { itemBytes } from './native';
+import { itemBytes, NativeKind } from './native';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
 import type { TimelineWriter } from './timeline';
@@ -149,7 +149,9 @@ export class Dispatcher {
     const id = this.nextId++;
     const work = new Work<T>(() => this.waitFor(id));
     const bytes = itemBytes(item);
-    const stats = this.stats.submitted(item.kind, item.name, bytes, item.dtype);
+    // Messages are not collectives: the stall inspector's view of the ordered queue leaves them out.
+    const p2p = item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
+    const stats = p2p ? undefined : this.stats.submitted(item.kind, item.name, bytes, item.dtype);
     this.outstanding.set(id, { work, finish, site, keep, stats });
     if (this.timeline) this.timeline.called(id, item);
     (item as NativeItem).id = id;
