@@ -160,18 +160,30 @@ void PointToPoint::postSend(Channel& c, Op* op) {
   c.sent[op->seq] = op;
 }
 
+// Receives of one (peer, tag) queue in posted order and are matched, oldest first, with that tag's
+// unexpected messages once those are complete (an EAGER's payload all read).
 void PointToPoint::postRecv(Channel& c, Op* op) {
-  auto found = c.unexpected.find(op->work->tag);
-  if (found != c.unexpected.end() && !found->second.empty()) {
-    Unexpected m = std::move(found->second.front());
-    found->second.pop_front();
-    if (found->second.empty()) c.unexpected.erase(found);
-    c.unexpectedBytes -= m.payload.size();
-    return match(c, op, m.header, &m);
-  }
-  if (!c.dead.isOk()) return finish(op, c.dead);
+  const int32_t tag = op->work->tag;
   op->state = State::kPosted;
-  c.posted[op->work->tag].push_back(op);
+  c.posted[tag].push_back(op);
+  matchBuffered(c, tag);
+  if (op->state == State::kPosted && !c.dead.isOk()) finish(op, c.dead);
+}
+
+void PointToPoint::matchBuffered(Channel& c, int32_t tag) {
+  for (;;) {
+    auto p = c.posted.find(tag);
+    auto u = c.unexpected.find(tag);
+    if (p == c.posted.end() || u == c.unexpected.end() || !u->second.front().complete) return;
+    Op* op = p->second.front();
+    p->second.pop_front();
+    if (p->second.empty()) c.posted.erase(p);
+    Unexpected m = std::move(u->second.front());
+    u->second.pop_front();
+    if (u->second.empty()) c.unexpected.erase(u);
+    c.unexpectedBytes -= m.payload.size();
+    match(c, op, m.header, &m);
+  }
 }
 
 // A message (h) meets a receive (op): from the unexpected queue (buffered set; its EAGER payload is there)
@@ -332,8 +344,9 @@ void PointToPoint::onHeader(Channel& c) {
       if (h.type == FrameType::kEager && bytes > kEagerBytes) {
         return violation("an eager message of " + std::to_string(bytes) + " bytes");
       }
+      // Straight into a posted receive, unless older messages of this tag are still unmatched.
       auto posted = c.posted.find(h.tag);
-      if (posted != c.posted.end() && !posted->second.empty()) {
+      if (posted != c.posted.end() && c.unexpected.count(h.tag) == 0) {
         Op* op = posted->second.front();
         posted->second.pop_front();
         if (posted->second.empty()) c.posted.erase(posted);
@@ -341,24 +354,25 @@ void PointToPoint::onHeader(Channel& c) {
       }
       Unexpected m;
       m.header = h;
+      m.complete = h.type == FrameType::kRts || bytes == 0;
       if (h.type == FrameType::kEager) {
         if (c.unexpectedBytes + bytes > kEagerCredit) return violation("more eager bytes than its credit");
         m.payload.resize(bytes);
         c.unexpectedBytes += bytes;
-        auto& q = c.unexpected[h.tag];
-        q.push_back(std::move(m));
-        if (bytes > 0) {
-          c.inPayload = true;
-          c.inDst = q.back().payload.data();
-          c.inLen = bytes;
-          c.inDone = 0;
-          c.inCompletes = nullptr;
-          c.inAck = false;
-        }
+      }
+      auto& q = c.unexpected[h.tag];
+      q.push_back(std::move(m));
+      if (!q.back().complete) {
+        c.inPayload = true;
+        c.inDst = q.back().payload.data();
+        c.inLen = bytes;
+        c.inDone = 0;
+        c.inCompletes = nullptr;
+        c.inAck = false;
+        c.inUnexpected = true;
         return;
       }
-      c.unexpected[h.tag].push_back(std::move(m));
-      return;
+      return matchBuffered(c, h.tag);
     }
     case FrameType::kData: {
       auto it = c.awaitingData.find(h.seq);
@@ -418,6 +432,11 @@ void PointToPoint::onHeader(Channel& c) {
 
 void PointToPoint::onPayloadDone(Channel& c) {
   c.inPayload = false;
+  if (c.inUnexpected) {
+    c.inUnexpected = false;
+    c.unexpected[c.in.tag].back().complete = true;
+    return matchBuffered(c, c.in.tag);
+  }
   Op* op = c.inCompletes;
   c.inCompletes = nullptr;
   if (op == nullptr) return;
@@ -479,6 +498,13 @@ void PointToPoint::breakChannel(Channel& c, const Status& st) {
   c.dead = st;
   c.control.clear();
   c.data.clear();
+  if (c.inPayload && c.inUnexpected) {
+    auto u = c.unexpected.find(c.in.tag);
+    c.unexpectedBytes -= u->second.back().payload.size();
+    u->second.pop_back();
+    if (u->second.empty()) c.unexpected.erase(u);
+  }
+  c.inUnexpected = false;
   c.inPayload = false;
   c.inCompletes = nullptr;
   const int peer = c.pair->peer();

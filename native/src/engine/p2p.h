@@ -103,6 +103,7 @@ class PointToPoint : public BackgroundProgress {
   struct Unexpected {
     p2p::FrameHeader header;
     std::vector<uint8_t> payload;  // EAGER only
+    bool complete = false;         // false while its payload is still being read
   };
   struct Channel {
     Pair* pair = nullptr;
@@ -120,6 +121,7 @@ class PointToPoint : public BackgroundProgress {
     size_t inLen = 0, inDone = 0;
     Op* inCompletes = nullptr;  // receive completed when the payload is in
     bool inAck = false;         // acknowledge in.seq then
+    bool inUnexpected = false;  // the payload goes to the last unexpected message of tag in.tag
     std::map<int32_t, std::deque<Unexpected>> unexpected;
     size_t unexpectedBytes = 0;
     std::map<int32_t, std::deque<Op*>> posted;
@@ -131,6 +133,7 @@ class PointToPoint : public BackgroundProgress {
   void postSend(Channel& c, Op* op);
   void postRecv(Channel& c, Op* op);
   void match(Channel& c, Op* op, const p2p::FrameHeader& h, Unexpected* buffered);
+  void matchBuffered(Channel& c, int32_t tag);
   bool pump(Channel& c);
   bool writeFrames(Channel& c);
   bool readFrames(Channel& c);
