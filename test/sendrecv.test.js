@@ -41,6 +41,11 @@ for (const [transport, env] of TRANSPORTS) {
     }
   });
 
+  t.test(`${transport}: a window of 64 sends met by receives posted one by one`, async (t) => {
+    const { results } = await scenario(t, 2, 'window', env);
+    t.same(results[1] && results[1].bad, [], 'every message arrived intact and in order');
+  });
+
   t.test(`${transport}: messages of one tag arrive in the order sent`, async (t) => {
     const { results } = await scenario(t, 2, 'in-order', env);
     t.same(results[1] && results[1].order, Array.from({ length: 40 }, (_, i) => i), '40 messages, small and large, in order');

@@ -4,6 +4,8 @@
 //   large        one 64 MiB message 0 -> 1 and back
 //   out-of-order rank 1 posts tag 1 before tag 0 while rank 0 sends tag 0 then tag 1 (small and large)
 //   in-order     40 messages of one tag, eager and large mixed, received in the order sent
+//   window       rank 0 posts 64 sends at once (eager and large), rank 1 posts receives a few at a time, so
+//                receives meet messages whose payload is still arriving
 //   independent  rank 0 sends to 1 and 2; rank 2 receives 1.5 s late; rank 1 must not wait for it
 //   interleave   sends and receives around a ring mixed with allreduces and broadcasts
 //   invalid      every bad argument, on each rank
@@ -120,6 +122,24 @@ async function inOrder(r) {
   return {};
 }
 
+async function windowed(r) {
+  const sizes = [8192, 50000, 16, 0, 200000];
+  const bad = [];
+  for (const n of sizes) {
+    if (r === 0) {
+      await Promise.all(Array.from({ length: 64 }, (_, i) => hora.send(pattern('int32', n, i), { to: 1, tag: 2 })));
+    } else if (r === 1) {
+      const recvs = [];
+      for (let i = 0; i < 64; i++) {
+        recvs.push(hora.recv({ from: 0, tag: 2, dtype: 'int32', count: n }));
+        if (i % 4 === 3) await new Promise((resolve) => setImmediate(resolve));
+      }
+      for (const [i, got] of (await Promise.all(recvs)).entries()) if (!sameContents(got, pattern('int32', n, i))) bad.push({ n, i });
+    }
+  }
+  return { bad };
+}
+
 async function independent(r) {
   if (r === 0) {
     const t0 = performance.now();
@@ -233,7 +253,7 @@ async function timeout(r) {
   return { got, ms, after };
 }
 
-const SCENARIOS = { sweep, large, 'out-of-order': outOfOrder, 'in-order': inOrder, independent, interleave, invalid, mismatch, kill, timeout };
+const SCENARIOS = { sweep, large, window: windowed, 'out-of-order': outOfOrder, 'in-order': inOrder, independent, interleave, invalid, mismatch, kill, timeout };
 
 async function main() {
   const scenario = process.argv[2];
