@@ -4,8 +4,11 @@
 // of peers, mixing with collectives, bad input, mismatched ends, a killed peer and a deadline.
 // test/workers/sendrecv-worker.js runs each scenario inside the ranks; this file asserts on their reports.
 const t = require('tap');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
 const path = require('node:path');
-const { runJob, tail } = require('./support/hora-job');
+const { runJob, runProcess, tail } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'sendrecv-worker.js');
 const TRANSPORTS = [['shm', {}], ['tcp', { HORA_TRANSPORT: 'tcp' }]];
@@ -112,6 +115,32 @@ t.test('a peer killed during a receive: ERR_PEER_LOST, no hang', async (t) => {
   t.match(r && r.got.message, /rank 1/, 'the error names rank 1');
   t.ok(r && r.ms < 30000, `within 30 s (${r && Math.round(r.ms)} ms)`);
 });
+
+// Without a launcher nobody else reports the death: the engine must see it on the connection itself.
+for (const [transport, env] of TRANSPORTS) {
+  t.test(`${transport}, no launcher: a peer killed during a receive is seen by the engine itself`, async (t) => {
+    const port = await new Promise((resolve) => {
+      const srv = net.createServer().listen(0, '127.0.0.1', () => {
+        const p = srv.address().port;
+        srv.close(() => resolve(p));
+      });
+    });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-test-'));
+    const rankEnv = (rank) => ({
+      ...process.env, ...env, RANK: String(rank), WORLD_SIZE: '2', LOCAL_RANK: String(rank), MASTER_ADDR: '127.0.0.1',
+      MASTER_PORT: String(port), HORA_TIMEOUT_S: '60', HORA_TEST_RESULT_DIR: dir,
+    });
+    const ranks = await Promise.all([0, 1].map((r) => runProcess([WORKER, 'kill'], rankEnv(r), 90000)));
+    const file = path.join(dir, 'rank-0.json');
+    const r = fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')).result : null;
+    fs.rmSync(dir, { recursive: true, force: true });
+    t.equal(ranks[1].signal, 'SIGKILL', 'rank 1 was killed');
+    t.equal(r && r.got.code, 'ERR_PEER_LOST', 'the receive fails with ERR_PEER_LOST', { r, stderr: ranks[0].stderr.slice(-2000) });
+    t.match(r && r.got.message, /rank 1/, 'the error names rank 1');
+    t.equal(r && r.got.peer, 1, 'error.peer is rank 1');
+    t.ok(r && r.ms < 30000, `within 30 s (${r && Math.round(r.ms)} ms)`);
+  });
+}
 
 t.test('a deadline: ERR_TIMEOUT naming peer and tag, and collectives go on', async (t) => {
   const { results } = await scenario(t, 2, 'timeout', { HORA_TIMEOUT_S: '2' });
