@@ -16,6 +16,7 @@ const TESTS = [
   { name: 'algorithms_test', minOk: 190, timeoutMs: 300000 },
   { name: 'sha256_test', minOk: 18, timeoutMs: 60000 },
   { name: 'connect_test', minOk: 36, timeoutMs: 120000 },
+  { name: 'p2p_test', minOk: 22, timeoutMs: 120000 },
   { name: 'cuda_elements_test', minOk: 41, timeoutMs: 60000 },
 ];
 
