@@ -153,3 +153,17 @@ t.test('a deadline: ERR_TIMEOUT naming peer and tag, and collectives go on', asy
   t.ok(r0 && r0.ms >= 1900, `not before the deadline (${r0 && Math.round(r0.ms)} ms)`);
   for (const [rank, r] of results.entries()) t.same(r && r.after, { ok: true, value: ['2'] }, `rank ${rank}: an allreduce works afterwards`);
 });
+
+t.test('the timeline shows each send and recv with its peer and tag', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-test-'));
+  const file = path.join(dir, 'trace.json');
+  await scenario(t, 2, 'in-order', { HORA_TIMELINE: file });
+  const trace = fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : {};
+  fs.rmSync(dir, { recursive: true, force: true });
+  const events = (trace.traceEvents || []).filter((e) => e.ph === 'X' && e.args && (e.args.kind === 'send' || e.args.kind === 'recv'));
+  const sends = events.filter((e) => e.args.kind === 'send'), recvs = events.filter((e) => e.args.kind === 'recv');
+  t.equal(sends.length, 40, '40 send slices');
+  t.equal(recvs.length, 40, '40 recv slices');
+  t.ok(sends.every((e) => e.args.to === 1 && e.args.tag === 5 && e.args.status === 'ok'), 'each send names its peer and tag');
+  t.ok(recvs.every((e) => e.args.from === 0 && e.args.tag === 5 && e.args.status === 'ok'), 'each recv names its peer and tag');
+});

@@ -74,6 +74,9 @@ interface Call {
   root: number;
   name: string;
   bytes: number;
+  /** send, recv: the other rank and the tag. */
+  peer?: number;
+  tag?: number;
 }
 
 /** The engine's record of a completed call: its row in a takeTimeline() result, and that result's strings. */
@@ -151,7 +154,7 @@ export class TimelineWriter {
     if (this.fd === null) return;
     this.calls.set(id, {
       calledNs: Number(process.hrtime.bigint()), kind: item.kind, op: item.op, dtype: item.dtype, root: item.root,
-      name: item.name, bytes: itemBytes(item),
+      name: item.name, bytes: itemBytes(item), peer: item.peer, tag: item.tag,
     });
   }
 
@@ -278,6 +281,9 @@ export class TimelineWriter {
       args.bytes = call.bytes;
     }
     if (call.kind === NativeKind.Broadcast) args.root = call.root;
+    if (call.kind === NativeKind.Send) args.to = call.peer;
+    if (call.kind === NativeKind.Recv) args.from = call.peer;
+    if (call.kind === NativeKind.Send || call.kind === NativeKind.Recv) args.tag = call.tag;
     return args;
   }
 
