@@ -13,6 +13,8 @@ namespace hora {
 namespace {
 
 constexpr int64_t kQueueSpinMicros = 100;
+// How long a wait() for a message moves messages itself before it sleeps (see waitForMessage()).
+constexpr int64_t kMessageWaitMicros = 2000;
 // Largest tensor that is fused with others (see fusable()).
 constexpr size_t kFusionTensorMaxBytes = 128 * 1024;
 // WorkTimes::algorithm of a small allreduce whose data travelled with the agreement (no separate transfer).
@@ -123,6 +125,7 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
 // cores sleep costs tens of microseconds each way. running_ keeps to one task at a time, whichever thread
 // runs it, so the order of collectives is the order of submission as before.
 void Communicator::waitFor(const std::shared_ptr<Work>& work) {
+  if (work->kind == Kind::kSend || work->kind == Kind::kRecv) waitForMessage(work);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!work->completed) {
     if (!running_ && !queue_.empty() && !queue_.front().stop) {
@@ -138,6 +141,37 @@ void Communicator::waitFor(const std::shared_ptr<Work>& work) {
     awaited_ = work.get();
     doneCv_.wait(lock, [&] { return work->completed || (!running_ && !queue_.empty() && !queue_.front().stop); });
     awaited_ = nullptr;
+  }
+}
+
+// Likewise for a message: the blocked caller moves messages itself for a while (the communication thread
+// may be doing the same; one at a time gets in), so a ping-pong costs no hand-off between threads. After
+// kMessageWaitMicros it leaves the rest to the communication thread and sleeps.
+void Communicator::waitForMessage(const std::shared_ptr<Work>& work) {
+  // Meanwhile the communication thread steps aside: two threads polling the same channels would take
+  // both cores of a small machine from the peer that is to answer.
+  messageWaiters_.fetch_add(1, std::memory_order_acq_rel);
+  struct Leave {
+    Communicator* c;
+    ~Leave() {
+      c->messageWaiters_.fetch_sub(1, std::memory_order_acq_rel);
+      c->p2p_.wake();
+    }
+  } leave{this};
+  Clock::time_point idleSince = Clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (work->completed || (!running_ && !queue_.empty())) return;
+    }
+    const Clock::time_point now = Clock::now();
+    if (p2p_.progress()) {
+      idleSince = now;
+      continue;
+    }
+    const int64_t idle = std::chrono::duration_cast<std::chrono::microseconds>(now - idleSince).count();
+    if (idle > kMessageWaitMicros) return;
+    if (idle > kQueueSpinMicros) sched_yield();
   }
 }
 
@@ -232,6 +266,11 @@ void Communicator::progressMessages() {
       // A task is queued; it is this thread's to run unless a blocked wait() is running one already.
       std::lock_guard<std::mutex> lock(mutex_);
       if (!running_) return;
+    }
+    if (messageWaiters_.load(std::memory_order_acquire) > 0) {
+      p2p_.sleep(kMessageWaitMicros / 1000 + 1);
+      idleSince = Clock::now();
+      continue;
     }
     if (p2p_.progress()) {
       idleSince = Clock::now();

@@ -91,6 +91,7 @@ class Communicator {
   void complete(const std::shared_ptr<Work>& w, Status st, const std::string& what);
   // Between collectives: moves messages until a task is queued or nothing is left to move.
   void progressMessages();
+  void waitForMessage(const std::shared_ptr<Work>& work);
   bool fusable(const Work& w) const;
   // Timeline: stores the time at *at when the timeline is on; one branch otherwise.
   void stamp(int64_t* at) const {
@@ -112,6 +113,7 @@ class Communicator {
   std::condition_variable doneCv_;
   std::deque<Task> queue_;
   std::atomic<int> queued_{0};  // tasks in queue_, readable without the lock
+  std::atomic<int> messageWaiters_{0};  // JS-thread wait()s moving messages themselves (waitForMessage)
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() blocks on, if any (under mutex_)
   bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
   std::thread thread_;

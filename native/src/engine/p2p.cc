@@ -58,6 +58,15 @@ void PointToPoint::post(std::shared_ptr<Work> w) {
   wake();
 }
 
+void PointToPoint::sleep(int ms) {
+  pollfd pf{wakeFd_, POLLIN, 0};
+  if (poll(&pf, 1, ms) > 0) {
+    uint64_t drained;
+    ssize_t ignored = read(wakeFd_, &drained, sizeof(drained));
+    (void)ignored;
+  }
+}
+
 void PointToPoint::wake() {
   uint64_t one = 1;
   ssize_t ignored = write(wakeFd_, &one, sizeof(one));

@@ -77,7 +77,9 @@ class PointToPoint : public BackgroundProgress {
   void progressInBackground() override { progress(); }
   // Blocks until a channel may have moved, a wake() or a deadline; idleMicros: how long nothing moved.
   void waitForTraffic(int64_t idleMicros);
-  // Any thread: ends a waitForTraffic() early (new work, a collective queued, an abort).
+  // Blocks until wake() or for at most ms.
+  void sleep(int ms);
+  // Any thread: ends a waitForTraffic() or sleep() early (new work, a collective queued, an abort).
   void wake();
   // Fails everything posted and not yet complete (the engine is stopping or broken).
   void failAll(const Status& st);
