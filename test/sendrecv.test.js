@@ -49,6 +49,12 @@ for (const [transport, env] of TRANSPORTS) {
     t.same(results[1] && results[1].bad, [], 'every message arrived intact and in order');
   });
 
+  t.test(`${transport}: Work.wait() on sends and receives, prompt and late`, async (t) => {
+    const { results } = await scenario(t, 2, 'blocking', env);
+    for (const [rank, r] of results.entries()) t.same(r && r.bad, [], `rank ${rank}: every blocking exchange right`);
+    t.ok(results[1] && results[1].lateMs >= 250, `the wait for a late message lasted until it came (${results[1] && Math.round(results[1].lateMs)} ms)`);
+  });
+
   t.test(`${transport}: messages of one tag arrive in the order sent`, async (t) => {
     const { results } = await scenario(t, 2, 'in-order', env);
     t.same(results[1] && results[1].order, Array.from({ length: 40 }, (_, i) => i), '40 messages, small and large, in order');

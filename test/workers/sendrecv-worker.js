@@ -6,6 +6,8 @@
 //   in-order     40 messages of one tag, eager and large mixed, received in the order sent
 //   window       rank 0 posts 64 sends at once (eager and large), rank 1 posts receives a few at a time, so
 //                receives meet messages whose payload is still arriving
+//   blocking     ping-pong with Work.wait() (the JS thread blocks), small and large, and a wait() for a
+//                message that comes 300 ms later
 //   independent  rank 0 sends to 1 and 2; rank 2 receives 1.5 s late; rank 1 must not wait for it
 //   interleave   sends and receives around a ring mixed with allreduces and broadcasts
 //   invalid      every bad argument, on each rank
@@ -140,6 +142,34 @@ async function windowed(r) {
   return { bad };
 }
 
+async function blocking(r) {
+  const bad = [];
+  for (const n of [1, 5000, 70000, 1 << 20]) {
+    for (let i = 0; i < 20; i++) {
+      if (r === 0) {
+        hora.send(pattern('float32', n, i), { to: 1, tag: 4 }).wait();
+        const back = hora.recv({ from: 1, tag: 4, dtype: 'float32', count: n }).wait();
+        if (!sameContents(back, pattern('float32', n, i + 1))) bad.push({ n, i });
+      } else if (r === 1) {
+        const got = hora.recv({ from: 0, tag: 4, dtype: 'float32', count: n }).wait();
+        if (!sameContents(got, pattern('float32', n, i))) bad.push({ n, i, side: 'out' });
+        hora.send(pattern('float32', n, i + 1), { to: 0, tag: 4 }).wait();
+      }
+    }
+  }
+  let lateMs = null;
+  if (r === 0) {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    hora.send(new Int32Array([7]), { to: 1, tag: 6 }).wait();
+  } else if (r === 1) {
+    const t0 = performance.now();
+    const got = hora.recv({ from: 0, tag: 6, dtype: 'int32', count: 1 }).wait();
+    lateMs = performance.now() - t0;
+    if (got[0] !== 7) bad.push({ late: got[0] });
+  }
+  return { bad, lateMs };
+}
+
 async function independent(r) {
   if (r === 0) {
     const t0 = performance.now();
@@ -253,7 +283,7 @@ async function timeout(r) {
   return { got, ms, after };
 }
 
-const SCENARIOS = { sweep, large, window: windowed, 'out-of-order': outOfOrder, 'in-order': inOrder, independent, interleave, invalid, mismatch, kill, timeout };
+const SCENARIOS = { sweep, large, window: windowed, blocking, 'out-of-order': outOfOrder, 'in-order': inOrder, independent, interleave, invalid, mismatch, kill, timeout };
 
 async function main() {
   const scenario = process.argv[2];
