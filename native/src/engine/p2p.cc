@@ -495,7 +495,8 @@ void PointToPoint::checkDeadlines() {
     bool midStream = w.kind == Kind::kRecv && c.inPayload && c.inCompletes == op;
     for (const OutFrame& f : c.data) midStream |= f.owner == op && f.done > 0;
     if (midStream && c.dead.isOk()) {
-      breakChannel(c, st);  // fails op too
+      breakChannel(c, st);  // fails op, and every other op with that peer: it may be the next one
+      it = ops_.begin();
     } else {
       finish(op, st);
     }
