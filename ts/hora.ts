@@ -610,9 +610,9 @@ function runMessage<T>(call: string, callee: Function, plan: (w: World) => Plan<
 }
 
 /**
- * Sends x to rank `to` with `tag` (default 0). The Work settles once the message is delivered into the
- * receiver's array (so a matching recv must be posted); until then x belongs to the engine. Messages from
- * one rank to another with one tag are received in the order sent; other tags and peers never wait on them.
+ * Sends x to rank `to` with `tag` (default 0). The Work settles once a matching receive has taken the
+ * message (x may then be reused); until then x belongs to the engine. Messages from one rank to another
+ * with one tag are received in the order sent; other tags and peers never wait on them.
  */
 export function send(x: Tensor, options: SendOptions): Work<void> {
   return runMessage('send', send, (w) => {

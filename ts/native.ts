@@ -18,7 +18,7 @@
  *
  * Send and Recv items (hora.send / hora.recv) travel in the same submit() calls but are posted at once,
  * beside the ordered queue of collectives (native/src/engine/p2p.h); a send completes when the peer's
- * matching receive has its data.
+ * matching receive has taken the message.
  *
  * Enum values below are shared with the C++ side (and, for kinds, dtypes and ops, with other ranks on
  * the wire): never renumber them.

@@ -19,7 +19,8 @@
 //    answered with CTS and the sender streams DATA straight into the receive's array. Different: the
 //    receive fails with ERR_MISMATCH and the receiver answers NACK with its own dtype and count, so the
 //    send fails with ERR_MISMATCH naming both sides too. The message is dropped.
-//  - A send completes when its message is delivered: on ACK (eager) or once its DATA is written (large).
+//  - A send completes when a receive has taken its message: on ACK (eager: delivered), or once its DATA
+//    is written (large: matched, and the payload is out of the sender's array).
 //    So a send never completes before a matching receive exists, a mismatch reaches both ends, and a
 //    process may exit as soon as its sends complete.
 //  - Why this bounds memory: the credit caps what a receiver buffers from one peer at kEagerCredit bytes
