@@ -367,7 +367,16 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   if (!spinning) return pollAndCheck(deadline_.remainingMs(background ? 5 : 200));
   // Shared memory has no descriptor to sleep on: yield for a while, then nap, looking at the peers'
   // sockets for a hang-up on the way.
-  HORA_RETURN_IF_ERROR(checkLiveness(sends, numSends, recvs, numRecvs));
+  // A peer that wrote its last bytes into the ring and then exited is not lost: the hang-up can be seen
+  // after the round that found the ring empty and before the bytes are read. So a hang-up counts only
+  // when it is seen again after one more round over the rings.
+  Status alive = checkLiveness(sends, numSends, recvs, numRecvs);
+  if (!alive.isOk() && !hangUpSeen_) {
+    hangUpSeen_ = true;
+    return Status::ok();
+  }
+  hangUpSeen_ = false;
+  HORA_RETURN_IF_ERROR(alive);
   const int64_t yieldMicros = oversubscribed_ ? kOversubscribedYieldMicros : kYieldMicros;
   if (idleMicros < yieldMicros) {
     if (n > 1) HORA_RETURN_IF_ERROR(pollAndCheck(0));

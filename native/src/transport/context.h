@@ -140,6 +140,7 @@ class Context {
   int listenFd_ = -1;
   int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
   bool oversubscribed_ = false;  // more ranks on this host than cores
+  bool hangUpSeen_ = false;  // a shm peer's hang-up was seen once; the next sighting is a loss (waitForProgress)
   std::vector<std::unique_ptr<Pair>> pairs_;
   std::vector<std::unique_ptr<Pair>> p2pChannels_;
   BackgroundProgress* background_ = nullptr;
