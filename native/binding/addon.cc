@@ -85,6 +85,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                        {InstanceMethod("listen", &CommunicatorWrap::Listen),
                         InstanceMethod("connect", &CommunicatorWrap::Connect),
                         InstanceMethod("submit", &CommunicatorWrap::Submit),
+                        InstanceMethod("addGroup", &CommunicatorWrap::AddGroup),
                         InstanceMethod("wait", &CommunicatorWrap::Wait),
                         InstanceMethod("abort", &CommunicatorWrap::Abort),
                         InstanceMethod("estimate", &CommunicatorWrap::Estimate),
@@ -192,6 +193,13 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       w->algorithm = enumFrom<hora::Algorithm>(it, "algorithm", hora::kNumAlgorithms);
       if (it.Has("name")) w->name = it.Get("name").As<Napi::String>().Utf8Value();
       if (it.Has("invalidReason")) w->invalidReason = it.Get("invalidReason").As<Napi::String>().Utf8Value();
+      if (it.Has("group")) {
+        const uint32_t id = it.Get("group").As<Napi::Number>().Uint32Value();
+        if (id != 0) {
+          w->group = comm_->findGroup(id);
+          if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(id) + " on this rank");
+        }
+      }
       Napi::Value device = it.Get("device");
       if (device.IsNumber() && device.As<Napi::Number>().Int32Value() >= 0) {
         w->device = device.As<Napi::Number>().Int32Value();
@@ -223,6 +231,17 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     }
     comm_->submit(std::move(batch));
     return env.Undefined();
+  }
+
+  // addGroup(id, members): makes process group id of members (world ranks, this rank among them).
+  Napi::Value AddGroup(const Napi::CallbackInfo& info) {
+    const uint32_t id = info[0].As<Napi::Number>().Uint32Value();
+    Napi::Array arr = info[1].As<Napi::Array>();
+    std::vector<int> members(arr.Length());
+    for (uint32_t i = 0; i < arr.Length(); ++i) members[i] = arr.Get(i).As<Napi::Number>().Int32Value();
+    Status st = comm_->addGroup(id, members);
+    if (!st.isOk()) ThrowStatus(info.Env(), st);
+    return info.Env().Undefined();
   }
 
   // wait(id): blocks until that work completes; then returns its result like take() would.

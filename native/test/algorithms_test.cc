@@ -963,6 +963,146 @@ void kernelTimingTests(World& w) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Process groups: Context views of the world (Context(world, members)), two disjoint groups at a time.
+
+// The even ranks, listed highest first (so group ranks differ from world ranks), and the odd ranks.
+std::vector<int> groupOf(int size, int rank) {
+  std::vector<int> m;
+  if (rank % 2 == 0) {
+    for (int r = size - 1; r >= 0; --r) {
+      if (r % 2 == 0) m.push_back(r);
+    }
+  } else {
+    for (int r = 1; r < size; r += 2) m.push_back(r);
+  }
+  return m;
+}
+
+void groupTests(World& w) {
+  if (w.size < 4 || w.broken) return;
+  std::vector<std::unique_ptr<Context>> views;
+  for (int r = 0; r < w.size; ++r) views.push_back(std::make_unique<Context>(*w.ctx[r], groupOf(w.size, r)));
+  auto onEveryView = [&](const std::function<Status(int, Context&)>& body) {
+    return onEveryRank(w, [&](int r, Context&) { return body(r, *views[r]); });
+  };
+  {
+    Check check("groups " + w.name() + ": a view's ranks, size, pairs and world ranks");
+    for (int r = 0; r < w.size; ++r) {
+      const std::vector<int> m = groupOf(w.size, r);
+      Context& v = *views[r];
+      check.expect(v.size() == static_cast<int>(m.size()) && m[v.rank()] == r,
+                   "rank " + std::to_string(r) + ": view rank " + std::to_string(v.rank()) + " of " + std::to_string(v.size()));
+      for (int g = 0; g < v.size(); ++g) {
+        check.expect(v.worldRank(g) == m[g], "rank " + std::to_string(r) + ": worldRank(" + std::to_string(g) + ")");
+        check.expect(g == v.rank() || v.pair(g) == w.ctx[r]->pair(m[g]), "rank " + std::to_string(r) + ": pair(" + std::to_string(g) + ")");
+      }
+    }
+  }
+  {
+    Check check("groups " + w.name() + ": allreduce, broadcast, reducescatter, allgather in two groups at once");
+    for (Algorithm algo : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+      for (size_t count : {size_t(7), size_t(100003)}) {
+        const std::string what = std::string(algorithmName(algo)) + " x " + std::to_string(count);
+        std::vector<std::vector<uint8_t>> bufs;
+        for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(DType::kInt32, ReduceOp::kSum, r, count, count));
+        const std::vector<std::vector<uint8_t>> inputs = bufs;
+        std::string err = firstFailure(onEveryView([&](int r, Context& v) {
+          AllreduceOptions o;
+          o.data = bufs[r].data();
+          o.count = count;
+          o.dtype = DType::kInt32;
+          o.algorithm = algo;
+          return allreduce(v, o);
+        }));
+        for (int r = 0; r < w.size && err.empty(); ++r) {
+          std::vector<std::vector<uint8_t>> members;
+          for (int m : groupOf(w.size, r)) members.push_back(inputs[m]);
+          err = expectOnEveryRank(DType::kInt32, reference(DType::kInt32, ReduceOp::kSum, members, count), {bufs[r]});
+          if (!err.empty()) err = "allreduce " + what + " on rank " + std::to_string(r) + ": " + err;
+        }
+        check.expect(err.empty(), err);
+      }
+    }
+    // Broadcast from group rank 1: the second member of each group.
+    std::vector<std::vector<uint8_t>> bufs;
+    for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(DType::kInt32, ReduceOp::kSum, r, 5001, 3));
+    const std::vector<std::vector<uint8_t>> inputs = bufs;
+    std::string err = firstFailure(onEveryView([&](int r, Context& v) {
+      BroadcastOptions o;
+      o.data = bufs[r].data();
+      o.bytes = 5001 * 4;
+      o.root = 1;
+      return broadcast(v, o);
+    }));
+    for (int r = 0; r < w.size && err.empty(); ++r) {
+      const int root = groupOf(w.size, r)[1];
+      if (memcmp(bufs[r].data(), inputs[root].data(), 5001 * 4) != 0) err = "broadcast: rank " + std::to_string(r) + " differs from world rank " + std::to_string(root);
+    }
+    check.expect(err.empty(), err);
+    // Reduce-scatter: group rank g ends with block g of the group's sum.
+    bufs = inputs;
+    err = firstFailure(onEveryView([&](int r, Context& v) {
+      ReduceScatterOptions o;
+      o.data = bufs[r].data();
+      o.count = 5001;
+      o.dtype = DType::kInt32;
+      return reduceScatter(v, o);
+    }));
+    for (int r = 0; r < w.size && err.empty(); ++r) {
+      const std::vector<int> m = groupOf(w.size, r);
+      std::vector<std::vector<uint8_t>> members;
+      for (int q : m) members.push_back(inputs[q]);
+      const std::vector<uint8_t> want = reference(DType::kInt32, ReduceOp::kSum, members, 5001);
+      const int g = views[r]->rank(), d = static_cast<int>(m.size());
+      const size_t at = blockStart(5001, d, g) * 4, len = blockCount(5001, d, g) * 4;
+      if (memcmp(bufs[r].data() + at, want.data() + at, len) != 0) err = "reducescatter: rank " + std::to_string(r) + "'s block differs";
+    }
+    check.expect(err.empty(), err);
+    // Allgather: every member's 3 + g bytes, by group rank.
+    std::vector<std::vector<uint8_t>> outs(w.size);
+    err = firstFailure(onEveryView([&](int r, Context& v) {
+      AllgatherOptions o;
+      size_t total = 0, before = 0;
+      for (int g = 0; g < v.size(); ++g) {
+        o.bytesPerRank.push_back(3 + g);
+        if (g < v.rank()) before += 3 + g;
+        total += 3 + g;
+      }
+      outs[r].assign(total, 0);
+      for (int i = 0; i < 3 + v.rank(); ++i) outs[r][before + i] = static_cast<uint8_t>(r * 16 + i);
+      o.output = outs[r].data();
+      return allgather(v, o);
+    }));
+    for (int r = 0; r < w.size && err.empty(); ++r) {
+      std::vector<uint8_t> want;
+      const std::vector<int> m = groupOf(w.size, r);
+      for (size_t g = 0; g < m.size(); ++g) {
+        for (size_t i = 0; i < 3 + g; ++i) want.push_back(static_cast<uint8_t>(m[g] * 16 + i));
+      }
+      if (outs[r] != want) err = "allgather: rank " + std::to_string(r) + " got other bytes";
+    }
+    check.expect(err.empty(), err);
+  }
+  {
+    Check check("groups " + w.name() + ": a mismatch inside a group names world ranks, and the world goes on");
+    std::vector<Status> st = onEveryView([&](int r, Context& v) {
+      const size_t count = r == 2 ? 11 : 10;
+      return agree(v, proposalFor(makeWork(Kind::kAllreduce, count), 0, 1, count), "");
+    });
+    for (int r = 0; r < w.size; ++r) {
+      const bool even = r % 2 == 0;
+      check.expect(st[r].code() == (even ? Code::kMismatch : Code::kOk), "rank " + std::to_string(r) + ": " + describeStatus(st[r]));
+      if (even) {
+        check.expect(contains(st[r].message(), "rank 2 submitted") && contains(st[r].message(), "11"),
+                     "rank " + std::to_string(r) + " does not name world rank 2: " + st[r].message());
+      }
+    }
+    const std::string err = stillUsable(w);
+    check.expect(err.empty(), err);
+  }
+}
+
 void worldTests(Net net, int size) {
   World w;
   {
@@ -1002,6 +1142,8 @@ void worldTests(Net net, int size) {
   agreementPayloadTests(w);
   fresh();
   gridTests(w);
+  fresh();
+  groupTests(w);
 }
 
 }  // namespace

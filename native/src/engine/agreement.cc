@@ -6,6 +6,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/recursive_doubling.h"
 #include "common/hash.h"
+#include "engine/group.h"
 #include "reduce/reduce.h"
 
 namespace hora {
@@ -24,7 +25,7 @@ struct Message {
 };
 
 bool sameCollective(const Proposal& a, const Proposal& b) {
-  return a.seq == b.seq && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.root == b.root &&
+  return a.seq == b.seq && a.group == b.group && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.root == b.root &&
          a.algorithm == b.algorithm && a.onDevice == b.onDevice &&
          a.numTensors == b.numTensors && a.nameHash == b.nameHash && (!a.compareCount || a.count == b.count);
 }
@@ -80,6 +81,7 @@ std::string describe(const Proposal& p) {
     s += p.onDevice ? ", in GPU memory)" : ")";
   }
   s += " as collective #" + std::to_string(p.seq);
+  if (p.group != 0) s += " of group " + std::to_string(p.group);
   return s;
 }
 
@@ -93,6 +95,7 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   p.count = w.kind == Kind::kBarrier ? 0 : totalCount;
   p.compareCount = w.kind == Kind::kAllgather ? 0 : 1;
   p.numTensors = static_cast<uint32_t>(numTensors);
+  p.group = w.group != nullptr ? w.group->id : 0;
   p.algorithm = static_cast<uint8_t>(w.algorithm);
   p.onDevice = w.device >= 0 ? 1 : 0;
   p.nameHash = numTensors > 1 ? 0 : fnv1a64(w.name);
@@ -244,8 +247,9 @@ bool carriesPayload(const Proposal& p, const Context& ctx) {
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload) {
   Message msg;
   msg.proposal = mine;
-  msg.proposer = ctx.rank();
-  msg.culprit = ctx.rank();
+  // Messages name world ranks, also inside a process group.
+  msg.proposer = ctx.worldRank(ctx.rank());
+  msg.culprit = msg.proposer;
   // Reduce a private copy: if a later step finds a disagreement, the caller's buffer is left untouched.
   alignas(64) static thread_local uint8_t work[kSmallAllreduceBytes];
   uint8_t* userPayload = payload;
@@ -256,7 +260,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   }
   if (mine.kind == static_cast<uint8_t>(Kind::kInvalid)) {
     msg.state = static_cast<uint8_t>(VerdictState::kInvalid);
-    setText(&msg, "rank " + std::to_string(ctx.rank()) + " made an invalid call: " + invalidReason);
+    setText(&msg, "rank " + std::to_string(msg.proposer) + " made an invalid call: " + invalidReason);
   }
   HORA_RETURN_IF_ERROR(disseminate(ctx, &msg, payload, static_cast<ReduceOp>(mine.op), static_cast<DType>(mine.dtype)));
   msg.text[sizeof(msg.text) - 1] = '\0';

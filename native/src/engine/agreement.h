@@ -23,6 +23,7 @@ struct Proposal {
   uint64_t nameHash = 0;
   int32_t root = 0;
   uint32_t numTensors = 1;  // tensors fused into this collective
+  uint32_t group = 0;       // process group (engine/group.h); 0: the world
   uint8_t kind = 0;
   uint8_t op = 0;
   uint8_t dtype = 0;

@@ -32,6 +32,7 @@ bool isFatal(Code c) {
 std::string describeWork(const Work& w) {
   std::string s = kindName(w.kind);
   if (!w.name.empty()) s += " '" + w.name + "'";
+  if (w.group != nullptr) s += " in " + w.group->label;
   return s;
 }
 
@@ -58,6 +59,7 @@ Communicator::Communicator(const CommunicatorOptions& options, Completion onComp
       p2p_(ctx_, options.timeoutMs,
            [this](const std::shared_ptr<Work>& w, Status st, const std::string& what) { complete(w, std::move(st), what); }) {
   setLogRank(options.rank);
+  world_.ctx = &ctx_;
   ctx_.setBackground(&p2p_);
   ctx_.setKernelTiming(options.timeline);
   thread_ = std::thread([this] { run(); });
@@ -98,10 +100,51 @@ void Communicator::post(std::shared_ptr<Work> work) {
   queueCv_.notify_one();
 }
 
+Status Communicator::addGroup(uint32_t id, const std::vector<int>& members) {
+  if (id == 0) return Status(Code::kInvalidArgument, "group id 0 is the world's");
+  std::vector<bool> seen(options_.size, false);
+  bool self = false;
+  for (int m : members) {
+    if (m < 0 || m >= options_.size || seen[m]) {
+      return Status(Code::kInvalidArgument, "group member " + std::to_string(m) + " is out of range or repeated");
+    }
+    seen[m] = true;
+    self |= m == options_.rank;
+  }
+  if (!self) return Status(Code::kInvalidArgument, "rank " + std::to_string(options_.rank) + " is not a member");
+  auto g = std::make_unique<Group>();
+  g->id = id;
+  g->members = members;
+  g->view = std::make_unique<Context>(ctx_, members);
+  g->ctx = g->view.get();
+  g->label = "group " + std::to_string(id) + " (ranks ";
+  for (size_t i = 0; i < members.size(); ++i) g->label += (i ? ", " : "") + std::to_string(members[i]);
+  g->label += ")";
+  std::lock_guard<std::mutex> lock(groupsMutex_);
+  for (auto& existing : groups_) {
+    if (existing->id == id) return Status(Code::kInvalidArgument, "group " + std::to_string(id) + " exists already");
+  }
+  groups_.push_back(std::move(g));
+  return Status::ok();
+}
+
+Group* Communicator::findGroup(uint32_t id) {
+  std::lock_guard<std::mutex> lock(groupsMutex_);
+  for (auto& g : groups_) {
+    if (g->id == id) return g.get();
+  }
+  return nullptr;
+}
+
 void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
-  // HORA_ALGO (or init's algorithm option) applies to every allreduce that does not name its own.
+  // HORA_ALGO (or init's algorithm option) applies to every allreduce that does not name its own. A
+  // group's topology is plain ranks: the hierarchical and grid algorithms are the world's only, and its
+  // allreduces choose between ring and recursive doubling.
   for (auto& w : batch) {
     if (w->algorithm == Algorithm::kAuto) w->algorithm = options_.algorithm;
+    if (w->group != nullptr && (w->algorithm == Algorithm::kHierarchical || w->algorithm == Algorithm::kMultiDim)) {
+      w->algorithm = Algorithm::kAuto;
+    }
   }
   if (options_.timeline) {
     const int64_t now = monotonicNanos();
@@ -307,7 +350,7 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
         const Work& w = *batch[j];
         size_t bytes = w.count * dtypeSize(w.dtype);
         if (!fusable(w) || w.op != first.op || w.dtype != first.dtype || w.algorithm != first.algorithm ||
-            total + bytes > options_.fusionBytes) {
+            w.group != first.group || total + bytes > options_.fusionBytes) {
           break;
         }
         total += bytes;
@@ -321,7 +364,7 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
       if (st.isOk()) {
         stamp(&first.times.started);
         if (options_.timeline) takeKernelTime(nullptr);
-        ctx_.startDeadline();
+        groupOf(first).ctx->startDeadline();
         st = execute(first);
         const bool transferred = first.times.negotiateEnd != 0 && first.times.algorithm != kRodeAlong &&
                                  first.kind != Kind::kBarrier && first.kind != Kind::kInvalid;
@@ -344,6 +387,8 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
 // That keeps the ranks in step call by call. Returns the index of the first call not yet completed.
 size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end) {
   const Work& first = *batch[begin];
+  Group& g = groupOf(first);
+  Context& ctx = *g.ctx;
   const size_t elem = dtypeSize(first.dtype);
   size_t total = 0;
   for (size_t k = begin; k < end; ++k) total += batch[k]->count;
@@ -362,18 +407,18 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     off += batch[k]->count * elem;
     stamp(&batch[k]->times.copyInEnd);
   }
-  ctx_.startDeadline();
-  Proposal proposal = proposalFor(first, seq_++, end - begin, total);
+  ctx.startDeadline();
+  Proposal proposal = proposalFor(first, g.seq++, end - begin, total);
   group.seq = proposal.seq;
   stamp(&group.negotiateStart);
   Status st;
-  if (carriesPayload(proposal, ctx_)) {
+  if (carriesPayload(proposal, ctx)) {
     group.algorithm = kRodeAlong;
-    st = agree(ctx_, proposal, "", buf);
+    st = agree(ctx, proposal, "", buf);
     stamp(&group.negotiateEnd);
-    if (st.isOk() && first.op == ReduceOp::kAvg) scaleForAvg(first.dtype, buf, total, options_.size);
+    if (st.isOk() && first.op == ReduceOp::kAvg) scaleForAvg(first.dtype, buf, total, ctx.size());
   } else {
-    st = agree(ctx_, proposal, "");
+    st = agree(ctx, proposal, "");
     stamp(&group.negotiateEnd);
   }
   // The fused tensors share the group's phases; each keeps its own copies.
@@ -392,15 +437,15 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     complete(batch[begin], st, describeWork(first));
     return begin + 1;
   }
-  if (st.isOk() && !carriesPayload(proposal, ctx_)) {
+  if (st.isOk() && !carriesPayload(proposal, ctx)) {
     AllreduceOptions o;
     o.data = buf;
     o.count = total;
     o.dtype = first.dtype;
     o.op = first.op;
     o.algorithm = first.algorithm;
-    if (options_.timeline) group.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx_, o));
-    st = allreduce(ctx_, o);
+    if (options_.timeline) group.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx, o));
+    st = allreduce(ctx, o);
     stamp(&group.transferEnd);
   }
   if (options_.timeline) takeKernelTime(&group);
@@ -420,23 +465,26 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
 }
 
 Status Communicator::execute(Work& w) {
-  const int p = options_.size, r = options_.rank;
+  Group& g = groupOf(w);
+  Context& ctx = *g.ctx;
+  const int p = ctx.size(), r = ctx.rank();
   uint64_t count = w.kind == Kind::kBarrier ? 0 : w.count;
-  Proposal proposal = proposalFor(w, seq_++, 1, count);
+  Proposal proposal = proposalFor(w, g.seq++, 1, count);
   w.times.seq = proposal.seq;
   stamp(&w.times.negotiateStart);
-  if (carriesPayload(proposal, ctx_)) {
+  if (carriesPayload(proposal, ctx)) {
     w.times.algorithm = kRodeAlong;
-    Status agreed = agree(ctx_, proposal, w.invalidReason, w.data);
+    Status agreed = agree(ctx, proposal, w.invalidReason, w.data);
     stamp(&w.times.negotiateEnd);
     HORA_RETURN_IF_ERROR(agreed);
     if (w.op == ReduceOp::kAvg) scaleForAvg(w.dtype, w.data, w.count, p);
     return Status::ok();
   }
-  Status agreed = agree(ctx_, proposal, w.invalidReason);
+  Status agreed = agree(ctx, proposal, w.invalidReason);
   stamp(&w.times.negotiateEnd);
   HORA_RETURN_IF_ERROR(agreed);
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
+    if (w.group != nullptr) return Status(Code::kInvalidArgument, "group collectives take host memory only");
     if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, options_.transport));
     Status st = device_->run(w);
     if (options_.timeline) w.times.algorithm = device_->path();
@@ -451,16 +499,16 @@ Status Communicator::execute(Work& w) {
       o.op = w.op;
       o.algorithm = w.algorithm;
       HORA_TRACE("allreduce '%s' %zu x %s with %s", w.name.c_str(), w.count, dtypeName(w.dtype),
-                 algorithmName(chooseAllreduceAlgorithm(ctx_, o)));
-      if (options_.timeline) w.times.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx_, o));
-      return allreduce(ctx_, o);
+                 algorithmName(chooseAllreduceAlgorithm(ctx, o)));
+      if (options_.timeline) w.times.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx, o));
+      return allreduce(ctx, o);
     }
     case Kind::kBroadcast: {
       BroadcastOptions o;
       o.data = w.data;
       o.bytes = w.count * dtypeSize(w.dtype);
       o.root = w.root;
-      return broadcast(ctx_, o);
+      return broadcast(ctx, o);
     }
     case Kind::kReduceScatter: {
       const size_t elem = dtypeSize(w.dtype);
@@ -471,7 +519,7 @@ Status Communicator::execute(Work& w) {
       o.count = w.count;
       o.dtype = w.dtype;
       o.op = w.op;
-      HORA_RETURN_IF_ERROR(reduceScatter(ctx_, o));
+      HORA_RETURN_IF_ERROR(reduceScatter(ctx, o));
       memcpy(w.out, scratch + blockStart(w.count, p, r) * elem, blockCount(w.count, p, r) * elem);
       return Status::ok();
     }
@@ -479,7 +527,7 @@ Status Communicator::execute(Work& w) {
       const size_t elem = dtypeSize(w.dtype);
       // First the counts (every rank may contribute a different number of elements), then the data.
       uint64_t total = 0;
-      HORA_RETURN_IF_ERROR(allgatherCounts(ctx_, w.count, elem, &w.gatheredCounts, &total));
+      HORA_RETURN_IF_ERROR(allgatherCounts(ctx, w.count, elem, &w.gatheredCounts, &total));
       w.gathered.resize(total * elem);
       AllgatherOptions o;
       o.bytesPerRank.resize(p);
@@ -490,7 +538,7 @@ Status Communicator::execute(Work& w) {
       }
       if (w.count > 0) memcpy(w.gathered.data() + before, w.data, w.count * elem);
       o.output = w.gathered.data();
-      return allgather(ctx_, o);
+      return allgather(ctx, o);
     }
     case Kind::kBarrier:
     case Kind::kInvalid:

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/collectives.h"
+#include "engine/group.h"
 #include "engine/p2p.h"
 #include "engine/probe.h"
 #include "engine/work.h"
@@ -60,6 +61,12 @@ class Communicator {
   void connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId);
   // Queues collectives that were submitted together; they run in order.
   void submit(std::vector<std::shared_ptr<Work>> batch);
+  // Makes process group `id` (see engine/group.h) of `members` (world ranks, this rank among them) for
+  // later Works to name; call once connected. Every member calls it with the same id and members
+  // (hora.newGroup checks that with a world collective before the group is used).
+  Status addGroup(uint32_t id, const std::vector<int>& members);
+  // The group made by addGroup(id), or nullptr. Thread-safe.
+  Group* findGroup(uint32_t id);
   // Posts a send or receive (kind kSend or kRecv); it runs beside the collectives, in no order with them.
   void post(std::shared_ptr<Work> work);
   // Blocks the caller until work has completed; while the engine is idle the caller runs queued tasks.
@@ -88,6 +95,7 @@ class Communicator {
   void runBatch(std::vector<std::shared_ptr<Work>>& batch);
   size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
   Status execute(Work& w);
+  Group& groupOf(const Work& w) { return w.group != nullptr ? *w.group : world_; }
   void complete(const std::shared_ptr<Work>& w, Status st, const std::string& what);
   // Between collectives: moves messages until a task is queued or nothing is left to move.
   void progressMessages();
@@ -102,7 +110,7 @@ class Communicator {
   CommunicatorOptions options_;
   Completion onComplete_;
   Context ctx_;
-  uint64_t seq_ = 0;
+  Group world_;  // the world as a group: ctx_ and its sequence of collectives
   Status broken_;  // the first fatal failure; every later Work fails with it
   std::vector<uint8_t> fusionBuffer_;
   std::unique_ptr<cuda::DeviceCollectives> device_;  // made at the first collective on GPU memory
@@ -117,6 +125,9 @@ class Communicator {
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() blocks on, if any (under mutex_)
   bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
   std::thread thread_;
+
+  std::mutex groupsMutex_;
+  std::vector<std::unique_ptr<Group>> groups_;  // under groupsMutex_; a Group never moves once made
 
   std::mutex timelineMutex_;
   std::vector<TimelineRecord> timelineRecords_;  // completed, not yet collected (under timelineMutex_)

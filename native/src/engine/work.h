@@ -14,6 +14,8 @@
 
 namespace hora {
 
+struct Group;
+
 // Wire values: part of the cross-rank header.
 enum class Kind : uint8_t {
   kAllreduce = 0,
@@ -84,6 +86,9 @@ struct Work {
   int32_t tag = 0;
   // kInvalid: what was wrong with this rank's call.
   std::string invalidReason;
+  // The process group it runs in (engine/group.h); nullptr: the world. Collectives only; a message names
+  // its peer by world rank.
+  Group* group = nullptr;
 
   // Results, written by the engine.
   Status status;

@@ -72,6 +72,21 @@ Context::Context(int rank, int size, int64_t timeoutMs)
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pairs_.resize(size);
   p2pChannels_.resize(size);
+  pairView_.resize(size);
+}
+
+Context::Context(Context& world, const std::vector<int>& members)
+    : base_(&world), members_(members), rank_(-1), size_(static_cast<int>(members.size())),
+      timeoutMs_(world.timeoutMs_), deadline_(world.timeoutMs_) {
+  std::vector<std::string> hostIds;
+  const Topology& wt = world.topology();
+  for (int r = 0; r < size_; ++r) {
+    const int m = members[r];
+    if (m == world.rank()) rank_ = r;
+    pairView_.push_back(world.pair(m));
+    hostIds.push_back(m < static_cast<int>(wt.hostOf.size()) ? std::to_string(wt.hostOf[m]) : "0");
+  }
+  topology_ = Topology::fromHostIds(hostIds);
 }
 
 Context::~Context() {
@@ -191,6 +206,7 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
       pairs_[r] = std::make_unique<tcp::TcpPair>(r, fds[r]);
       p2pChannels_[r] = std::make_unique<tcp::TcpPair>(r, p2pFds[r]);
     }
+    pairView_[r] = pairs_[r].get();
     fds[r] = -1;
     p2pFds[r] = -1;
   }
@@ -202,6 +218,7 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
 }
 
 void Context::abort(const Status& reason) {
+  if (base_ != nullptr) return base_->abort(reason);
   {
     std::lock_guard<std::mutex> lock(abortMutex_);
     if (aborted_.load()) return;
@@ -214,6 +231,7 @@ void Context::abort(const Status& reason) {
 }
 
 void Context::hangUp() {
+  if (base_ != nullptr) return base_->hangUp();
   for (auto& p : pairs_) {
     if (p != nullptr) shutdown(p->livenessFd(), SHUT_RDWR);
   }
@@ -223,17 +241,19 @@ void Context::hangUp() {
 }
 
 Status Context::abortReason() const {
+  if (base_ != nullptr) return base_->abortReason();
   std::lock_guard<std::mutex> lock(abortMutex_);
   return abortReason_;
 }
 
 Status Context::sendRecv(int to, const void* sendData, size_t sendLen, int from, void* recvData, size_t recvLen) {
-  SendOp s{pairs_[to].get(), static_cast<const uint8_t*>(sendData), sendLen};
-  RecvOp r{pairs_[from].get(), static_cast<uint8_t*>(recvData), recvLen};
+  SendOp s{pair(to), static_cast<const uint8_t*>(sendData), sendLen};
+  RecvOp r{pair(from), static_cast<uint8_t*>(recvData), recvLen};
   return progress(&s, 1, &r, 1);
 }
 
 Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) {
+  if (base_ != nullptr) return base_->progress(sends, numSends, recvs, numRecvs);
   int idle = 0;
   Clock::time_point idleSince;
   for (;;) {

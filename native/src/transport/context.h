@@ -70,6 +70,12 @@ class BackgroundProgress {
 class Context {
  public:
   Context(int rank, int size, int64_t timeoutMs);
+  // A process group's view of the connected `world`: its ranks are the positions in `members` (world
+  // ranks, each once, world.rank() among them), pair(r) is the world's pair with members[r], and the
+  // topology is one of plain ranks (so the algorithms pick ring or recursive doubling). It owns nothing:
+  // progress, deadline, abort and kernel timing are the world's, so a group's collective waits, times out
+  // and aborts exactly as a world collective does, and moves messages meanwhile. The world must outlive it.
+  Context(Context& world, const std::vector<int>& members);
   ~Context();
 
   // Opens the data-plane listener; call before the rendezvous so the port can be published.
@@ -81,18 +87,20 @@ class Context {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  Pair* pair(int peer) const { return pairs_[peer].get(); }
+  Pair* pair(int peer) const { return pairView_[peer]; }
+  // The world rank of this context's rank r (r itself for the world); error messages name world ranks.
+  int worldRank(int r) const { return base_ != nullptr ? members_[r] : r; }
   // The stream for point-to-point messages with peer, beside pair(peer) (see engine/p2p.h).
   Pair* p2pChannel(int peer) const { return p2pChannels_[peer].get(); }
   void setBackground(BackgroundProgress* b) { background_ = b; }
   // Where the ranks are and what the links cost; set up by connect(), refined by setTopology().
   const Topology& topology() const { return topology_; }
   void setTopology(Topology t) { topology_ = std::move(t); }
-  bool usesSharedMemory(int peer) const { return pairs_[peer] != nullptr && pairs_[peer]->pollFd() < 0; }
+  bool usesSharedMemory(int peer) const { return pairView_[peer] != nullptr && pairView_[peer]->pollFd() < 0; }
   int64_t timeoutMs() const { return timeoutMs_; }
 
   // Starts the deadline of the next collective.
-  void startDeadline() { deadline_ = Deadline(timeoutMs_); }
+  void startDeadline() { root().deadline_ = Deadline(timeoutMs_); }
   Status progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs);
 
   // Convenience: one send and one receive that progress together.
@@ -103,26 +111,28 @@ class Context {
   // Runs a reduction kernel, adding its time to the running sum while timing is on.
   template <typename F>
   void timedReduce(F&& kernel) {
-    if (!kernelTiming_) {
+    Context& r = root();
+    if (!r.kernelTiming_) {
       kernel();
       return;
     }
     const int64_t t0 = monotonicNanos();
     kernel();
-    kernelNanos_ += monotonicNanos() - t0;
-    ++kernelCalls_;
+    r.kernelNanos_ += monotonicNanos() - t0;
+    ++r.kernelCalls_;
   }
   // Returns the sum since the last call and starts a new one.
   void takeKernelTime(int64_t* nanos, uint32_t* calls) {
-    *nanos = kernelNanos_;
-    *calls = kernelCalls_;
-    kernelNanos_ = 0;
-    kernelCalls_ = 0;
+    Context& r = root();
+    *nanos = r.kernelNanos_;
+    *calls = r.kernelCalls_;
+    r.kernelNanos_ = 0;
+    r.kernelCalls_ = 0;
   }
 
   // Thread-safe: every current and later progress() fails with this status.
   void abort(const Status& reason);
-  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  bool aborted() const { return root().aborted_.load(std::memory_order_acquire); }
   // Shuts every connection down so that peers blocked on this rank see a hang-up at once, not a timeout.
   void hangUp();
   Status abortReason() const;
@@ -132,7 +142,12 @@ class Context {
                          Clock::time_point idleSince);
   Status checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs);
   Status timeoutStatus(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const;
+  Context& root() { return base_ != nullptr ? *base_ : *this; }
+  const Context& root() const { return base_ != nullptr ? *base_ : *this; }
 
+  Context* base_ = nullptr;   // a group's view: the world it looks through
+  std::vector<int> members_;  // a group's view: the world rank of each of its ranks
+  std::vector<Pair*> pairView_;  // pair(r), by this context's ranks
   int rank_;
   int size_;
   int64_t timeoutMs_;
