@@ -30,7 +30,7 @@ import { startReporting, stopReporting } from './stats';
 import { openTimeline } from './timeline';
 import { Dispatcher, Work } from './work';
 
-interface Topology {
+export interface Topology {
   rank: number;
   size: number;
   localRank: number;
@@ -39,13 +39,31 @@ interface Topology {
   crossSize: number;
 }
 
-interface World extends Topology {
+/**
+ * Where a collective runs: the world, or a process group. rank and size are the scope's own (group ranks
+ * inside a group); errors carry self, this process's world rank.
+ */
+export interface Scope {
+  rank: number;
+  size: number;
+  self: number;
   /** null for a world of one: collectives return their input without touching native code. */
   dispatcher: Dispatcher | null;
+  /** The engine's group id (native/src/engine/group.h); 0: the world. */
+  group: number;
+  /** World rank of each rank of the scope; null for the world. */
+  members: readonly number[] | null;
+  /** How calls are named in errors: 'allreduce' (hora.allreduce) or 'group.allreduce'. */
+  prefix: string;
+}
+
+export interface World extends Topology, Scope {
   control: RendezvousConnection | null;
   server: RendezvousServer | null;
   /** The GPU of this rank's first device collective; the engine sets its paths up for that one (-1: none yet). */
   gpu?: number;
+  /** newGroup calls so far: the next group's id is one more (the same on every rank). */
+  groupsMade: number;
 }
 
 let world: World | null = null;
@@ -107,7 +125,10 @@ async function join(options: InitOptions): Promise<void> {
       `has ${gridSize} positions but the job has ${launch.size} ranks: the product of the dimensions must be the world size`);
   }
   if (launch.size === 1) {
-    world = { rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, dispatcher: null, control: null, server: null };
+    world = {
+      rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, dispatcher: null, control: null, server: null,
+      ...worldScope(0), groupsMade: 0,
+    };
     return;
   }
   const timeoutMs = Math.round(1000 * (options.timeoutSeconds ?? settings.timeoutS));
@@ -158,7 +179,7 @@ async function join(options: InitOptions): Promise<void> {
     checkLauncherLayout(launch, self, settings);
     world = {
       rank: self.rank, size: reg.table.size, localRank: self.localRank, localSize: self.localSize,
-      crossRank: self.crossRank, crossSize: self.crossSize, dispatcher, control, server,
+      crossRank: self.crossRank, crossSize: self.crossSize, dispatcher, control, server, ...worldScope(self.rank), groupsMade: 0,
     };
     watchControl(world, launch);
     const connection = control;
@@ -171,6 +192,10 @@ async function join(options: InitOptions): Promise<void> {
     const err = e as Error & { code?: string };
     throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora.init on rank ${launch.rank}: ${err.message.replace(/^rank -?\d+: /, '')}`, launch.rank);
   }
+}
+
+function worldScope(self: number): Pick<Scope, 'self' | 'group' | 'members' | 'prefix'> {
+  return { self, group: 0, members: null, prefix: '' };
 }
 
 /** What the user can change when the rendezvous server cannot be reached; who chose its address differs. */
@@ -251,7 +276,8 @@ export async function shutdown(): Promise<void> {
   if (w.server) await w.server.close();
 }
 
-function current(collective: string): World {
+/** @internal */
+export function current(collective: string): World {
   if (world) return world;
   if (shutDown) throw new HoraError('ERR_SHUTDOWN', `hora.${collective}: hora was shut down`);
   throw new HoraError('ERR_NOT_INITIALIZED', `hora.${collective}: call 'await hora.init()' first`);
@@ -370,23 +396,25 @@ function blockRange(count: number, size: number, block: number): [number, number
   return [start(block), start(block + 1)];
 }
 
-type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) => T; keep: unknown[]; local: () => T };
+/** @internal */
+export type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) => T; keep: unknown[]; local: () => T };
 
 /**
  * Runs one collective: validates through `plan` (which throws HoraError on bad input), then either
  * answers locally (world of one) or submits to the engine. Invalid input still reaches the engine as a
  * placeholder so every rank fails this collective together.
  */
-function run<T>(collective: string, callee: Function, plan: (w: World) => Plan<T>): Work<T> {
-  const w = current(collective);
+/** @internal */
+export function run<T>(scope: Scope | null, collective: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
+  const w = scope ?? current(collective);
   const site = new CallSite(callee);
   let p: Plan<T>;
   try {
     p = plan(w);
   } catch (e) {
-    const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.rank);
+    const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.self);
     site.attach(err);
-    if (w.dispatcher) submitInvalid(w.dispatcher, err.message, site);
+    if (w.dispatcher) submitInvalid(w.dispatcher, err.message, site, w.group);
     const failed = new Work<T>(null);
     failed.reject(err);
     return failed;
@@ -396,7 +424,7 @@ function run<T>(collective: string, callee: Function, plan: (w: World) => Plan<T
     done.fulfil(p.local());
     return done;
   }
-  const work = w.dispatcher.submit(p.item, p.finish, site, p.keep);
+  const work = w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep);
   if (p.item.device !== undefined) for (const k of p.keep) if (k instanceof DeviceBuffer) work.onSettled(lend(k));
   return work;
 }
@@ -410,14 +438,20 @@ function run<T>(collective: string, callee: Function, plan: (w: World) => Plan<T
  * on the same device and stream (or x itself with `inplace: true`).
  */
 export function allreduce<T extends CollectiveInput>(x: T, options?: AllreduceOptions): Work<T> {
-  return run('allreduce', allreduce, (w) => {
-    const o = optionsObject<AllreduceOptions>('allreduce', options, w.rank);
-    const dtype = dtypeOf('allreduce', x, o.dtype, w.rank);
-    const op = opOf('allreduce', o.op, 'avg', w.rank);
-    const name = nameOf('allreduce', o.name, w.rank);
-    const inplace = booleanOf('allreduce', 'inplace', o.inplace, w.rank);
+  return run(null, 'allreduce', allreduce, allreducePlan(x, options));
+}
+
+/** @internal */
+export function allreducePlan<T extends CollectiveInput>(x: T, options?: AllreduceOptions): (w: Scope) => Plan<T> {
+  return (w) => {
+    const c = w.prefix + 'allreduce';
+    const o = optionsObject<AllreduceOptions>(c, options, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
+    const op = opOf(c, o.op, 'avg', w.self);
+    const name = nameOf(c, o.name, w.self);
+    const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
     if (x instanceof DeviceBuffer) {
-      const out = (inplace ? x : deviceCopy('allreduce', x)) as T & DeviceBuffer;
+      const out = (inplace ? x : deviceCopy(c, x)) as T & DeviceBuffer;
       return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: () => out, keep: [out], local: () => out };
     }
     const out = inplace ? x : copyOf(x as Tensor) as T;
@@ -425,7 +459,7 @@ export function allreduce<T extends CollectiveInput>(x: T, options?: AllreduceOp
       item: { kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
       finish: () => out, keep: [out], local: () => out,
     };
-  });
+  };
 }
 
 /**
@@ -433,17 +467,23 @@ export function allreduce<T extends CollectiveInput>(x: T, options?: AllreduceOp
  * new DeviceBuffer on the same device and stream (or x itself).
  */
 export function broadcast<T extends CollectiveInput>(x: T, options?: BroadcastOptions): Work<T> {
-  return run('broadcast', broadcast, (w) => {
-    const o = optionsObject<BroadcastOptions>('broadcast', options, w.rank);
-    const dtype = dtypeOf('broadcast', x, o.dtype, w.rank);
+  return run(null, 'broadcast', broadcast, broadcastPlan(x, options));
+}
+
+/** @internal */
+export function broadcastPlan<T extends CollectiveInput>(x: T, options?: BroadcastOptions): (w: Scope) => Plan<T> {
+  return (w) => {
+    const c = w.prefix + 'broadcast';
+    const o = optionsObject<BroadcastOptions>(c, options, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
     const root = o.root === undefined ? 0 : o.root;
     if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= w.size) {
-      throw invalidArgument('broadcast', 'options.root', `an integer rank from 0 to ${w.size - 1}`, o.root, w.rank);
+      throw invalidArgument(c, 'options.root', `an integer rank from 0 to ${w.size - 1}`, o.root, w.self);
     }
-    const name = nameOf('broadcast', o.name, w.rank);
-    const inplace = booleanOf('broadcast', 'inplace', o.inplace, w.rank);
+    const name = nameOf(c, o.name, w.self);
+    const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
     if (x instanceof DeviceBuffer) {
-      const out = (inplace ? x : deviceCopy('broadcast', x)) as T & DeviceBuffer;
+      const out = (inplace ? x : deviceCopy(c, x)) as T & DeviceBuffer;
       return { item: deviceItem(NativeKind.Broadcast, NativeOp.Sum, dtype, root, name, out), finish: () => out, keep: [out], local: () => out };
     }
     const out = inplace ? x : copyOf(x as Tensor) as T;
@@ -451,7 +491,7 @@ export function broadcast<T extends CollectiveInput>(x: T, options?: BroadcastOp
       item: { kind: NativeKind.Broadcast, op: NativeOp.Sum, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
       finish: () => out, keep: [out], local: () => out,
     };
-  });
+  };
 }
 
 /**
@@ -459,10 +499,16 @@ export function broadcast<T extends CollectiveInput>(x: T, options?: BroadcastOp
  * of the same type; for a DeviceBuffer, a new DeviceBuffer on the same device and stream.
  */
 export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOptions): Work<T> {
-  return run('allgather', allgather, (w) => {
-    const o = optionsObject<AllgatherOptions>('allgather', options, w.rank);
-    const dtype = dtypeOf('allgather', x, o.dtype, w.rank);
-    const name = nameOf('allgather', o.name, w.rank);
+  return run(null, 'allgather', allgather, allgatherPlan(x, options));
+}
+
+/** @internal */
+export function allgatherPlan<T extends CollectiveInput>(x: T, options?: AllgatherOptions): (w: Scope) => Plan<T> {
+  return (w) => {
+    const c = w.prefix + 'allgather';
+    const o = optionsObject<AllgatherOptions>(c, options, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
+    const name = nameOf(c, o.name, w.self);
     if (x instanceof DeviceBuffer) {
       const adopt = (r: NativeResult) => {
         if (r.devicePtr === undefined || !r.counts) throw new Error('a device allgather came back without device memory');
@@ -471,7 +517,7 @@ export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOp
       };
       return {
         item: deviceItem(NativeKind.Allgather, NativeOp.Sum, dtype, 0, name, x), finish: adopt, keep: [x],
-        local: () => deviceCopy('allgather', x) as T & DeviceBuffer,
+        local: () => deviceCopy(c, x) as T & DeviceBuffer,
       };
     }
     const Ctor = x.constructor as new (buffer: ArrayBuffer) => T;
@@ -479,7 +525,7 @@ export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOp
       item: { kind: NativeKind.Allgather, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: null },
       finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x as Tensor) as T,
     };
-  });
+  };
 }
 
 /**
@@ -488,16 +534,22 @@ export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOp
  * the block is a new DeviceBuffer on the same device and stream.
  */
 export function reduceScatter<T extends CollectiveInput>(x: T, options?: ReduceScatterOptions): Work<T> {
-  return run('reduceScatter', reduceScatter, (w) => {
-    const o = optionsObject<ReduceScatterOptions>('reduceScatter', options, w.rank);
-    const dtype = dtypeOf('reduceScatter', x, o.dtype, w.rank);
-    const op = opOf('reduceScatter', o.op, 'sum', w.rank);
-    const name = nameOf('reduceScatter', o.name, w.rank);
+  return run(null, 'reduceScatter', reduceScatter, reduceScatterPlan(x, options));
+}
+
+/** @internal */
+export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: ReduceScatterOptions): (w: Scope) => Plan<T> {
+  return (w) => {
+    const c = w.prefix + 'reduceScatter';
+    const o = optionsObject<ReduceScatterOptions>(c, options, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
+    const op = opOf(c, o.op, 'sum', w.self);
+    const name = nameOf(c, o.name, w.self);
     if (x instanceof DeviceBuffer) {
-      const local = () => deviceCopy('reduceScatter', x) as T & DeviceBuffer;
+      const local = () => deviceCopy(c, x) as T & DeviceBuffer;
       if (!w.dispatcher) return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x), finish: local, keep: [], local };
       const [begin, end] = blockRange(x.count, w.size, w.rank);
-      const out = deviceAlloc('reduceScatter', x.dtype, end - begin, x.device, x.stream) as T & DeviceBuffer;
+      const out = deviceAlloc(c, x.dtype, end - begin, x.device, x.stream) as T & DeviceBuffer;
       return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x, out), finish: () => out, keep: [x, out], local };
     }
     const [begin, end] = blockRange((x as Tensor).length, w.size, w.rank);
@@ -507,19 +559,25 @@ export function reduceScatter<T extends CollectiveInput>(x: T, options?: ReduceS
       item: { kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: out as Tensor },
       finish: () => out, keep: [x, out], local: () => copyOf(x as Tensor) as T,
     };
-  });
+  };
 }
 
 /** Completes once every rank has called it. */
 export function barrier(options?: BarrierOptions): Work<void> {
-  return run('barrier', barrier, (w) => {
-    const o = optionsObject<BarrierOptions>('barrier', options, w.rank);
-    const name = nameOf('barrier', o.name, w.rank);
+  return run(null, 'barrier', barrier, barrierPlan(options));
+}
+
+/** @internal */
+export function barrierPlan(options?: BarrierOptions): (w: Scope) => Plan<void> {
+  return (w) => {
+    const c = w.prefix + 'barrier';
+    const o = optionsObject<BarrierOptions>(c, options, w.self);
+    const name = nameOf(c, o.name, w.self);
     return {
       item: { kind: NativeKind.Barrier, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto, name, data: null, out: null },
       finish: () => undefined, keep: [], local: () => undefined,
     };
-  });
+  };
 }
 
 /**
@@ -537,10 +595,11 @@ export function failPeers(reason: string): void {
 }
 
 /** The placeholder that keeps the ranks in step when this rank's call cannot run; see failPeers(). */
-function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite): void {
+/** @internal */
+export function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite, group = 0): void {
   dispatcher.submit({
     kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
-    name: '', data: null, out: null, invalidReason: reason,
+    name: '', data: null, out: null, invalidReason: reason, group,
   }, () => undefined, site, []);
 }
 
@@ -569,14 +628,14 @@ const TAG_LIMIT = 2 ** 31;
 const P2P_TYPES = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16); ' +
   'send and recv take typed arrays, not hora.cuda.DeviceBuffer';
 
-function peerOf(call: string, key: string, v: unknown, w: World): number {
+function peerOf(call: string, key: string, v: unknown, w: Scope): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v >= w.size || v === w.rank) {
     const expected = w.size > 1
       ? `an integer rank from 0 to ${w.size - 1} other than this rank (${w.rank})`
-      : 'another rank, but this job has one rank only';
-    throw invalidArgument(call, `options.${key}`, expected, v, w.rank);
+      : `another rank, but this ${w.members ? 'group' : 'job'} has one rank only`;
+    throw invalidArgument(call, `options.${key}`, expected, v, w.self);
   }
-  return v;
+  return w.members ? w.members[v] : v;
 }
 
 function tagOf(call: string, v: unknown, rank: number): number {
@@ -593,19 +652,20 @@ function messageDtype(call: string, argument: string, x: unknown, dtype: unknown
 }
 
 /** Runs send or recv: validation failures reject the returned Work on this rank only. */
-function runMessage<T>(call: string, callee: Function, plan: (w: World) => Plan<T>): Work<T> {
-  const w = current(call);
+/** @internal */
+export function runMessage<T>(scope: Scope | null, call: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
+  const w = scope ?? current(call);
   const site = new CallSite(callee);
   let p: Plan<T>;
   try {
     p = plan(w);
   } catch (e) {
-    const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.rank);
+    const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.self);
     const failed = new Work<T>(null);
     failed.reject(site.attach(err));
     return failed;
   }
-  if (!w.dispatcher) throw new HoraError('ERR_INTERNAL', `hora.${call}: no engine in a world of one`, w.rank);
+  if (!w.dispatcher) throw new HoraError('ERR_INTERNAL', `hora.${w.prefix}${call}: no engine in a world of one`, w.self);
   return w.dispatcher.submit(p.item, p.finish, site, p.keep);
 }
 
@@ -615,16 +675,22 @@ function runMessage<T>(call: string, callee: Function, plan: (w: World) => Plan<
  * with one tag are received in the order sent; other tags and peers never wait on them.
  */
 export function send(x: Tensor, options: SendOptions): Work<void> {
-  return runMessage('send', send, (w) => {
-    const o = optionsObject<SendOptions>('send', options, w.rank);
-    const dtype = messageDtype('send', 'x', x, o.dtype, w.rank);
-    const peer = peerOf('send', 'to', o.to, w);
-    const tag = tagOf('send', o.tag, w.rank);
+  return runMessage(null, 'send', send, sendPlan(x, options));
+}
+
+/** @internal */
+export function sendPlan(x: Tensor, options: SendOptions): (w: Scope) => Plan<void> {
+  return (w) => {
+    const c = w.prefix + 'send';
+    const o = optionsObject<SendOptions>(c, options, w.self);
+    const dtype = messageDtype(c, 'x', x, o.dtype, w.self);
+    const peer = peerOf(c, 'to', o.to, w);
+    const tag = tagOf(c, o.tag, w.self);
     return {
       item: { kind: NativeKind.Send, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name: '', data: x, out: null, peer, tag },
       finish: () => undefined, keep: [x], local: () => undefined,
     };
-  });
+  };
 }
 
 /**
@@ -635,31 +701,37 @@ export function send(x: Tensor, options: SendOptions): Work<void> {
 export function recv<T extends Tensor>(into: T, options: RecvOptions): Work<T>;
 export function recv(options: RecvOptions): Work<Tensor>;
 export function recv(first: unknown, second?: unknown): Work<Tensor> {
-  return runMessage('recv', recv, (w) => {
+  return runMessage(null, 'recv', recv, recvPlan(first, second));
+}
+
+/** @internal */
+export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Tensor> {
+  return (w) => {
+    const c = w.prefix + 'recv';
     const fresh = second === undefined && first !== null && typeof first === 'object' && !ArrayBuffer.isView(first) &&
       !(first instanceof DeviceBuffer);
-    const o = optionsObject<RecvOptions>('recv', fresh ? first : second, w.rank);
+    const o = optionsObject<RecvOptions>(c, fresh ? first : second, w.self);
     let into: Tensor;
     if (fresh) {
       if (typeof o.dtype !== 'string' || !(o.dtype in DTYPE_OF_NAME)) {
-        throw invalidArgument('recv', 'options.dtype', `one of ${Object.keys(DTYPE_OF_NAME).join(', ')} (no array was given to receive into)`, o.dtype, w.rank);
+        throw invalidArgument(c, 'options.dtype', `one of ${Object.keys(DTYPE_OF_NAME).join(', ')} (no array was given to receive into)`, o.dtype, w.self);
       }
       if (typeof o.count !== 'number' || !Number.isInteger(o.count) || o.count < 0 || o.count > 2 ** 32) {
-        throw invalidArgument('recv', 'options.count', 'an integer from 0 to 2^32 (no array was given to receive into)', o.count, w.rank);
+        throw invalidArgument(c, 'options.count', 'an integer from 0 to 2^32 (no array was given to receive into)', o.count, w.self);
       }
       into = hostArray(o.dtype, o.count);
     } else {
-      if (o.count !== undefined) throw invalidArgument('recv', 'options.count', 'undefined when an array is given (its length is the count)', o.count, w.rank);
+      if (o.count !== undefined) throw invalidArgument(c, 'options.count', 'undefined when an array is given (its length is the count)', o.count, w.self);
       into = first as Tensor;
     }
-    const dtype = messageDtype('recv', 'into', into, o.dtype, w.rank);
-    const peer = peerOf('recv', 'from', o.from, w);
-    const tag = tagOf('recv', o.tag, w.rank);
+    const dtype = messageDtype(c, 'into', into, o.dtype, w.self);
+    const peer = peerOf(c, 'from', o.from, w);
+    const tag = tagOf(c, o.tag, w.self);
     return {
       item: { kind: NativeKind.Recv, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name: '', data: into, out: null, peer, tag },
       finish: () => into, keep: [into], local: () => into,
     };
-  });
+  };
 }
 
 /** @internal For hora bench and tests: the engine's communicator (null in a world of one). */

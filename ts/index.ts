@@ -3,6 +3,7 @@ export {
   init, shutdown, isInitialized, rank, size, localRank, localSize, crossRank, crossSize,
   allreduce, broadcast, allgather, reduceScatter, barrier, failPeers, send, recv,
 } from './hora';
+export { newGroup, Group } from './group';
 export { Work } from './work';
 export * as cuda from './cuda';
 export { HoraError } from './errors';

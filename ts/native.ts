@@ -74,7 +74,9 @@ export interface NativeItem {
   out: ArrayBufferView | null;
   /** kind Invalid: why this rank's call was rejected. */
   invalidReason?: string;
-  /** kinds Send and Recv: the other rank, and the message's tag. data is sent from, or received into. */
+  /** A collective of process group `group` (made with addGroup); 0 or absent: the world. */
+  group?: number;
+  /** kinds Send and Recv: the other rank (world rank), and the message's tag. data is sent from, or received into. */
   peer?: number;
   tag?: number;
   /** A device item: the CUDA device of devicePtr and outPtr (data and out are then null). */
@@ -108,6 +110,12 @@ export interface NativeCommunicator {
   /** Connects to every peer; completes work `id`. */
   connect(id: number, peers: NativePeer[], jobId: string): void;
   submit(items: NativeItem[]): void;
+  /**
+   * Makes process group `id` (> 0, not used before) of `members` (world ranks by group rank, this rank
+   * among them) for later items to name. Call once connected; every member must call it with the same id
+   * and members. Throws on a bad list.
+   */
+  addGroup(id: number, members: number[]): void;
   wait(id: number): NativeResult | true | null;
   abort(code: string, message: string): void;
   /**
