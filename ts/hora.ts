@@ -666,7 +666,7 @@ export function runMessage<T>(scope: Scope | null, call: string, callee: Functio
     return failed;
   }
   if (!w.dispatcher) throw new HoraError('ERR_INTERNAL', `hora.${w.prefix}${call}: no engine in a world of one`, w.self);
-  return w.dispatcher.submit(p.item, p.finish, site, p.keep);
+  return w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep);
 }
 
 /**

@@ -143,11 +143,13 @@ void testFrames() {
   h.tag = 2147483647;
   h.seq = 0x0102030405060708ull;
   h.count = 0xfffffffffull;
+  h.group = 0xfedcba98u;
   uint8_t buf[p2p::kHeaderBytes];
   p2p::encodeHeader(h, buf);
   p2p::FrameHeader back;
   const bool ok = p2p::decodeHeader(buf, &back);
-  check(ok && back.type == h.type && back.dtype == h.dtype && back.tag == h.tag && back.seq == h.seq && back.count == h.count,
+  check(ok && back.type == h.type && back.dtype == h.dtype && back.tag == h.tag && back.seq == h.seq && back.count == h.count &&
+            back.group == h.group,
         "frame header round trip");
   buf[0] = 0;
   check(!p2p::decodeHeader(buf, &back), "frame type 0 is rejected");

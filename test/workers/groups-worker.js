@@ -4,7 +4,8 @@
 //   results      groups [0, 2], [1, 3] (disjoint, at the same time) and [3, 1, 0] (listed out of order):
 //                every collective, several dtypes and sizes, against values computed here; world
 //                collectives interleaved with the groups'; rank(), size(), and null for non-members
-//   messages     send/recv inside groups, peers named by group rank
+//   messages     send/recv inside groups, peers named by group rank; group and world messages of one
+//                tag kept apart; a mismatched group message
 //   pipeline     replica groups [0, 2] and [1, 3] average gradients while 0 <-> 1 and 2 <-> 3 exchange
 //                activations with send/recv, at the same time, for several steps
 //   invalid      bad lists (on every rank, then on rank 1 only) and bad group calls; then a group works
@@ -136,6 +137,24 @@ async function messages(r) {
     await sent;
     const d = firstDifference('int32', got, range(n).map((i) => value(i, g.ranks[prev])));
     if (d !== -1) bad.push(`${n} elements from group rank ${prev}: ${d}`);
+  }
+  // World rank 3 (group rank 0) sends rank 2 (group rank 1) a world message, then a group message, both
+  // with tag 4; rank 2 asks for the group's first: each receive gets its own, though the world's came first.
+  if (r === 3) {
+    await Promise.all([hora.send(Int32Array.of(1), { to: 2, tag: 4 }), g.send(Int32Array.of(2), { to: 1, tag: 4 })]);
+  } else if (r === 2) {
+    const fromGroup = await g.recv({ from: 0, tag: 4, dtype: 'int32', count: 1 });
+    const fromWorld = await hora.recv({ from: 3, tag: 4, dtype: 'int32', count: 1 });
+    if (fromGroup[0] !== 2 || fromWorld[0] !== 1) bad.push(`tag 4: the group's receive got ${fromGroup[0]}, the world's ${fromWorld[0]}`);
+  }
+  // A mismatch names the group's tag.
+  if (r === 1) {
+    await g.send(new Int32Array(3), { to: 0, tag: 5 }).catch(() => undefined);
+  } else if (r === 3) {
+    const m = await outcome(() => g.recv(new Int32Array(4), { from: 2, tag: 5 }));
+    if (m.code !== 'ERR_MISMATCH' || !/rank 1 sent 3 x int32 with tag 5 of group 1, but this rank's receive is for 4 x int32/.test(m.message)) {
+      bad.push(`a mismatched group message: ${JSON.stringify(m)}`);
+    }
   }
   const self = await outcome(() => g.send(new Int32Array(1), { to: g.rank() }));
   const outside = await outcome(() => g.recv(new Int32Array(1), { from: 3 }));

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "engine/group.h"
+
 namespace hora {
 namespace {
 
@@ -30,6 +32,13 @@ constexpr int kPollCapMs = 100;
 std::string describeMessage(uint64_t count, uint8_t dtype) {
   const char* name = dtype < kNumDTypes ? dtypeName(static_cast<DType>(dtype)) : "unknown dtype";
   return std::to_string(count) + " x " + name;
+}
+
+uint32_t groupOf(const Work& w) { return w.group != nullptr ? w.group->id : 0; }
+
+// "tag 3", or "tag 3 of group 1" for a process group's message.
+std::string tagText(uint32_t group, int32_t tag) {
+  return "tag " + std::to_string(tag) + (group != 0 ? " of group " + std::to_string(group) : "");
 }
 
 bool multiplyFits(uint64_t count, size_t elem, size_t* bytes) {
@@ -76,7 +85,7 @@ void PointToPoint::wake() {
 std::string PointToPoint::describe(const Op& op) const {
   const Work& w = *op.work;
   return std::string(w.kind == Kind::kSend ? "send to rank " : "recv from rank ") + std::to_string(w.peer) +
-         " (tag " + std::to_string(w.tag) + ")";
+         " (" + tagText(groupOf(w), w.tag) + ")";
 }
 
 bool PointToPoint::progress() {
@@ -149,6 +158,7 @@ void PointToPoint::postSend(Channel& c, Op* op) {
   h.type = op->eager ? FrameType::kEager : FrameType::kRts;
   h.dtype = static_cast<uint8_t>(w.dtype);
   h.tag = w.tag;
+  h.group = groupOf(w);
   h.seq = op->seq;
   h.count = w.count;
   OutFrame f;
@@ -172,17 +182,17 @@ void PointToPoint::postSend(Channel& c, Op* op) {
 // Receives of one (peer, tag) queue in posted order and are matched, oldest first, with that tag's
 // unexpected messages once those are complete (an EAGER's payload all read).
 void PointToPoint::postRecv(Channel& c, Op* op) {
-  const int32_t tag = op->work->tag;
+  const MatchKey key = matchKey(groupOf(*op->work), op->work->tag);
   op->state = State::kPosted;
-  c.posted[tag].push_back(op);
-  matchBuffered(c, tag);
+  c.posted[key].push_back(op);
+  matchBuffered(c, key);
   if (op->state == State::kPosted && !c.dead.isOk()) finish(op, c.dead);
 }
 
-void PointToPoint::matchBuffered(Channel& c, int32_t tag) {
+void PointToPoint::matchBuffered(Channel& c, MatchKey key) {
   for (;;) {
-    auto p = c.posted.find(tag);
-    auto u = c.unexpected.find(tag);
+    auto p = c.posted.find(key);
+    auto u = c.unexpected.find(key);
     if (p == c.posted.end() || u == c.unexpected.end() || !u->second.front().complete) return;
     Op* op = p->second.front();
     p->second.pop_front();
@@ -213,7 +223,7 @@ void PointToPoint::match(Channel& c, Op* op, const FrameHeader& h, Unexpected* b
     }
     return finish(op, Status(Code::kMismatch,
                              "rank " + std::to_string(w.peer) + " sent " + describeMessage(h.count, h.dtype) +
-                                 " with tag " + std::to_string(h.tag) + ", but this rank's receive is for " +
+                                 " with " + tagText(h.group, h.tag) + ", but this rank's receive is for " +
                                  describeMessage(w.count, static_cast<uint8_t>(w.dtype)),
                              w.peer));
   }
@@ -354,8 +364,8 @@ void PointToPoint::onHeader(Channel& c) {
         return violation("an eager message of " + std::to_string(bytes) + " bytes");
       }
       // Straight into a posted receive, unless older messages of this tag are still unmatched.
-      auto posted = c.posted.find(h.tag);
-      if (posted != c.posted.end() && c.unexpected.count(h.tag) == 0) {
+      auto posted = c.posted.find(matchKey(h.group, h.tag));
+      if (posted != c.posted.end() && c.unexpected.count(matchKey(h.group, h.tag)) == 0) {
         Op* op = posted->second.front();
         posted->second.pop_front();
         if (posted->second.empty()) c.posted.erase(posted);
@@ -369,7 +379,7 @@ void PointToPoint::onHeader(Channel& c) {
         m.payload.resize(bytes);
         c.unexpectedBytes += bytes;
       }
-      auto& q = c.unexpected[h.tag];
+      auto& q = c.unexpected[matchKey(h.group, h.tag)];
       q.push_back(std::move(m));
       if (!q.back().complete) {
         c.inPayload = true;
@@ -381,7 +391,7 @@ void PointToPoint::onHeader(Channel& c) {
         c.inUnexpected = true;
         return;
       }
-      return matchBuffered(c, h.tag);
+      return matchBuffered(c, matchKey(h.group, h.tag));
     }
     case FrameType::kData: {
       auto it = c.awaitingData.find(h.seq);
@@ -413,7 +423,7 @@ void PointToPoint::onHeader(Channel& c) {
       if (h.type == FrameType::kAck) return finish(op, Status::ok());
       if (h.type == FrameType::kNack) {
         return finish(op, Status(Code::kMismatch,
-                                 "rank " + std::to_string(peer) + "'s receive for tag " + std::to_string(w.tag) + " is for " +
+                                 "rank " + std::to_string(peer) + "'s receive for " + tagText(groupOf(w), w.tag) + " is for " +
                                      describeMessage(h.count, h.dtype) + ", but this rank sent " +
                                      describeMessage(w.count, static_cast<uint8_t>(w.dtype)),
                                  peer));
@@ -423,6 +433,7 @@ void PointToPoint::onHeader(Channel& c) {
       d.type = FrameType::kData;
       d.dtype = static_cast<uint8_t>(w.dtype);
       d.tag = w.tag;
+      d.group = groupOf(w);
       d.seq = op->seq;
       d.count = w.count;
       OutFrame f;
@@ -443,8 +454,8 @@ void PointToPoint::onPayloadDone(Channel& c) {
   c.inPayload = false;
   if (c.inUnexpected) {
     c.inUnexpected = false;
-    c.unexpected[c.in.tag].back().complete = true;
-    return matchBuffered(c, c.in.tag);
+    c.unexpected[matchKey(c.in.group, c.in.tag)].back().complete = true;
+    return matchBuffered(c, matchKey(c.in.group, c.in.tag));
   }
   Op* op = c.inCompletes;
   c.inCompletes = nullptr;
@@ -486,9 +497,9 @@ void PointToPoint::checkDeadlines() {
     Status st(Code::kTimeout,
               w.kind == Kind::kSend
                   ? "timed out after " + after + ": rank " + std::to_string(w.peer) + " did not receive this rank's message (" +
-                        describeMessage(w.count, static_cast<uint8_t>(w.dtype)) + ") with tag " + std::to_string(w.tag)
+                        describeMessage(w.count, static_cast<uint8_t>(w.dtype)) + ") with " + tagText(groupOf(w), w.tag)
                   : "timed out after " + after + " waiting for a message from rank " + std::to_string(w.peer) +
-                        " with tag " + std::to_string(w.tag),
+                        " with " + tagText(groupOf(w), w.tag),
               w.peer);
     Channel& c = channels_[w.peer];
     // A frame half-way through the stream cannot be taken back: the stream is lost with it.
@@ -509,7 +520,7 @@ void PointToPoint::breakChannel(Channel& c, const Status& st) {
   c.control.clear();
   c.data.clear();
   if (c.inPayload && c.inUnexpected) {
-    auto u = c.unexpected.find(c.in.tag);
+    auto u = c.unexpected.find(matchKey(c.in.group, c.in.tag));
     c.unexpectedBytes -= u->second.back().payload.size();
     u->second.pop_back();
     if (u->second.empty()) c.unexpected.erase(u);
@@ -541,7 +552,7 @@ void PointToPoint::detach(Op* op) {
       f = f->owner == op && f->done == 0 ? c.data.erase(f) : std::next(f);
     }
   } else {
-    auto p = c.posted.find(w.tag);
+    auto p = c.posted.find(matchKey(groupOf(w), w.tag));
     if (p != c.posted.end()) {
       for (auto q = p->second.begin(); q != p->second.end(); ++q) {
         if (*q == op) {
@@ -582,7 +593,7 @@ void PointToPoint::failAll(const Status& st) {
   }
   for (auto& w : posted) {
     std::string what = w->kind == Kind::kSend ? "send to rank " : "recv from rank ";
-    finish_(w, st, what + std::to_string(w->peer) + " (tag " + std::to_string(w->tag) + ")");
+    finish_(w, st, what + std::to_string(w->peer) + " (" + tagText(groupOf(*w), w->tag) + ")");
   }
   for (Channel& c : channels_) {
     if (c.pair != nullptr) breakChannel(c, st);

@@ -56,6 +56,13 @@
 
 namespace hora {
 
+// Messages match by (process group, tag): a group's messages never meet the world's or another group's,
+// as MPI keeps communicators apart. The group travels in the frame header.
+using MatchKey = int64_t;
+inline MatchKey matchKey(uint32_t group, int32_t tag) {
+  return static_cast<MatchKey>((uint64_t(group) << 32) | static_cast<uint32_t>(tag));
+}
+
 class PointToPoint : public BackgroundProgress {
  public:
   // Largest message sent eagerly, and the most eager bytes in flight to one peer.
@@ -125,9 +132,9 @@ class PointToPoint : public BackgroundProgress {
     Op* inCompletes = nullptr;  // receive completed when the payload is in
     bool inAck = false;         // acknowledge in.seq then
     bool inUnexpected = false;  // the payload goes to the last unexpected message of tag in.tag
-    std::map<int32_t, std::deque<Unexpected>> unexpected;
+    std::map<MatchKey, std::deque<Unexpected>> unexpected;
     size_t unexpectedBytes = 0;
-    std::map<int32_t, std::deque<Op*>> posted;
+    std::map<MatchKey, std::deque<Op*>> posted;
     std::unordered_map<uint64_t, Op*> awaitingData;
     Clock::time_point nextLivenessCheck;
   };
@@ -136,7 +143,7 @@ class PointToPoint : public BackgroundProgress {
   void postSend(Channel& c, Op* op);
   void postRecv(Channel& c, Op* op);
   void match(Channel& c, Op* op, const p2p::FrameHeader& h, Unexpected* buffered);
-  void matchBuffered(Channel& c, int32_t tag);
+  void matchBuffered(Channel& c, MatchKey key);
   bool pump(Channel& c);
   bool writeFrames(Channel& c);
   bool readFrames(Channel& c);

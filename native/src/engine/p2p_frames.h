@@ -29,6 +29,7 @@ struct FrameHeader {
   int32_t tag = 0;
   uint64_t seq = 0;    // the sender's sequence number of the message, per (sender, receiver)
   uint64_t count = 0;  // elements; NACK: the receiver's count
+  uint32_t group = 0;  // EAGER, RTS, DATA: the process group the message belongs to (0: the world)
 };
 
 inline void putLe(uint8_t* p, uint64_t v, int bytes) {
@@ -41,7 +42,7 @@ inline uint64_t getLe(const uint8_t* p, int bytes) {
   return v;
 }
 
-// Layout: type u8, dtype u8, 2 zero bytes, tag i32, seq u64, count u64, 8 zero bytes.
+// Layout: type u8, dtype u8, 2 zero bytes, tag i32, seq u64, count u64, group u32, 4 zero bytes.
 inline void encodeHeader(const FrameHeader& h, uint8_t out[kHeaderBytes]) {
   for (size_t i = 0; i < kHeaderBytes; ++i) out[i] = 0;
   out[0] = static_cast<uint8_t>(h.type);
@@ -49,6 +50,7 @@ inline void encodeHeader(const FrameHeader& h, uint8_t out[kHeaderBytes]) {
   putLe(out + 4, static_cast<uint32_t>(h.tag), 4);
   putLe(out + 8, h.seq, 8);
   putLe(out + 16, h.count, 8);
+  putLe(out + 24, h.group, 4);
 }
 
 // False when the type is unknown (the stream cannot be trusted past this point).
@@ -59,6 +61,7 @@ inline bool decodeHeader(const uint8_t in[kHeaderBytes], FrameHeader* h) {
   h->tag = static_cast<int32_t>(static_cast<uint32_t>(getLe(in + 4, 4)));
   h->seq = getLe(in + 8, 8);
   h->count = getLe(in + 16, 8);
+  h->group = static_cast<uint32_t>(getLe(in + 24, 4));
   return true;
 }
 
