@@ -27,6 +27,7 @@ const KIND_NAMES: Record<number, CollectiveKind | 'invalid'> = {
 
 /** One submitted collective, from submission to completion. */
 export interface SubmittedCollective {
+  /** Position in this rank's order of world collectives, from 1; 0 for a process group's collective. */
   seq: number;
   kind: CollectiveKind | 'invalid';
   name: string;
@@ -58,10 +59,14 @@ export class CollectiveStats {
    */
   constructor(private readonly pending: () => Iterable<SubmittedCollective>) {}
 
-  /** Notes a collective handed to the engine; the returned record goes back to settled(), once. */
-  submitted(kind: NativeKind, name: string, bytes: number, dtype: NativeDType): SubmittedCollective {
+  /**
+   * Notes a collective handed to the engine; the returned record goes back to settled(), once. A process
+   * group's collective (inWorldOrder false) counts in the totals of its kind but takes no sequence number:
+   * the stall inspector compares sequence numbers across all ranks, and non-members never submit it.
+   */
+  submitted(kind: NativeKind, name: string, bytes: number, dtype: NativeDType, inWorldOrder = true): SubmittedCollective {
     const c: SubmittedCollective = {
-      seq: ++this.submittedCount, kind: KIND_NAMES[kind] ?? 'invalid', name, bytes, elementBytes: DTYPE_BYTES[dtype] ?? 1, at: performance.now(),
+      seq: inWorldOrder ? ++this.submittedCount : 0, kind: KIND_NAMES[kind] ?? 'invalid', name, bytes, elementBytes: DTYPE_BYTES[dtype] ?? 1, at: performance.now(),
     };
     if (c.kind !== 'invalid') {
       const k = this.totals(c.kind);
@@ -72,7 +77,7 @@ export class CollectiveStats {
 
   /** Notes its completion, successful or not. */
   settled(c: SubmittedCollective, result: NativeResult): void {
-    this.completedCount++;
+    if (c.seq > 0) this.completedCount++;
     if (c.kind === 'invalid') return;
     const k = this.totals(c.kind);
     const now = performance.now();
@@ -93,6 +98,7 @@ export class CollectiveStats {
     const pending: PendingCollective[] = [];
     for (const c of this.pending()) {
       if (pending.length === PENDING_REPORTED) break;
+      if (c.seq === 0) continue;
       pending.push({ seq: c.seq, name: reportableName(c.name), kind: c.kind, ageMs: Math.floor(now - c.at) });
     }
     const stepUs = Math.floor(1000 * steps.stepMs);

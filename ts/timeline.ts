@@ -77,6 +77,8 @@ interface Call {
   /** send, recv: the other rank and the tag. */
   peer?: number;
   tag?: number;
+  /** A process group's collective: the group's id (then seq counts that group's collectives). */
+  group?: number;
 }
 
 /** The engine's record of a completed call: its row in a takeTimeline() result, and that result's strings. */
@@ -154,7 +156,7 @@ export class TimelineWriter {
     if (this.fd === null) return;
     this.calls.set(id, {
       calledNs: Number(process.hrtime.bigint()), kind: item.kind, op: item.op, dtype: item.dtype, root: item.root,
-      name: item.name, bytes: itemBytes(item), peer: item.peer, tag: item.tag,
+      name: item.name, bytes: itemBytes(item), peer: item.peer, tag: item.tag, group: item.group || undefined,
     });
   }
 
@@ -284,6 +286,7 @@ export class TimelineWriter {
     if (call.kind === NativeKind.Send) args.to = call.peer;
     if (call.kind === NativeKind.Recv) args.from = call.peer;
     if (call.kind === NativeKind.Send || call.kind === NativeKind.Recv) args.tag = call.tag;
+    if (call.group) args.group = call.group;
     return args;
   }
 

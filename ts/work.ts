@@ -151,7 +151,7 @@ export class Dispatcher {
     const bytes = itemBytes(item);
     // Messages are not collectives: the stall inspector's view of the ordered queue leaves them out.
     const p2p = item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
-    const stats = p2p ? undefined : this.stats.submitted(item.kind, item.name, bytes, item.dtype);
+    const stats = p2p ? undefined : this.stats.submitted(item.kind, item.name, bytes, item.dtype, !item.group);
     this.outstanding.set(id, { work, finish, site, keep, stats });
     if (this.timeline) this.timeline.called(id, item);
     (item as NativeItem).id = id;
