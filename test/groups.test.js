@@ -110,15 +110,26 @@ t.test('a mismatch inside a group fails its members only, naming the group', asy
   for (const [rank, r] of results.entries()) t.equal(r && r.world, 6, `rank ${rank}: the world works afterwards`);
 });
 
-t.test('a member killed mid-run: ERR_PEER_LOST on the other members, no hang', async (t) => {
-  const { results, job } = await scenario(t, 'kill', {}, { exitZero: false });
-  t.not(job.code, 0, 'hora run exits non-zero');
-  for (const rank of [0, 1]) {
-    const r = results[rank];
-    t.ok(r, `rank ${rank} reported`, { output: tail(job) });
-    if (!r) continue;
-    t.equal(r.got && r.got.code, 'ERR_PEER_LOST', `rank ${rank}: ERR_PEER_LOST`, { got: r.got });
-    t.match(r.got && r.got.message, /in group 1 \(ranks 0, 1, 2\)/, `rank ${rank}: the error names the group`);
-    t.ok(r.ms < 60000, `rank ${rank}: within a minute (${Math.round(r.ms)} ms)`);
-  }
+for (const [transport, env] of TRANSPORTS) {
+  t.test(`${transport}: a member killed mid-run: ERR_PEER_LOST on the other members, no hang`, async (t) => {
+    const { results, job } = await scenario(t, 'kill', env, { exitZero: false });
+    t.not(job.code, 0, 'hora run exits non-zero');
+    for (const rank of [0, 1]) {
+      const r = results[rank];
+      t.ok(r, `rank ${rank} reported`, { output: tail(job) });
+      if (!r) continue;
+      t.equal(r.got && r.got.code, 'ERR_PEER_LOST', `rank ${rank}: ERR_PEER_LOST`, { got: r.got });
+      t.match(r.got && r.got.message, /in group 1 \(ranks 0, 1, 2\)/, `rank ${rank}: the error names the group`);
+      t.ok(r.ms < 60000, `rank ${rank}: within a minute (${Math.round(r.ms)} ms)`);
+    }
+  });
+}
+
+t.test('a member that never calls: ERR_TIMEOUT after HORA_TIMEOUT_S, naming it and the group', async (t) => {
+  const { results } = await scenario(t, 'timeout', { HORA_TIMEOUT_S: '1.5' }, { exitZero: false });
+  const r = results[0];
+  t.equal(r && r.got.code, 'ERR_TIMEOUT', 'rank 0: ERR_TIMEOUT', { got: r && r.got });
+  t.equal(r && r.got.peer, 1, 'the error names rank 1');
+  t.match(r && r.got.message, /allreduce 'late' in group 1 \(ranks 0, 1\): timed out after 1\.5/, 'the message names the group and the deadline');
+  t.ok(r && r.ms >= 1400 && r.ms < 30000, `after the deadline, not much later (${r && Math.round(r.ms)} ms)`);
 });

@@ -13,6 +13,8 @@
 //   inside       group [0, 2] members call allreduce with different counts: ERR_MISMATCH on both, naming
 //                the group; the group and the world go on
 //   kill         rank 2 SIGKILLs itself while group [0, 1, 2] runs allreduces: ERR_PEER_LOST on 0 and 1
+//   timeout      group [0, 1]: rank 1 never calls the allreduce rank 0 waits in (run with a short
+//                HORA_TIMEOUT_S): ERR_TIMEOUT on rank 0 naming rank 1
 // Each rank writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json and exits 0 whatever it saw.
 const hora = require('../../dist/ts/index.js');
 const { report, outcome, describeError } = require('../support/worker-util');
@@ -250,7 +252,19 @@ async function kill(r) {
   return { got, ms: performance.now() - t0 };
 }
 
-const SCENARIOS = { results, messages, pipeline, invalid, lists, inside, kill };
+async function timeout(r) {
+  const g = await hora.newGroup([0, 1]);
+  if (r === 0) {
+    const t0 = performance.now();
+    const got = await outcome(() => g.allreduce(new Float32Array(10), { name: 'late' }));
+    return { got, ms: performance.now() - t0 };
+  }
+  // Rank 1 never calls it; it waits past rank 0's deadline before leaving.
+  if (r === 1) await new Promise((res) => setTimeout(res, 4000));
+  return {};
+}
+
+const SCENARIOS = { results, messages, pipeline, invalid, lists, inside, kill, timeout };
 
 async function main() {
   const scenario = process.argv[2];
