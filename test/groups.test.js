@@ -1,9 +1,11 @@
 'use strict';
 // Process groups (hora.newGroup) in 4-rank jobs under `hora run`, over shared memory and over TCP
 // (HORA_TRANSPORT=tcp): every collective against computed values in groups of 2 and 3, disjoint groups
-// at the same time, group and world collectives interleaved, messages by group rank, the pipeline's use
-// (replica allreduces beside stage-to-stage messages), bad lists, different lists, a mismatch inside a
-// group, and a killed member. test/workers/groups-worker.js runs each scenario inside the ranks.
+// at the same time (and one not waiting for another that is late), group and world collectives
+// interleaved, messages by group rank and kept apart from the world's, the pipeline's use (replica
+// allreduces beside stage-to-stage messages), bad lists, different lists, a mismatch inside a group, a
+// killed member and a member that never calls. test/workers/groups-worker.js runs each scenario inside
+// the ranks.
 const t = require('tap');
 const path = require('node:path');
 const { runJob, tail } = require('./support/hora-job');
@@ -33,6 +35,14 @@ for (const [transport, env] of TRANSPORTS) {
       for (const [k, ranks] of Object.entries(member)) {
         t.same(r.seen[k], ranks.includes(rank) ? ranks : null, `rank ${rank}: newGroup(${JSON.stringify(ranks)}) gives ${ranks.includes(rank) ? 'the group' : 'null'}`);
       }
+    }
+  });
+
+  t.test(`${transport}: a group does not wait for a disjoint group that is late`, async (t) => {
+    const { results } = await scenario(t, 'independent', env);
+    for (const rank of [0, 1]) {
+      const ms = results[rank] && results[rank].ms;
+      t.ok(ms < 2500, `rank ${rank}: group [0, 1]'s five allreduces took ${Math.round(ms)} ms, while group [2, 3] started 3 s late`);
     }
   });
 

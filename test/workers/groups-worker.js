@@ -13,6 +13,7 @@
 //   inside       group [0, 2] members call allreduce with different counts: ERR_MISMATCH on both, naming
 //                the group; the group and the world go on
 //   kill         rank 2 SIGKILLs itself while group [0, 1, 2] runs allreduces: ERR_PEER_LOST on 0 and 1
+//   independent  group [0, 1] runs five allreduces while group [2, 3] starts its own 3 s late
 //   timeout      group [0, 1]: rank 1 never calls the allreduce rank 0 waits in (run with a short
 //                HORA_TIMEOUT_S): ERR_TIMEOUT on rank 0 naming rank 1
 // Each rank writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json and exits 0 whatever it saw.
@@ -264,7 +265,20 @@ async function timeout(r) {
   return {};
 }
 
-const SCENARIOS = { results, messages, pipeline, invalid, lists, inside, kill, timeout };
+async function independent(r) {
+  const low = await hora.newGroup([0, 1]);
+  const high = await hora.newGroup([2, 3]);
+  if (high) {
+    await new Promise((res) => setTimeout(res, 3000));
+    await high.allreduce(new Float32Array(100000));
+    return {};
+  }
+  const t0 = performance.now();
+  for (let i = 0; i < 5; i++) await low.allreduce(new Float32Array(100000));
+  return { ms: performance.now() - t0 };
+}
+
+const SCENARIOS = { results, messages, pipeline, invalid, lists, inside, kill, timeout, independent };
 
 async function main() {
   const scenario = process.argv[2];
