@@ -5,7 +5,7 @@
 // loop and off libuv's pool, where a collective waiting on a slow peer would starve file and DNS work.
 // The JS thread submits batches (all the calls made in one turn of the event loop); the thread fuses runs
 // of small allreduces within a batch into one collective (tensor fusion), and reports each Work through
-// the completion callback.
+// the completion callback. Process groups (engine/group.h) run on the same thread, in the same queue.
 #pragma once
 
 #include <atomic>
