@@ -136,7 +136,7 @@ Group* Communicator::findGroup(uint32_t id) {
   return nullptr;
 }
 
-void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
+void Communicator::submit(std::vector<std::shared_ptr<Work>> batch, bool callerWillWait) {
   // HORA_ALGO (or init's algorithm option) applies to every allreduce that does not name its own. A
   // group's topology is plain ranks: the hierarchical and grid algorithms are the world's only, and its
   // allreduces choose between ring and recursive doubling.
@@ -152,14 +152,17 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
   }
   Task t;
   t.batch = std::move(batch);
+  bool engineIdle;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    engineIdle = !running_ && queue_.empty();
     queue_.push_back(std::move(t));
     queued_.fetch_add(1, std::memory_order_release);
   }
-  // Notified even when the caller goes on to wait() and runs the batch itself: measured on two cores,
-  // the woken thread keeps its core from idling and the exchange with the peer finishes sooner.
-  queueCv_.notify_one();
+  // A caller about to wait() runs an idle engine's batch itself (waitFor()). Waking the communication
+  // thread as well would put a third thread on cores that the exchange between the two ranks' waiting
+  // threads needs: with 2 ranks on 2 cores that cost more than the whole exchange of a small allreduce.
+  if (!(callerWillWait && engineIdle)) queueCv_.notify_one();
   if (p2p_.busy()) p2p_.wake();
 }
 
@@ -167,7 +170,14 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch) {
 // the one it waits for: no hand-off to the communication thread and back, which on a machine whose idle
 // cores sleep costs tens of microseconds each way. running_ keeps to one task at a time, whichever thread
 // runs it, so the order of collectives is the order of submission as before.
+//
+// The caller takes the result itself, so completing this work posts no completion callback (see
+// complete()): each one would cost a wake-up of the event loop for a result already taken.
 void Communicator::waitFor(const std::shared_ptr<Work>& work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waitedFor_ = work.get();
+  }
   if (work->kind == Kind::kSend || work->kind == Kind::kRecv) waitForMessage(work);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!work->completed) {
@@ -177,14 +187,15 @@ void Communicator::waitFor(const std::shared_ptr<Work>& work) {
       runTask(task);
       lock.lock();
       running_ = false;
-      // The communication thread may be waiting for the engine to be free for later tasks.
-      queueCv_.notify_one();
+      // Later tasks are the communication thread's once this caller is done; it may be asleep.
+      if (work->completed && !queue_.empty()) queueCv_.notify_one();
       continue;
     }
     awaited_ = work.get();
     doneCv_.wait(lock, [&] { return work->completed || (!running_ && !queue_.empty() && !queue_.front().stop); });
     awaited_ = nullptr;
   }
+  waitedFor_ = nullptr;
 }
 
 // Likewise for a message: the blocked caller moves messages itself for a while (the communication thread
@@ -593,16 +604,17 @@ void Communicator::complete(const std::shared_ptr<Work>& w, Status st, const std
     std::lock_guard<std::mutex> lock(timelineMutex_);
     if (timelineRecords_.size() < kMaxTimelineRecords) timelineRecords_.push_back(std::move(rec));
   }
-  bool wake;
+  bool wake, taken;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     w->completed = true;
     wake = awaited_ != nullptr;
+    taken = waitedFor_ == w.get();
   }
   // Only the work a blocked wait() is for: waking the JS thread for every completion costs a context
   // switch each, on the critical path of the next collective.
   if (wake) doneCv_.notify_all();
-  if (onComplete_) onComplete_(w);
+  if (onComplete_ && !taken) onComplete_(w);
 }
 
 }  // namespace hora

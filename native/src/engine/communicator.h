@@ -59,8 +59,9 @@ class Communicator {
   Status listen(int* port);
   // Queues the mesh connection; completes `work` (kind ignored) when connected.
   void connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId);
-  // Queues collectives that were submitted together; they run in order.
-  void submit(std::vector<std::shared_ptr<Work>> batch);
+  // Queues collectives that were submitted together; they run in order. callerWillWait: the caller goes
+  // on to waitFor() one of them at once, and will run the batch itself when the engine is idle.
+  void submit(std::vector<std::shared_ptr<Work>> batch, bool callerWillWait = false);
   // Makes process group `id` (see engine/group.h) of `members` (world ranks, this rank among them) for
   // later Works to name; call once connected. Every member calls it with the same id and members
   // (hora.newGroup checks that with a world collective before the group is used).
@@ -122,7 +123,8 @@ class Communicator {
   std::deque<Task> queue_;
   std::atomic<int> queued_{0};  // tasks in queue_, readable without the lock
   std::atomic<int> messageWaiters_{0};  // JS-thread wait()s moving messages themselves (waitForMessage)
-  const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() blocks on, if any (under mutex_)
+  const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() sleeps on, if any (under mutex_)
+  const Work* waitedFor_ = nullptr;  // the work a waitFor() is in progress for; its caller takes the result (under mutex_)
   bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
   std::thread thread_;
 
