@@ -56,6 +56,25 @@ T enumFrom(const Napi::Object& o, const char* key, int limit) {
   return static_cast<T>(v);
 }
 
+// The properties of a submitted item. Looking a property up by a C string makes and internalizes a V8
+// string each time; with a dozen per item that was a good part of a small collective's cost, so the
+// names are made once per communicator.
+enum ItemKey { kId, kKind, kOp, kDtype, kRoot, kAlgorithm, kName, kInvalidReason, kDevice, kDevicePtr, kCount,
+               kStream, kOutPtr, kData, kOut, kPeer, kTag, kGroup, kNumItemKeys };
+const char* const kItemKeyNames[kNumItemKeys] = {"id", "kind", "op", "dtype", "root", "algorithm", "name",
+                                                  "invalidReason", "device", "devicePtr", "count", "stream",
+                                                  "outPtr", "data", "out", "peer", "tag", "group"};
+
+// An enum-valued property; absent counts as 0.
+template <typename T>
+T enumFrom(const Napi::Value& v, ItemKey key, int limit) {
+  int n = v.IsUndefined() ? 0 : v.As<Napi::Number>().Int32Value();
+  if (n < 0 || n >= limit) {
+    throw Napi::RangeError::New(v.Env(), std::string("native: ") + kItemKeyNames[key] + " out of range: " + std::to_string(n));
+  }
+  return static_cast<T>(n);
+}
+
 // {alpha, beta} in seconds and seconds per byte, when present.
 hora::LinkOverride linkOverride(const Napi::Object& o, const char* key) {
   hora::LinkOverride out;
@@ -117,6 +136,10 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       throw Napi::RangeError::New(env, "native: rank " + std::to_string(opts.rank) + " outside world of " +
                                            std::to_string(opts.size));
     }
+    // Node-API references hold objects only: the names live in an array.
+    Napi::Array keys = Napi::Array::New(env, kNumItemKeys);
+    for (uint32_t k = 0; k < kNumItemKeys; ++k) keys.Set(k, Napi::String::New(env, kItemKeyNames[k]));
+    keys_ = Napi::Persistent(keys);
     tsfn_ = Napi::ThreadSafeFunction::New(env, info[1].As<Napi::Function>(), "hora.completion", 0, 1);
     tsfn_.Unref(env);
     Napi::ThreadSafeFunction tsfn = tsfn_;
@@ -175,61 +198,69 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return info.Env().Undefined();
   }
 
-  // submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}]); a send or
+  // submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}], willWait?); a send or
   // recv item (kinds 6, 7) carries peer and tag and is posted at once, beside the batch; a device item
   // has device >= 0, devicePtr, count, stream (and outPtr for reducescatter) instead of data and out.
+  // willWait: the caller goes on to wait() for one of the items at once.
   Napi::Value Submit(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Napi::Array arr = info[0].As<Napi::Array>();
     std::vector<std::shared_ptr<Work>> batch;
     batch.reserve(arr.Length());
+    Napi::Array keys = keys_.Value();
     for (uint32_t i = 0; i < arr.Length(); ++i) {
       Napi::Object it = arr.Get(i).As<Napi::Object>();
-      auto w = Track(env, it.Get("id"));
-      w->kind = enumFrom<hora::Kind>(it, "kind", 8);
-      w->op = enumFrom<hora::ReduceOp>(it, "op", hora::kNumReduceOps);
-      w->dtype = enumFrom<hora::DType>(it, "dtype", hora::kNumDTypes);
-      w->root = it.Has("root") ? it.Get("root").As<Napi::Number>().Int32Value() : 0;
-      w->algorithm = enumFrom<hora::Algorithm>(it, "algorithm", hora::kNumAlgorithms);
-      if (it.Has("name")) w->name = it.Get("name").As<Napi::String>().Utf8Value();
-      if (it.Has("invalidReason")) w->invalidReason = it.Get("invalidReason").As<Napi::String>().Utf8Value();
-      if (it.Has("group")) {
-        const uint32_t id = it.Get("group").As<Napi::Number>().Uint32Value();
+      auto get = [&](ItemKey k) { return it.Get(keys.Get(static_cast<uint32_t>(k))); };
+      auto w = Track(env, get(kId));
+      w->kind = enumFrom<hora::Kind>(get(kKind), kKind, 8);
+      w->op = enumFrom<hora::ReduceOp>(get(kOp), kOp, hora::kNumReduceOps);
+      w->dtype = enumFrom<hora::DType>(get(kDtype), kDtype, hora::kNumDTypes);
+      Napi::Value root = get(kRoot);
+      w->root = root.IsUndefined() ? 0 : root.As<Napi::Number>().Int32Value();
+      w->algorithm = enumFrom<hora::Algorithm>(get(kAlgorithm), kAlgorithm, hora::kNumAlgorithms);
+      Napi::Value name = get(kName);
+      if (!name.IsUndefined()) w->name = name.As<Napi::String>().Utf8Value();
+      Napi::Value invalidReason = get(kInvalidReason);
+      if (!invalidReason.IsUndefined()) w->invalidReason = invalidReason.As<Napi::String>().Utf8Value();
+      Napi::Value group = get(kGroup);
+      if (!group.IsUndefined()) {
+        const uint32_t id = group.As<Napi::Number>().Uint32Value();
         if (id != 0) {
           w->group = comm_->findGroup(id);
           if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(id) + " on this rank");
         }
       }
-      Napi::Value device = it.Get("device");
+      Napi::Value device = get(kDevice);
       if (device.IsNumber() && device.As<Napi::Number>().Int32Value() >= 0) {
         w->device = device.As<Napi::Number>().Int32Value();
-        w->data = static_cast<uint8_t*>(pointerFrom(it.Get("devicePtr"), "devicePtr"));
-        w->count = static_cast<size_t>(it.Get("count").As<Napi::Number>().Int64Value());
-        if (it.Has("stream")) w->stream = pointerFrom(it.Get("stream"), "stream");
-        if (it.Has("outPtr")) w->out = static_cast<uint8_t*>(pointerFrom(it.Get("outPtr"), "outPtr"));
+        w->data = static_cast<uint8_t*>(pointerFrom(get(kDevicePtr), "devicePtr"));
+        w->count = static_cast<size_t>(get(kCount).As<Napi::Number>().Int64Value());
+        Napi::Value stream = get(kStream), outPtr = get(kOutPtr);
+        if (!stream.IsUndefined()) w->stream = pointerFrom(stream, "stream");
+        if (!outPtr.IsUndefined()) w->out = static_cast<uint8_t*>(pointerFrom(outPtr, "outPtr"));
         batch.push_back(std::move(w));
         continue;
       }
-      Napi::Value data = it.Get("data");
+      Napi::Value data = get(kData);
       if (!data.IsUndefined() && !data.IsNull()) {
         size_t bytes = 0;
         viewOf(data, &w->data, &bytes);
         w->count = bytes / hora::dtypeSize(w->dtype);
       }
       if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv) {
-        w->peer = it.Get("peer").As<Napi::Number>().Int32Value();
-        w->tag = it.Get("tag").As<Napi::Number>().Int32Value();
+        w->peer = get(kPeer).As<Napi::Number>().Int32Value();
+        w->tag = get(kTag).As<Napi::Number>().Int32Value();
         comm_->post(std::move(w));
         continue;
       }
-      Napi::Value out = it.Get("out");
+      Napi::Value out = get(kOut);
       if (!out.IsUndefined() && !out.IsNull()) {
         size_t bytes = 0;
         viewOf(out, &w->out, &bytes);
       }
       batch.push_back(std::move(w));
     }
-    comm_->submit(std::move(batch));
+    comm_->submit(std::move(batch), info.Length() > 1 && info[1].ToBoolean().Value());
     return env.Undefined();
   }
 
@@ -391,6 +422,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   Napi::ThreadSafeFunction tsfn_;
   bool released_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<Work>> pending_;
+  Napi::Reference<Napi::Array> keys_;  // the ItemKey names
 };
 
 // take(communicator, id): the result of a completed work, once; null if already taken (e.g. by wait()).
