@@ -407,7 +407,7 @@ export type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) 
 /** @internal */
 export function run<T>(scope: Scope | null, collective: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
   const w = scope ?? current(collective);
-  const site = new CallSite(callee);
+  const site = !w.dispatcher || w.dispatcher.wantsCallSite ? new CallSite(callee) : CallSite.none;
   let p: Plan<T>;
   try {
     p = plan(w);
@@ -655,7 +655,7 @@ function messageDtype(call: string, argument: string, x: unknown, dtype: unknown
 /** @internal */
 export function runMessage<T>(scope: Scope | null, call: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
   const w = scope ?? current(call);
-  const site = new CallSite(callee);
+  const site = !w.dispatcher || w.dispatcher.wantsCallSite ? new CallSite(callee) : CallSite.none;
   let p: Plan<T>;
   try {
     p = plan(w);

@@ -109,7 +109,8 @@ export interface NativeCommunicator {
   listen(): number;
   /** Connects to every peer; completes work `id`. */
   connect(id: number, peers: NativePeer[], jobId: string): void;
-  submit(items: NativeItem[]): void;
+  /** willWait: the caller goes on to wait() for one of the items at once (the engine need not be woken for them). */
+  submit(items: NativeItem[], willWait?: boolean): void;
   /**
    * Makes process group `id` (> 0, not used before) of `members` (world ranks by group rank, this rank
    * among them) for later items to name. Call once connected; every member must call it with the same id

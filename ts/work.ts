@@ -27,8 +27,8 @@ export class Work<T = unknown> implements PromiseLike<T> {
   private error?: HoraError;
   private listeners: Array<() => void> = [];
 
-  /** @internal */
-  constructor(private readonly waitNative: (() => void) | null) {}
+  /** @internal onAwait: told when the work is first awaited (or given a callback with then()). */
+  constructor(private readonly waitNative: (() => void) | null, private onAwait: (() => void) | null = null) {}
 
   /** True once the collective has completed, successfully or not. */
   get done(): boolean {
@@ -39,6 +39,10 @@ export class Work<T = unknown> implements PromiseLike<T> {
     onFulfilled?: ((value: T) => R1 | PromiseLike<R1>) | null,
     onRejected?: ((reason: any) => R2 | PromiseLike<R2>) | null,
   ): Promise<R1 | R2> {
+    if (this.onAwait) {
+      this.onAwait();
+      this.onAwait = null;
+    }
     return new Promise<T>((resolve, reject) => {
       const settle = () => (this.state === 'fulfilled' ? resolve(this.value as T) : reject(this.error));
       if (this.state !== 'pending') settle();
@@ -111,6 +115,14 @@ export class Dispatcher {
   private batchBytes = 0;
   private flushScheduled = false;
   private readonly flushLater = () => this.flush();
+  /**
+   * Whether collectives capture their call site (see CallSite): not while the program waits with
+   * wait(), whose errors carry the caller's stack anyway; again once it awaits a Work.
+   */
+  wantsCallSite = true;
+  private readonly awaited = () => {
+    this.wantsCallSite = true;
+  };
   readonly comm: NativeCommunicator;
   /** What the Stats control message reports. */
   readonly stats = new CollectiveStats(() => this.pendingStats());
@@ -147,7 +159,7 @@ export class Dispatcher {
   /** Queues one item; returns its Work. */
   submit<T>(item: Omit<NativeItem, 'id'>, finish: Finish<T>, site: CallSite, keep: unknown[]): Work<T> {
     const id = this.nextId++;
-    const work = new Work<T>(() => this.waitFor(id));
+    const work = new Work<T>(() => this.waitFor(id), this.awaited);
     const bytes = itemBytes(item);
     // Messages are not collectives: the stall inspector's view of the ordered queue leaves them out.
     const p2p = item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
@@ -175,13 +187,14 @@ export class Dispatcher {
     return work;
   }
 
-  flush(): void {
+  /** willWait: the caller goes on to wait() at once (and runs the batch itself when the engine is idle). */
+  flush(willWait = false): void {
     this.flushScheduled = false;
     if (this.batch.length === 0) return;
     const items = this.batch;
     this.batch = [];
     this.batchBytes = 0;
-    this.comm.submit(items);
+    this.comm.submit(items, willWait);
   }
 
   /** Submits what is batched and resolves once every outstanding work has settled, either way. */
@@ -191,7 +204,8 @@ export class Dispatcher {
   }
 
   private waitFor(id: number): void {
-    this.flush();
+    this.wantsCallSite = false;
+    this.flush(true);
     const result = this.comm.wait(id);
     if (result) this.settle(id, result);
   }
