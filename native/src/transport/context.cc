@@ -255,6 +255,8 @@ Status Context::sendRecv(int to, const void* sendData, size_t sendLen, int from,
 Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) {
   if (base_ != nullptr) return base_->progress(sends, numSends, recvs, numRecvs);
   int idle = 0;
+  int partialWakes = 0;  // waits in poll() after which bytes moved but some were still to come
+  polledLast_ = false;
   Clock::time_point idleSince;
   for (;;) {
     bool moved = false;
@@ -314,8 +316,16 @@ Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecv
       }
       pending |= r.done < r.len;
     }
-    if (!pending) return Status::ok();
+    if (!pending) {
+      if (partialWakes == 0) bandwidthBound_ = false;
+      return Status::ok();
+    }
     if (moved) {
+      if (polledLast_) {
+        ++partialWakes;
+        bandwidthBound_ = true;
+      }
+      polledLast_ = false;
       idle = 0;
       continue;
     }
@@ -327,14 +337,19 @@ Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecv
 Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs, int idleRounds,
                                  Clock::time_point idleSince) {
   if (aborted_.load(std::memory_order_acquire)) return abortReason();
+  // A link that trickles (a shaped or congested TCP path) wakes the wait many times per transfer, each
+  // time for a part of it: spinning after every wake would keep a core busy for the whole transfer (a
+  // quarter of one, measured with 100 Mbit/s links) that the training step's compute needs. Such waits
+  // sleep in poll() at once; a wait that is answered quickly (small messages) still spins first.
+  const bool trickling = bandwidthBound_ && onSocketsOnly(sends, numSends, recvs, numRecvs);
   // Reading the clock costs little next to a round, but not nothing: spin a few rounds between reads.
-  if (idleRounds % 16 != 0) {
+  if (!trickling && idleRounds % 16 != 0) {
     cpuRelax();
     return Status::ok();
   }
   const int64_t idleMicros =
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
-  if (idleMicros < (oversubscribed_ ? kOversubscribedSpinMicros : kSpinMicros)) {
+  if (!trickling && idleMicros < (oversubscribed_ ? kOversubscribedSpinMicros : kSpinMicros)) {
     cpuRelax();
     return Status::ok();
   }
@@ -384,7 +399,10 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     return Status::ok();
   };
   // Messages in flight are moved between polls, so the poll is kept short while there are any.
-  if (!spinning) return pollAndCheck(deadline_.remainingMs(background ? 5 : 200));
+  if (!spinning) {
+    polledLast_ = true;
+    return pollAndCheck(deadline_.remainingMs(background ? 5 : 200));
+  }
   // Shared memory has no descriptor to sleep on: yield for a while, then nap, looking at the peers'
   // sockets for a hang-up on the way.
   // A peer that wrote its last bytes into the ring and then exited is not lost: the hang-up can be seen
@@ -408,6 +426,16 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   timespec ts{0, nap * 1000L};
   nanosleep(&ts, nullptr);
   return Status::ok();
+}
+
+bool Context::onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const {
+  for (int i = 0; i < numSends; ++i) {
+    if (sends[i].done < sends[i].len && sends[i].pair->pollFd() < 0) return false;
+  }
+  for (int i = 0; i < numRecvs; ++i) {
+    if (recvs[i].done < recvs[i].len && recvs[i].pair->pollFd() < 0) return false;
+  }
+  return true;
 }
 
 Status Context::checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) {

@@ -141,6 +141,8 @@ class Context {
   Status waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs, int idleRounds,
                          Clock::time_point idleSince);
   Status checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs);
+  // Every pending operation is on a TCP socket (none on shared memory).
+  bool onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const;
   Status timeoutStatus(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const;
   Context& root() { return base_ != nullptr ? *base_ : *this; }
   const Context& root() const { return base_ != nullptr ? *base_ : *this; }
@@ -156,6 +158,11 @@ class Context {
   int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
   bool oversubscribed_ = false;  // more ranks on this host than cores
   bool hangUpSeen_ = false;  // a shm peer's hang-up was seen once; the next sighting is a loss (waitForProgress)
+  // TCP: a wait that slept in poll() woke to move some bytes but not all of them, so the link, not the
+  // peer, sets the pace; until a progress() call finishes without such a wake, waits on sockets alone go
+  // to poll() at once instead of spinning first (see waitForProgress()).
+  bool bandwidthBound_ = false;
+  bool polledLast_ = false;  // the last idle wait of the current progress() call slept in poll()
   std::vector<std::unique_ptr<Pair>> pairs_;
   std::vector<std::unique_ptr<Pair>> p2pChannels_;
   BackgroundProgress* background_ = nullptr;
