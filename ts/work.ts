@@ -114,7 +114,13 @@ export class Dispatcher {
   private batch: NativeItem[] = [];
   private batchBytes = 0;
   private flushScheduled = false;
-  private readonly flushLater = () => this.flush();
+  // A flush microtask is queued and has not run yet. A wait() loop never lets microtasks run, and each
+  // wait() flushes the batch itself; queuing a new microtask per call would pile them up without bound.
+  private flushQueued = false;
+  private readonly flushLater = () => {
+    this.flushQueued = false;
+    this.flush();
+  };
   /**
    * Whether collectives capture their call site (see CallSite): not while the program waits with
    * wait(), whose errors carry the caller's stack anyway; again once it awaits a Work.
@@ -173,7 +179,10 @@ export class Dispatcher {
       this.flush();
     } else if (!this.flushScheduled) {
       this.flushScheduled = true;
-      queueMicrotask(this.flushLater);
+      if (!this.flushQueued) {
+        this.flushQueued = true;
+        queueMicrotask(this.flushLater);
+      }
     }
     return work;
   }
