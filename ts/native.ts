@@ -117,6 +117,9 @@ export interface NativeCommunicator {
    * and members. Throws on a bad list.
    */
   addGroup(id: number, members: number[]): void;
+  /** The same for a batch of one host collective (no message, device item or invalid call), without an item object to read. */
+  submitOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
+    name: string, data: ArrayBufferView | null, out: ArrayBufferView | null, willWait: boolean): void;
   wait(id: number): NativeResult | true | null;
   abort(code: string, message: string): void;
   /**

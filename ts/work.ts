@@ -203,7 +203,13 @@ export class Dispatcher {
     const items = this.batch;
     this.batch = [];
     this.batchBytes = 0;
-    this.comm.submit(items, willWait);
+    const one = items[0];
+    if (items.length === 1 && one.device === undefined && one.kind !== NativeKind.Invalid && one.kind !== NativeKind.Send &&
+        one.kind !== NativeKind.Recv && !one.group) {
+      this.comm.submitOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name, one.data, one.out, willWait);
+    } else {
+      this.comm.submit(items, willWait);
+    }
   }
 
   /** Submits what is batched and resolves once every outstanding work has settled, either way. */
