@@ -66,3 +66,96 @@ t.test('rank lists', async (t) => {
   t.equal(formatRanks([0, 1]), 'ranks 0, 1');
   t.equal(formatRanks([0, 1, 2, 3, 7, 9, 10, 11]), 'ranks 0-3, 7, 9-11');
 });
+
+// 2 stages x 2 replicas, rank = replica x stages + stage; figures since the start, in microseconds.
+function pipelineReport(rank, timeMs, batches, busyUs, wallUs, extra = {}) {
+  return report({
+    timeMs, pipeline: { stage: rank % 2, stages: 2, replica: Math.floor(rank / 2), replicas: 2, batches, busyUs, wallUs, weightBytes: 4096 * (1 + (rank % 2)), peakStashBytes: 1000 * (rank + 1), ...extra },
+  });
+}
+
+t.test('pipeline stages: utilization over the last reports, averaged over replicas', async (t) => {
+  const m = new JobMonitor(4);
+  const now = 2_000_000;
+  t.equal(m.snapshot(4, 0, now).pipeline, null, 'no rank reports a pipeline: no section');
+  // Busy share of the last second per rank: stage 0 0.6 and 0.8, stage 1 0.5 and 0.3 (since the start: above 0.8).
+  const recentBusy = [600e3, 500e3, 800e3, 300e3];
+  for (let rank = 0; rank < 4; rank++) {
+    m.record(rank, pipelineReport(rank, 1000, 10, 9e6, 10e6), now - 1000);
+    m.record(rank, pipelineReport(rank, 2000, 11 + (rank >> 1), 9e6 + recentBusy[rank], 11e6), now);
+  }
+  const p = m.snapshot(4, 0, now).pipeline;
+  t.same({ stages: p.stages, replicas: p.replicas }, { stages: 2, replicas: 2 });
+  t.equal(p.byStage.length, 2, 'one row per stage');
+  const [s0, s1] = p.byStage;
+  t.same(s0.ranks, [0, 2]);
+  t.same(s1.ranks, [1, 3]);
+  t.equal(s0.utilization, 0.7, 'stage 0: (0.6 + 0.8) / 2');
+  t.equal(s1.utilization, 0.4, 'stage 1: (0.5 + 0.3) / 2');
+  t.equal(s1.bubble, 0.6);
+  t.same([s0.batches, s1.batches], [12, 12], 'the most batches of any replica');
+  t.same([s0.weightBytes, s1.weightBytes], [4096, 8192]);
+  t.same([s0.peakStashBytes, s1.peakStashBytes], [3000, 4000], 'the largest stash of any replica');
+  t.equal(s0.wallS, 22, 'since the start, summed over replicas');
+
+  const silent = m.snapshot(4, 0, now + 10000).pipeline;
+  t.equal(silent.byStage[0].utilization, (9.6 / 11 + 9.8 / 11) / 2, 'ranks gone silent: since the start');
+  t.ok(JSON.stringify(m.snapshot(4, 0, now)).includes('"byStage"'), 'the snapshot (the dashboard\'s JSON) carries the section');
+});
+
+t.test('pipeline stages: a stage with no report yet, and a claim of more stages than ranks', async (t) => {
+  const m = new JobMonitor(2);
+  m.record(1, report({ timeMs: 1, pipeline: { stage: 1, stages: 1000, replica: 0, replicas: 1, batches: 0, busyUs: 0, wallUs: 0, weightBytes: 0, peakStashBytes: 0 } }), 1);
+  const p = m.snapshot(2, 0, 1).pipeline;
+  t.equal(p.stages, 1000);
+  t.equal(p.byStage.length, 2, 'no more rows than ranks');
+  t.same(p.byStage.map((s) => [s.ranks, s.utilization]), [[[], null], [[1], null]], 'no batch yet: no utilization');
+});
+
+t.test('the pipeline section travels in Stats; a malformed one is refused', async (t) => {
+  const { encodeEnvelope, decodeEnvelope, ControlProtocolError } = require('../dist/ts/control/messages.js');
+  const plain = { kind: 'stats', ...report({ timeMs: 5, submitted: 3, completed: 2 }) };
+  const back = decodeEnvelope(encodeEnvelope(plain));
+  t.same(back, plain, 'a report without it stays valid');
+  t.notOk('pipeline' in back, 'and decodes without the key');
+  const withPipe = { kind: 'stats', ...pipelineReport(3, 5, 7, 1500, 2000) };
+  t.same(decodeEnvelope(encodeEnvelope(withPipe)), withPipe, 'round-trips');
+  const broken = [
+    [{ stage: 2 }, /Stats\.pipeline\.stage 2 is out of range for 2 stages/],
+    [{ stages: 0, stage: 0 }, /Stats\.pipeline\.stages 0 is out of range/],
+    [{ replica: 5 }, /Stats\.pipeline\.replica 5 is out of range for 2 replicas/],
+    [{ replicas: 0, replica: 0 }, /Stats\.pipeline\.replicas 0 is out of range/],
+    [{ busyUs: 2001 }, /Stats\.pipeline\.busyUs 2001 exceeds Stats\.pipeline\.wallUs 2000/],
+  ];
+  for (const [change, message] of broken) {
+    const msg = { kind: 'stats', ...pipelineReport(3, 5, 7, 1500, 2000, change) };
+    const err = t.throws(() => decodeEnvelope(encodeEnvelope(msg)), message, JSON.stringify(change));
+    t.ok(err instanceof ControlProtocolError, 'a ControlProtocolError, as for any malformed report');
+  }
+});
+
+t.test('reportPipelineBatch: the rank\'s reports carry its stage\'s totals', async (t) => {
+  const { CollectiveStats, reportPipelineBatch } = require('../dist/ts/stats.js');
+  const stats = new CollectiveStats(() => []);
+  t.notOk('pipeline' in stats.snapshot(), 'nothing before the first batch');
+  const batch = { stage: 1, stages: 2, replica: 0, replicas: 2, busyMs: 6, wallMs: 10, weightBytes: 800, peakStashBytes: 300 };
+  reportPipelineBatch(batch);
+  reportPipelineBatch({ ...batch, busyMs: 10.0005, wallMs: 10, peakStashBytes: 200 });
+  t.same(stats.snapshot().pipeline, { stage: 1, stages: 2, replica: 0, replicas: 2, batches: 2, busyUs: 16000, wallUs: 20000, weightBytes: 800, peakStashBytes: 300 },
+    'totals; busy never above wall; the peak stash is the largest');
+  reportPipelineBatch({ ...batch, stage: 0 });
+  t.same(stats.snapshot().pipeline.batches, 1, 'another place starts new totals');
+  const bad = [
+    [{ stage: 2 }, /'batch\.stage' must be an integer in 0\.\.1; received number 2/],
+    [{ stages: 0 }, /'batch\.stages' must be an integer in 1\.\.65536; received number 0/],
+    [{ replica: -1 }, /'batch\.replica'/],
+    [{ busyMs: NaN }, /'batch\.busyMs' must be a finite number >= 0; received number NaN/],
+    [{ wallMs: '3' }, /'batch\.wallMs'.*the string "3"/],
+    [{ peakStashBytes: 1.5 }, /'batch\.peakStashBytes'/],
+  ];
+  for (const [change, message] of bad) {
+    const err = t.throws(() => reportPipelineBatch({ ...batch, ...change }), message, JSON.stringify(change));
+    t.equal(err.code, 'ERR_INVALID_ARGUMENT');
+  }
+  t.same(stats.snapshot().pipeline.batches, 1, 'a refused batch counts nothing');
+});

@@ -148,6 +148,11 @@ function invariantProblem(m) {
         if (!isName(p.name) || Buffer.byteLength(p.name) > 256) return 'pending name';
         if (![...kinds, 'invalid'].includes(p.kind) || !count(p.ageMs)) return 'pending kind or age';
       }
+      const pipe = m.pipeline;
+      if (pipe === undefined) return null;
+      if (!(pipe.stages >= 1 && pipe.stages <= 65536 && pipe.stage < pipe.stages)) return `pipeline stage ${pipe.stage}/${pipe.stages}`;
+      if (!(pipe.replicas >= 1 && pipe.replicas <= 65536 && pipe.replica < pipe.replicas)) return `pipeline replica ${pipe.replica}/${pipe.replicas}`;
+      if (![pipe.batches, pipe.busyUs, pipe.wallUs, pipe.weightBytes, pipe.peakStashBytes].every(count) || pipe.busyUs > pipe.wallUs) return 'pipeline counters';
       return null;
     }
     default:

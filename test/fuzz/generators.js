@@ -24,13 +24,14 @@ const BODIES = {
   4: { 1: 'string', 2: 'int32', 3: 'string' }, // Abort
   5: { 1: 'uint64', 2: 'uint64' }, // Heartbeat
   6: { 1: 'string', 2: 'string' }, // Error
-  7: { 1: 'uint64', 2: 'uint64', 3: 'uint64', 4: 'KindStats', 5: 'PendingCollective', 6: 'uint64', 7: 'uint64', 8: 'uint64' }, // Stats
+  7: { 1: 'uint64', 2: 'uint64', 3: 'uint64', 4: 'KindStats', 5: 'PendingCollective', 6: 'uint64', 7: 'uint64', 8: 'uint64', 9: 'PipelineStats' }, // Stats
 };
 // Messages nested in others, by the type name BODIES uses.
 const NESTED = {
   Peer: PEER_FIELDS,
   KindStats: { 1: 'string', 2: 'uint64', 3: 'uint64', 4: 'uint64' },
   PendingCollective: { 1: 'uint64', 2: 'string', 3: 'string', 4: 'uint64' },
+  PipelineStats: { 1: 'uint32', 2: 'uint32', 3: 'uint32', 4: 'uint32', 5: 'uint64', 6: 'uint64', 7: 'uint64', 8: 'uint64', 9: 'uint64' },
 };
 
 // ---------------------------------------------------------------------------
@@ -68,10 +69,18 @@ function validStats(rng) {
   }
   const kinds = KINDS.filter(() => rng.chance(0.4)).map((kind) => ({ kind, count: rng.int(2 ** 40), bytes: rng.int(2 ** 53), busyUs: rng.int(2 ** 45) }));
   const stepUs = rng.int(2 ** 45);
-  return {
+  const stats = {
     kind: 'stats', timeMs: Date.UTC(2025, 0, 1) + rng.u32(), submitted, completed: rng.int(submitted + 1), kinds, pending,
     steps: rng.int(2 ** 32), stepUs, commWaitUs: rng.int(stepUs + 1),
   };
+  if (rng.chance(0.3)) {
+    const stages = rng.range(1, rng.chance(0.9) ? 8 : 65536), replicas = rng.range(1, rng.chance(0.9) ? 8 : 65536), wallUs = rng.int(2 ** 45);
+    stats.pipeline = {
+      stage: rng.int(stages), stages, replica: rng.int(replicas), replicas, batches: rng.int(2 ** 32), busyUs: rng.int(wallUs + 1), wallUs,
+      weightBytes: rng.int(2 ** 40), peakStashBytes: rng.int(2 ** 40),
+    };
+  }
+  return stats;
 }
 
 /** A random message every hora peer would accept. */
@@ -388,6 +397,17 @@ const SEMANTIC = {
       return { msg: { ...m, pending }, field: `Stats.pending[${i}].kind` };
     },
     (rng, m) => ({ msg: { ...m, commWaitUs: m.stepUs + rng.range(1, 1e6) }, field: 'Stats.commWaitUs' }),
+    (rng, m) => {
+      if (!m.pipeline) return undefined;
+      const p = m.pipeline;
+      return rng.pick([
+        () => ({ msg: { ...m, pipeline: { ...p, stage: p.stages + rng.int(3) } }, field: 'Stats.pipeline.stage' }),
+        () => ({ msg: { ...m, pipeline: { ...p, stages: rng.pick([0, 65537, 0xffffffff]), stage: 0 } }, field: 'Stats.pipeline.stages' }),
+        () => ({ msg: { ...m, pipeline: { ...p, replica: p.replicas + rng.int(3) } }, field: 'Stats.pipeline.replica' }),
+        () => ({ msg: { ...m, pipeline: { ...p, replicas: rng.pick([0, 65537, 0xffffffff]), replica: 0 } }, field: 'Stats.pipeline.replicas' }),
+        () => ({ msg: { ...m, pipeline: { ...p, busyUs: p.wallUs + rng.range(1, 1e6) } }, field: 'Stats.pipeline.busyUs' }),
+      ])();
+    },
   ],
 };
 

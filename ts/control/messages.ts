@@ -89,6 +89,20 @@ export interface PendingCollective {
   ageMs: number;
 }
 
+/** A pipeline-parallel rank's place and its stage's batches so far (proto/hora.proto PipelineStats). */
+export interface PipelineStats {
+  stage: number;
+  stages: number;
+  replica: number;
+  replicas: number;
+  batches: number;
+  /** Microseconds the stage computed in those batches; at most wallUs. */
+  busyUs: number;
+  wallUs: number;
+  weightBytes: number;
+  peakStashBytes: number;
+}
+
 export interface Stats {
   timeMs: number;
   submitted: number;
@@ -99,6 +113,8 @@ export interface Stats {
   steps: number;
   stepUs: number;
   commWaitUs: number;
+  /** Only from a rank that runs a pipeline stage. */
+  pipeline?: PipelineStats;
 }
 
 export interface ErrorMessage {
@@ -180,6 +196,8 @@ export function decodeEnvelope(bytes: Uint8Array): ControlMessage {
     throw new ControlProtocolError(`control message (${bytes.length} bytes) carries no known message`);
   }
   const body = obj[kind] as Record<string, unknown>;
+  // An unset message field decodes as null; a report without one has no such key, as it was sent.
+  if (kind === 'stats' && body.pipeline == null) delete body.pipeline;
   const msg = { kind, ...body } as ControlMessage;
   validateMessage(msg);
   return msg;
@@ -208,7 +226,9 @@ export const FIELD_LIMITS = {
   statsPending: 8,
   /** UTF-8 bytes of PendingCollective.name (workers cut longer names). */
   collectiveNameBytes: 256,
-
+  /** PipelineStats.stages and .replicas: the monitor keeps a row per stage. */
+  pipelineStages: 65536,
+  pipelineReplicas: 65536,
 } as const;
 
 /**
@@ -320,6 +340,17 @@ function checkStats(stats: Stats): void {
     checkName(`${at}.name`, p.name);
   });
   if (stats.commWaitUs > stats.stepUs) fieldError('Stats.commWaitUs', stats.commWaitUs, `exceeds Stats.stepUs ${stats.stepUs}`);
+  if (stats.pipeline) checkPipeline(stats.pipeline);
+}
+
+function checkPipeline(p: PipelineStats): void {
+  if (p.stages < 1 || p.stages > FIELD_LIMITS.pipelineStages) fieldError('Stats.pipeline.stages', p.stages, `is out of range: must be 1..${FIELD_LIMITS.pipelineStages}`);
+  if (p.stage >= p.stages) fieldError('Stats.pipeline.stage', p.stage, `is out of range for ${p.stages} stages`);
+  if (p.replicas < 1 || p.replicas > FIELD_LIMITS.pipelineReplicas) {
+    fieldError('Stats.pipeline.replicas', p.replicas, `is out of range: must be 1..${FIELD_LIMITS.pipelineReplicas}`);
+  }
+  if (p.replica >= p.replicas) fieldError('Stats.pipeline.replica', p.replica, `is out of range for ${p.replicas} replicas`);
+  if (p.busyUs > p.wallUs) fieldError('Stats.pipeline.busyUs', p.busyUs, `exceeds Stats.pipeline.wallUs ${p.wallUs}`);
 }
 
 function checkPort(field: string, port: number): void {

@@ -1,6 +1,7 @@
 // The job as the rendezvous server sees it through the workers' Stats reports:
 // rates per rank, bus bandwidth per kind of collective, the compute /
-// communication split of training steps, and stalls.
+// communication split of training steps, the utilization of pipeline stages,
+// and stalls.
 //
 // Stall inspector. Every collective has a sequence number, the same on every
 // rank because all ranks issue collectives in the same order. Each report
@@ -94,6 +95,34 @@ export interface KindSnapshot {
   recentBusbw: number | null;
 }
 
+export interface PipelineStageSnapshot {
+  stage: number;
+  /** Ranks whose reports place them on this stage (one per replica). */
+  ranks: number[];
+  /** Batches finished, the most of any replica. */
+  batches: number;
+  /**
+   * Busy time / wall time of the stage's batches since the rank's previous report (since the start before
+   * there is one), averaged over its replicas; null before any batch.
+   */
+  utilization: number | null;
+  /** 1 - utilization: the share of the batches' time the stage waited (the pipeline bubble). */
+  bubble: number | null;
+  /** Since the start, summed over replicas. */
+  busyS: number;
+  wallS: number;
+  /** Bytes of the stage's weights and most bytes of stashed activations, the most of any replica. */
+  weightBytes: number;
+  peakStashBytes: number;
+}
+
+export interface PipelineSnapshot {
+  /** As the reports say (the largest, should ranks disagree). */
+  stages: number;
+  replicas: number;
+  byStage: PipelineStageSnapshot[];
+}
+
 export interface JobSnapshot {
   timeMs: number;
   size: number;
@@ -112,6 +141,8 @@ export interface JobSnapshot {
     commShare: number | null;
   };
   stalls: Stall[];
+  /** Null unless some rank reports a pipeline stage. */
+  pipeline: PipelineSnapshot | null;
 }
 
 interface Report {
@@ -262,7 +293,50 @@ export class JobMonitor {
       kinds,
       steps: { count: stepCount, stepS: stepUs / 1e6, commWaitS: waitUs / 1e6, computeS: (stepUs - waitUs) / 1e6, commShare },
       stalls: warnMs > 0 ? this.stalls(warnMs, now) : [],
+      pipeline: this.pipeline(now),
     };
+  }
+
+  private pipeline(now: number): PipelineSnapshot | null {
+    let stages = 0, replicas = 0;
+    for (const r of this.ranks) {
+      const p = r.last?.stats.pipeline;
+      if (p) {
+        stages = Math.max(stages, p.stages);
+        replicas = Math.max(replicas, p.replicas);
+      }
+    }
+    if (stages === 0) return null;
+    // A job of N ranks has at most N stages: a larger claim gets no more rows than there are ranks.
+    const byStage: PipelineStageSnapshot[] = Array.from({ length: Math.min(stages, this.size) }, (_, stage) => ({
+      stage, ranks: [], batches: 0, utilization: null, bubble: null, busyS: 0, wallS: 0, weightBytes: 0, peakStashBytes: 0,
+    }));
+    const shares: number[][] = byStage.map(() => []);
+    this.ranks.forEach((r, rank) => {
+      const p = r.last?.stats.pipeline;
+      const row = p && byStage[p.stage];
+      if (!p || !row) return;
+      row.ranks.push(rank);
+      row.batches = Math.max(row.batches, p.batches);
+      row.busyS += p.busyUs / 1e6;
+      row.wallS += p.wallUs / 1e6;
+      row.weightBytes = Math.max(row.weightBytes, p.weightBytes);
+      row.peakStashBytes = Math.max(row.peakStashBytes, p.peakStashBytes);
+      // Over the batches since the previous report at the same place while the rank reports; since the
+      // start when there is no such report, or the rank went silent.
+      const before = r.previous?.stats.pipeline;
+      const recent = before !== undefined && now - (r.last as Report).receivedAt < STALE_MS && p.wallUs > before.wallUs &&
+        before.stage === p.stage && before.stages === p.stages && before.replica === p.replica && before.replicas === p.replicas;
+      const wall = recent ? p.wallUs - before.wallUs : p.wallUs;
+      const busy = recent ? p.busyUs - before.busyUs : p.busyUs;
+      if (wall > 0) shares[p.stage].push(Math.min(1, Math.max(0, busy / wall)));
+    });
+    byStage.forEach((row, i) => {
+      if (shares[i].length === 0) return;
+      row.utilization = shares[i].reduce((a, b) => a + b, 0) / shares[i].length;
+      row.bubble = 1 - row.utilization;
+    });
+    return { stages, replicas, byStage };
   }
 
   // Ranks whose last report shows fewer than `seq` collectives submitted (or no report at all).
