@@ -31,9 +31,9 @@ function loadPlaywright() {
 }
 
 /** Starts the job; resolves {url, child, output(), done} once the launcher has printed the dashboard's URL. */
-function startJob(stopFile, extraArgs = []) {
-  const child = spawn(NODE, [HORA, 'run', '-np', '2', '--dashboard', ...extraArgs, '--', NODE, WORKER], {
-    cwd: ROOT, env: { ...process.env, HORA_TEST_MODE: 'steps', HORA_TEST_STOP_FILE: stopFile, HORA_TIMEOUT_S: '60' },
+function startJob(stopFile, extraArgs = [], { np = 2, mode = 'steps' } = {}) {
+  const child = spawn(NODE, [HORA, 'run', '-np', String(np), '--dashboard', ...extraArgs, '--', NODE, WORKER], {
+    cwd: ROOT, env: { ...process.env, HORA_TEST_MODE: mode, HORA_TEST_STOP_FILE: stopFile, HORA_TIMEOUT_S: '60' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -161,6 +161,7 @@ t.test('the dashboard serves its page and figures on loopback only', async (t) =
   const allreduce = stats.kinds.find((k) => k.kind === 'allreduce');
   t.ok(allreduce && allreduce.busbw > 0, `allreduce busbw ${allreduce && allreduce.busbw}`);
   t.ok(stats.steps.count > 0 && stats.steps.commShare > 0 && stats.steps.commShare < 1, `steps ${JSON.stringify(stats.steps)}`);
+  t.equal(stats.pipeline, null, 'no rank reports a pipeline stage: no pipeline section');
   const foreign = await get(url, { host: 'attacker.example:80' });
   t.equal(foreign.status, 403, 'a request naming another host is refused (DNS rebinding)');
   t.equal((await get(`${url}nothing`)).status, 404);
@@ -206,6 +207,7 @@ t.test('headless Chromium shows the figures, the chart and the step split', asyn
   t.match(await page.textContent('#summary'), /ranks up 2\/2/);
   t.match(await page.textContent('#split-text'), /compute \d+%, communication \d+%/);
   t.equal(await page.textContent('#stalls'), 'no stalled ranks');
+  t.ok(await page.isHidden('#pipeline-panel'), 'no pipeline: no Pipeline panel');
 
   const shot = await page.screenshot();
   const dir = process.env.HORA_TEST_SCREENSHOT_DIR;
@@ -229,6 +231,50 @@ t.test('headless Chromium shows the figures, the chart and the step split', asyn
   const comm = countColor(png, split, RANK1, 10);
   t.ok(compute > 100 && comm > 100, `step bar: ${compute} compute and ${comm} communication pixels`);
 
+  fs.writeFileSync(stopFile, '');
+  t.equal(await job.done, 0, job.output());
+});
+
+t.test('4 ranks as 2 pipeline stages x 2 replicas: per-stage utilization in /stats.json and the Pipeline panel', async (t) => {
+  const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
+  const job = startJob(stopFile, [], { np: 4, mode: 'pipeline' });
+  t.teardown(() => job.child.kill('SIGKILL'));
+  const url = await job.url;
+  let stats;
+  for (let i = 0; i < 120; i++) {
+    stats = JSON.parse((await get(`${url}stats.json`)).body);
+    if (stats.pipeline && stats.pipeline.byStage.every((s) => s.ranks.length === 2 && s.batches > 0)) break;
+    await sleep(250);
+  }
+  const p = stats.pipeline;
+  t.ok(p, 'the pipeline section is there');
+  t.same({ stages: p.stages, replicas: p.replicas }, { stages: 2, replicas: 2 });
+  t.same(p.byStage.map((s) => s.ranks), [[0, 2], [1, 3]], 'rank = replica x stages + stage');
+  t.same(p.byStage.map((s) => s.utilization), [0.75, 0.25], 'busy over wall time, averaged over replicas');
+  t.same(p.byStage.map((s) => s.bubble), [0.25, 0.75]);
+  t.same(p.byStage.map((s) => s.weightBytes), [1000, 2000]);
+  t.same(p.byStage.map((s) => s.peakStashBytes), [300, 400], 'the largest stash of any replica');
+
+  const { playwright, missing } = loadPlaywright();
+  if (!playwright) t.skip(`the page: ${missing}`);
+  else if (!fs.existsSync(CHROMIUM)) t.skip(`the page: ${CHROMIUM} not found (apt-get install chromium, or set HORA_CHROMIUM)`);
+  else {
+    const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
+    t.teardown(() => browser.close());
+    const page = await browser.newPage({ viewport: { width: 1100, height: 1600 }, deviceScaleFactor: 1 });
+    await page.goto(url);
+    await page.waitForFunction(() => document.querySelectorAll('#pipeline tbody tr').length === 2, null, { timeout: 30000, polling: 250 });
+    t.ok(await page.isVisible('#pipeline-panel'), 'the Pipeline panel shows');
+    const rows = await page.$$eval('#pipeline tbody tr', (trs) => trs.map((tr) => Object.fromEntries(
+      [...tr.querySelectorAll('td')].map((td) => [td.dataset.field, td.textContent]))));
+    t.same(rows.map((r) => [r.stage, r.ranks, r.utilization, r.bubble, r.weightBytes, r.peakStashBytes]), [
+      ['0', '0, 2', '75%', '25%', '1.00 kB', '300 B'],
+      ['1', '1, 3', '25%', '75%', '2.00 kB', '400 B'],
+    ], 'one row per stage');
+    const widths = await page.$$eval('#pipeline .util', (bars) => bars.map((b) => b.firstChild.getBoundingClientRect().width / b.getBoundingClientRect().width));
+    t.same(widths.map((w) => Math.round(100 * w)), [75, 25], 'each stage\'s bar is as long as its utilization');
+    if (process.env.HORA_TEST_SCREENSHOT_DIR) await page.screenshot({ path: path.join(process.env.HORA_TEST_SCREENSHOT_DIR, 'dashboard-pipeline.png'), fullPage: true });
+  }
   fs.writeFileSync(stopFile, '');
   t.equal(await job.done, 0, job.output());
 });

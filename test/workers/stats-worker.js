@@ -4,10 +4,14 @@
 //                             allreduce 'grad/dense/kernel' at once, the last after HORA_TEST_STALL_MS
 //   HORA_TEST_MODE=steps      training-like steps (some compute, one allreduce inside each step) until
 //                             the file HORA_TEST_STOP_FILE exists on any rank, or 60 s have passed
+//   HORA_TEST_MODE=pipeline   the same steps, each also reported as a batch of a pipeline stage of
+//                             2 stages x size/2 replicas (rank = replica x 2 + stage): stage 0 busy 3/4
+//                             of each batch, stage 1 1/4; weights 1000 x (stage + 1) bytes, peak stash
+//                             100 x (rank + 1) bytes
 const fs = require('node:fs');
 const path = require('node:path');
 const hora = require('../../dist/ts/index.js');
-const { steps } = require('../../dist/ts/stats.js');
+const { steps, reportPipelineBatch } = require('../../dist/ts/stats.js');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -26,7 +30,7 @@ async function stall() {
   return { sum: out[0] };
 }
 
-async function trainSteps() {
+async function trainSteps(pipeline) {
   const stopFile = process.env.HORA_TEST_STOP_FILE;
   const deadline = Date.now() + 60000;
   const grad = new Float32Array(64 * 1024);
@@ -38,6 +42,13 @@ async function trainSteps() {
     // 'max' makes the stop flag everyone's: all ranks leave after the same step.
     const out = await steps.wait(hora.allreduce(grad, { name: 'grad/w', op: 'max' }));
     steps.end();
+    if (pipeline) {
+      const rank = hora.rank(), stage = rank % 2;
+      reportPipelineBatch({
+        stage, stages: 2, replica: (rank - stage) / 2, replicas: hora.size() / 2, busyMs: stage === 0 ? 7.5 : 2.5, wallMs: 10,
+        weightBytes: 1000 * (stage + 1), peakStashBytes: 100 * (rank + 1),
+      });
+    }
     n++;
     if (out[0] === 1) break;
   }
@@ -47,7 +58,7 @@ async function trainSteps() {
 (async () => {
   await hora.init();
   const mode = process.env.HORA_TEST_MODE;
-  const report = mode === 'stall' ? await stall() : await trainSteps();
+  const report = mode === 'stall' ? await stall() : await trainSteps(mode === 'pipeline');
   const dir = process.env.HORA_TEST_RESULT_DIR;
   if (dir) fs.writeFileSync(path.join(dir, `rank-${hora.rank()}.json`), JSON.stringify(report));
   await hora.shutdown();

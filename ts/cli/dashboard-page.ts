@@ -27,6 +27,8 @@ export const DASHBOARD_PAGE = `<!doctype html>
   .legend span { display: inline-block; margin-right: 14px; }
   .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
   #status { color: #a0a8b2; font-size: 12px; }
+  .util { display: inline-block; vertical-align: middle; width: 160px; height: 12px; margin-right: 8px; background: #eceff3; }
+  .util-busy { height: 100%; background: #2e9e5b; }
 </style>
 </head>
 <body>
@@ -50,6 +52,14 @@ export const DASHBOARD_PAGE = `<!doctype html>
 <h2>Training steps: compute and communication</h2>
 <div id="split"><div id="split-compute"></div><div id="split-comm"></div></div>
 <div id="split-text">no steps reported yet</div>
+<div id="pipeline-panel" hidden>
+<h2>Pipeline</h2>
+<table id="pipeline">
+  <thead><tr><th>stage</th><th class="left">ranks</th><th>batches</th><th class="left">utilization</th><th>bubble</th><th>weights</th><th>peak stash</th></tr></thead>
+  <tbody></tbody>
+</table>
+<div id="pipeline-text"></div>
+</div>
 <p id="status"></p>
 <script>
 'use strict';
@@ -132,8 +142,36 @@ function render(s) {
     $('split-text').textContent = st.count + ' steps over all ranks: compute ' + pct(1 - comm) + ', communication ' + pct(comm) +
       ' (since the start: ' + st.computeS.toFixed(1) + ' s compute, ' + st.commWaitS.toFixed(1) + ' s waiting for collectives)';
   }
+  renderPipeline(s.pipeline);
   drawChart(s);
   $('status').textContent = 'updated ' + new Date(s.timeMs).toLocaleTimeString();
+}
+
+// One row per stage: busy / wall time of its recent batches as a bar, averaged over its replicas.
+function renderPipeline(p) {
+  $('pipeline-panel').hidden = !p;
+  if (!p) return;
+  $('pipeline-text').textContent = p.stages + (p.stages === 1 ? ' stage' : ' stages') + ' x ' + p.replicas +
+    (p.replicas === 1 ? ' replica' : ' replicas') + '; utilization is the time a stage computed over the time of its batches';
+  $('pipeline').tBodies[0].replaceChildren(...p.byStage.map((st) => {
+    const tr = row([
+      { text: String(st.stage), field: 'stage' },
+      { text: st.ranks.length ? st.ranks.join(', ') : 'no report', field: 'ranks', left: true },
+      { text: String(st.batches), field: 'batches' },
+      { text: pct(st.utilization), field: 'utilization', left: true },
+      { text: pct(st.bubble), field: 'bubble' },
+      { text: si(st.weightBytes, 'B'), field: 'weightBytes' },
+      { text: si(st.peakStashBytes, 'B'), field: 'peakStashBytes' },
+    ], { 'data-stage': String(st.stage) });
+    const bar = document.createElement('span');
+    bar.className = 'util';
+    const busy = document.createElement('div');
+    busy.className = 'util-busy';
+    busy.style.width = (100 * (st.utilization || 0)).toFixed(1) + '%';
+    bar.appendChild(busy);
+    tr.querySelector('td[data-field=utilization]').prepend(bar);
+    return tr;
+  }));
 }
 
 function drawChart(s) {
