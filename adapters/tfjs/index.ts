@@ -1,4 +1,4 @@
-/** hora/tfjs: data-parallel training for TensorFlow.js. See docs/tfjs.md. */
+/** hora/tfjs: data-parallel (docs/tfjs.md) and pipeline-parallel (docs/pipeline.md) training for TensorFlow.js. */
 export { DistributedOptimizer, setLearningRate } from './optimizer';
 export type { Compression, DistributedOptimizerOptions, DistributedOptimizerStats } from './optimizer';
 export { broadcastModel, broadcastOptimizer, shard } from './broadcast';
@@ -6,3 +6,5 @@ export type { ModelWithWeights, ShardOptions } from './broadcast';
 export { BroadcastWeightsCallback, MetricAverageCallback, LearningRateWarmupCallback } from './callbacks';
 export type { LearningRateWarmupOptions } from './callbacks';
 export { floatToHalf, halfToFloat, floatToBFloat16, bfloat16ToFloat } from './half';
+export { pipeline, Pipeline, microBatchSizes } from './pipeline/pipeline';
+export type { PipelineOptions, PipelinePlan, PipelineStats, BatchStats, PipelineFitArgs, PipelineCallback, PipelineHistory } from './pipeline/pipeline';

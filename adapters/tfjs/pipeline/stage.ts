@@ -1,0 +1,204 @@
+/**
+ * One stage of a pipeline: its layers, rebuilt apart from the whole model, and the forward and backward
+ * of one micro-batch through them.
+ *
+ * The layers are clones (fromConfig of each layer's config) holding copies of the whole model's
+ * weights, in a tf.Sequential of their own, so the stage's variables, and the optimizer slots made for
+ * them, are all this rank trains; the model passed to pipeline() is not touched and may be disposed.
+ *
+ * A backward needs the values its forward computed, and tfjs keeps them only inside one gradient call
+ * (tf.variableGrads, engine.gradients), which must be given the output's gradient when it starts. That
+ * gradient comes from the next stage long after the forward. So the backward of a micro-batch runs its
+ * forward again inside the gradient call (GPipe's re-materialization): the stage keeps only each
+ * micro-batch's input between the two, at the price of a second forward. Random layers (Dropout) draw
+ * the same numbers both times (Math.random is replaced by a generator seeded per micro-batch for the
+ * length of each forward), and statistics that a forward updates (batch normalization's moving
+ * averages) are restored after the second one, so the recomputation is invisible. The last stage needs
+ * neither: it has the loss at once and runs forward and backward in one gradient call.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import type { LayersModel, Sequential } from '@tensorflow/tfjs-layers';
+import * as tfl from '@tensorflow/tfjs-layers';
+import { HoraError } from '../../../ts/errors';
+import type { Layer } from './layers';
+
+type LossFn = (yTrue: tf.Tensor, yPred: tf.Tensor) => tf.Tensor;
+type LayerClass = { fromConfig(cls: unknown, config: unknown): Layer };
+type NonTrainable = { read(): tf.Tensor; write(v: tf.Tensor): unknown };
+
+/** mulberry32, uniform in [0, 1). */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(a ^ (a >>> 15), a | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Runs f with Math.random drawing from `seed`: the same draws every time f runs with that seed. */
+function withSeed<T>(seed: number, f: () => T): T {
+  const saved = Math.random;
+  Math.random = seeded(seed);
+  try {
+    return f();
+  } finally {
+    Math.random = saved;
+  }
+}
+
+export const BYTES_PER_FLOAT = 4;
+
+export class Stage {
+  readonly model: Sequential;
+  /** The trainable variables, in the order the stage model lists them. */
+  readonly variables: tf.Variable[];
+  /** Bytes of the stage's weights (trainable and not). */
+  readonly weightBytes: number;
+  private readonly nonTrainable: NonTrainable[];
+  private lossFn: LossFn | null = null;
+  private metricFns: LossFn[] = [];
+  metricNames: string[] = [];
+  /** Sum over the batch's micro-batches of each variable's gradient, by position in `variables`. */
+  private sums: Array<tf.Tensor | null> = [];
+
+  constructor(readonly layers: Layer[], inputShape: Array<number | null>, readonly first: boolean, readonly last: boolean) {
+    const model = tfl.sequential();
+    model.add(tfl.layers.inputLayer({ batchInputShape: inputShape }));
+    for (const layer of layers) {
+      const cls = layer.constructor as unknown as LayerClass;
+      let clone: Layer;
+      try {
+        clone = cls.fromConfig(cls, layer.getConfig());
+      } catch (e) {
+        throw new HoraError('ERR_INVALID_ARGUMENT', `pipeline: layer '${layer.name}' (${layer.getClassName()}) cannot be rebuilt from its config for its stage: ${(e as Error).message}`);
+      }
+      model.add(clone);
+    }
+    // The clones' weights are in the same order as the originals' (both built the same way).
+    const values = layers.flatMap((l) => l.getWeights());
+    model.setWeights(values);
+    this.model = model;
+    this.variables = model.trainableWeights.map((w) => w.read() as tf.Variable);
+    this.nonTrainable = model.nonTrainableWeights as unknown as NonTrainable[];
+    this.weightBytes = model.weights.reduce((n, w) => n + w.shape.reduce((a: number, b) => a * (b ?? 1), 1) * BYTES_PER_FLOAT, 0);
+  }
+
+  /** Resolves the loss and metrics the way model.compile does (and fails the same way). */
+  compile(args: { optimizer: tf.Optimizer; loss: unknown; metrics?: unknown }): void {
+    (this.model as LayersModel).compile(args as Parameters<LayersModel['compile']>[0]);
+    // A Sequential compiles the functional model it wraps.
+    const m = (this.model as unknown as { model: unknown }).model as { lossFunctions: LossFn[]; metricsTensors: Array<[LossFn, number]>; metricsNames: string[] };
+    this.lossFn = m.lossFunctions[0];
+    this.metricFns = m.metricsTensors.map(([fn]) => fn);
+    this.metricNames = m.metricsNames.slice(1);
+  }
+
+  private apply(x: tf.Tensor, training: boolean): tf.Tensor {
+    return (this.model as LayersModel).apply(x, { training }) as tf.Tensor;
+  }
+
+  /** The forward of one micro-batch with its seed (training) or without (inference). Caller disposes. */
+  forward(x: tf.Tensor, seed: number | null): tf.Tensor {
+    if (seed === null) return tf.tidy(() => this.apply(x, false));
+    return tf.tidy(() => withSeed(seed, () => this.apply(x, true)));
+  }
+
+  /** Regularization losses of the stage's layers (weighted by a micro-batch's share of the batch). */
+  private penalty(): tf.Scalar | null {
+    const losses = (this.model as unknown as { calculateLosses(): tf.Scalar[] }).calculateLosses();
+    return losses.length === 0 ? null : losses.reduce((a, b) => tf.add(a, b) as tf.Scalar);
+  }
+
+  /**
+   * The last stage's forward and backward at once: the micro-batch's loss weighted by its share of the
+   * batch, accumulated gradients, and the gradient of its input (null on a stage that is also the first).
+   * Returns the unweighted loss and metric values of the micro-batch.
+   */
+  lossAndBackward(x: tf.Tensor, y: tf.Tensor, share: number, seed: number): { loss: number; metrics: number[]; dx: tf.Tensor | null } {
+    const lossFn = this.lossFn as LossFn;
+    let loss = 0;
+    let metrics: number[] = [];
+    const [dx = null] = tf.tidy(() => {
+      const xs: tf.Tensor[] = this.first ? [...this.variables] : [x, ...this.variables];
+      const { value, grads } = tf.engine().gradients(() => withSeed(seed, () => {
+        const out = this.apply(x, true);
+        const mean = tf.mean(lossFn(y, out));
+        const values = [mean, ...this.metricFns.map((fn) => tf.mean(fn(y, out)))];
+        metrics = values.slice(1).map((v) => v.dataSync()[0]);
+        let total = tf.mul(mean, share) as tf.Scalar;
+        const p = this.penalty();
+        if (p) total = tf.add(total, tf.mul(p, share)) as tf.Scalar;
+        loss = (p ? tf.add(mean, p) : mean).dataSync()[0];
+        return total;
+      }), xs, undefined, true);
+      value.dispose();
+      const first = this.first ? 0 : 1;
+      this.accumulate(grads.slice(first));
+      return this.first ? [] : [grads[0]];
+    });
+    return { loss, metrics, dx };
+  }
+
+  /** A middle or first stage's backward: runs the forward again under the gradient call, given dy. */
+  backward(x: tf.Tensor, dy: tf.Tensor, seed: number): tf.Tensor | null {
+    const saved = this.nonTrainable.map((w) => tf.clone(w.read()));
+    try {
+      const [dx = null] = tf.tidy(() => {
+        const xs: tf.Tensor[] = this.first ? [...this.variables] : [x, ...this.variables];
+        const { value, grads } = tf.engine().gradients(() => withSeed(seed, () => this.apply(x, true)), xs, dy, true);
+        value.dispose();
+        this.accumulate(grads.slice(this.first ? 0 : 1));
+        return this.first ? [] : [grads[0]];
+      });
+      return dx;
+    } finally {
+      // The forward that ran first already updated what training updates; undo the second one's update.
+      this.nonTrainable.forEach((w, i) => { w.write(saved[i]); saved[i].dispose(); });
+    }
+  }
+
+  private accumulate(grads: Array<tf.Tensor | null>): void {
+    if (this.sums.length === 0) this.sums = new Array(this.variables.length).fill(null);
+    grads.forEach((g, i) => {
+      if (!g) return;
+      const prev = this.sums[i];
+      this.sums[i] = tf.keep(prev ? tf.add(prev, g) : tf.clone(g));
+      prev?.dispose();
+    });
+  }
+
+  /** The summed gradients as flat float32 arrays (zeros for a variable no micro-batch reached). */
+  gradientArrays(): Float32Array[] {
+    return this.variables.map((v, i) => {
+      const g = this.sums[i];
+      return g ? Float32Array.from(g.dataSync() as Float32Array) : new Float32Array(v.size);
+    });
+  }
+
+  /** Applies one update with the given gradients (one per variable), then forgets the batch. */
+  apply_(optimizer: tf.Optimizer, grads: Float32Array[] | null): void {
+    const named: tf.NamedTensorMap = {};
+    this.variables.forEach((v, i) => {
+      const g = grads ? grads[i] : null;
+      const sum = this.sums[i];
+      if (g) named[v.name] = tf.tensor(g, v.shape, 'float32');
+      else if (sum) named[v.name] = sum;
+    });
+    optimizer.applyGradients(named);
+    if (grads) Object.values(named).forEach((t) => t.dispose());
+    this.resetGradients();
+  }
+
+  resetGradients(): void {
+    this.sums.forEach((t) => t?.dispose());
+    this.sums = [];
+  }
+
+  /** Unweighted loss and metrics of a micro-batch without training (evaluate). */
+  lossOf(out: tf.Tensor, y: tf.Tensor): number[] {
+    const lossFn = this.lossFn as LossFn;
+    return tf.tidy(() => [tf.mean(lossFn(y, out)), ...this.metricFns.map((fn) => tf.mean(fn(y, out)))].map((v) => v.dataSync()[0]));
+  }
+}
