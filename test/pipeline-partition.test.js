@@ -52,6 +52,14 @@ t.test('the cost model: compute, both boundary transfers each way, the replicas\
   const replicated = evaluatePartition(layers, [1, 2], { stages: 2, replicas: 4, microBatches: 2, replicaLink: { bandwidth: 10, latency: 1 } });
   t.same(replicated.stageTimes, [3 + (6 * 1 + 1.5 * 40 / 10) / 2, 18 + (6 * 1 + 1.5 * 200 / 10) / 2], 'ring allreduce shared by 2 micro-batches');
   t.same(evaluatePartition(layers, [3], { stages: 1, replicas: 1 }).stageTimes, [21], 'one stage: compute only');
+  t.same(evaluatePartition(layers, [1, 1, 1], { stages: 3, rematerialize: true }).stageTimes, [3 + 1, 7 + 3, 11],
+    're-materialization: every stage but the last runs its forward twice');
+  // Without the second forward [2, 1] (5, 4.5) beats [1, 2] (4, 5.5); with it [1, 2] (6, 5.5) beats [2, 1] (7.5, 4.5).
+  const uneven = [layer(2, 2, 0, 0), layer(0.5, 0.5, 0, 0), layer(1, 3.5, 0, 0)];
+  t.same(planPartition(uneven, { stages: 2 }).counts, [2, 1], 'without re-materialization');
+  const remat = planPartition(uneven, { stages: 2, rematerialize: true });
+  t.same(remat.counts, [1, 2], 'the planner counts the second forward of the stages before the last');
+  t.same(remat.stageTimes, [6, 5.5], 'and predicts it');
 });
 
 t.test('the dynamic program finds the best cut that trying every cut finds, and the same one among ties', async (t) => {

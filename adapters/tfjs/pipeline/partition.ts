@@ -9,6 +9,8 @@
  * + input     if j > 0:     2 x (latency + outputBytes[a - 1] / bandwidth) of link j - 1
  *             (the activation that comes in, and its gradient going back: the same size)
  * + output    if j < S - 1: 2 x (latency + outputBytes[e - 1] / bandwidth) of link j
+ * + recompute if j < S - 1 and options.rematerialize: the forward again, which the backward runs
+ *             to rebuild the values it needs (every stage but the last: see stage.ts)
  * + replicas  if R > 1: one ring allreduce of its layers' paramBytes per batch among its R replicas,
  *             2(R - 1) latency + 2(R - 1)/R paramBytes / bandwidth over `replicaLink`, divided by the
  *             m micro-batches that share it.
@@ -56,6 +58,8 @@ export interface PlanOptions {
   replicas?: number;
   /** The link among a stage's replicas. Default: the first stage link. */
   replicaLink?: Link;
+  /** Charge every stage but the last a second forward (re-materialization). Default false. */
+  rematerialize?: boolean;
 }
 
 /** A cut and what the cost model predicts for it. */
@@ -137,7 +141,8 @@ function costModel(layers: readonly LayerCost[], options: PlanOptions): { S: num
   checkLayers(layers);
   if (options === null || typeof options !== 'object') throw invalid('options', 'an object', options);
   const L = layers.length;
-  const { stages: S, link = FREE, microBatches = 1, replicas = 1 } = options;
+  const { stages: S, link = FREE, microBatches = 1, replicas = 1, rematerialize = false } = options;
+  if (typeof rematerialize !== 'boolean') throw invalid('rematerialize', 'true or false', rematerialize);
   if (!isCount(S) || S > L) throw invalid('stages', `an integer from 1 to ${L} (the layer count: a stage cannot be empty)`, S);
   if (!isCount(microBatches)) throw invalid('microBatches', 'an integer >= 1', microBatches);
   if (!isCount(replicas)) throw invalid('replicas', 'an integer >= 1', replicas);
@@ -151,15 +156,18 @@ function costModel(layers: readonly LayerCost[], options: PlanOptions): { S: num
   const replicaLink = checkLink('replicaLink', options.replicaLink ?? links[0] ?? FREE);
 
   const prefixCompute = [0];
+  const prefixForward = [0];
   const prefixParams = [0];
   for (const c of layers) {
     prefixCompute.push(prefixCompute[prefixCompute.length - 1] + c.forward + c.backward);
+    prefixForward.push(prefixForward[prefixForward.length - 1] + c.forward);
     prefixParams.push(prefixParams[prefixParams.length - 1] + c.paramBytes);
   }
   const transfer = (l: Link, bytes: number) => 2 * (l.latency + bytes / l.bandwidth);
   const params: StageTime = (_stage, first, end) => prefixParams[end] - prefixParams[first];
   const stageTime: StageTime = (stage, first, end) => {
     let t = prefixCompute[end] - prefixCompute[first];
+    if (rematerialize && stage < S - 1) t += prefixForward[end] - prefixForward[first];
     if (stage > 0) t += transfer(links[stage - 1], layers[first - 1].outputBytes);
     if (stage < S - 1) t += transfer(links[stage], layers[end - 1].outputBytes);
     if (replicas > 1) {

@@ -376,7 +376,7 @@ export class Pipeline {
           const sample = tf.tidy(() => tf.randomUniform([o.profileBatchSize, ...inputShape.slice(1).map((d) => d ?? 1)]));
           const profiles = profileLayers(chain, sample);
           sample.dispose();
-          const plan: CostPlan = planPartition(profiles, { stages: S, microBatches: o.microBatches });
+          const plan: CostPlan = planPartition(profiles, { stages: S, microBatches: o.microBatches, rematerialize: true });
           out.set(plan.counts, 0);
           out.set(plan.stageTimes, S);
         } catch (e) {
