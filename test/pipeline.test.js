@@ -210,3 +210,17 @@ t.test('a stage sent a shape other than the next expects: ERR_MISMATCH on every 
     t.match(rep && rep.error.message, "stage 1's first layer 'd3' expects input of shape [4, 8] but stage 0's last layer 'liar' (rank 0) gave [4, 9]", `rank ${r}: both layers and shapes`);
   });
 });
+
+t.test('examples/tfjs-pipeline.js (npm run demo:pipeline) trains the MNIST digits in 2 stages and exports the whole model', async (t) => {
+  const example = path.join(__dirname, '..', 'examples', 'tfjs-pipeline.js');
+  const job = await runJob(2, example, { args: ['--epochs', '1', '--train', '300', '--test', '100', '--batch', '30', '--micro', '3'], timeoutMs: 120000 });
+  t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
+  t.match(job.stdout, /\[0\] pipeline: 2 stages, 3 micro-batches of a batch of 30, 1f1b, cut \[\d,\d\]/, 'says where it cut');
+  t.match(job.stdout, /\[0\] epoch 1\/1: loss [\d.]+ acc [\d.]+ val_loss [\d.]+ val_acc [\d.]+/, 'per-epoch logs');
+  t.match(job.stdout, /\[0\] 10 batches in [\d.]+ s; per stage busy/, 'the stats');
+  t.match(job.stdout, /\[1\] \[stage 1\] weights \d+ bytes/, 'each stage its bytes');
+  const val = /val_acc ([\d.]+)/.exec(job.stdout);
+  const plain = /in plain tfjs: loss [\d.]+, accuracy ([\d.]+)/.exec(job.stdout);
+  t.ok(val && plain, 'the exported model evaluates in plain tfjs');
+  if (val && plain) t.equal(plain[1], val[1], 'to the accuracy the pipeline measured');
+});
