@@ -15,18 +15,20 @@ const WORKER = path.join(__dirname, 'workers', 'pipeline-worker.js');
 const EXACT_REL = 1e-5;
 
 const EQUIV = [
-  { np: 2, schedule: '1f1b', partition: 'auto', opt: 'adam', B: 10, micro: 4 },
-  { np: 2, schedule: 'gpipe', partition: '[1,3]', opt: 'sgd', B: 10, micro: 3 },
-  { np: 3, schedule: '1f1b', partition: '[1,2,1]', opt: 'sgd', B: 11, micro: 4 },
-  { np: 3, schedule: 'gpipe', partition: 'auto', opt: 'adam', B: 9, micro: 2 },
+  { np: 2, schedule: '1f1b', partition: 'auto', opt: 'adam', B: 10, micro: 4, recompute: false },
+  { np: 2, schedule: 'gpipe', partition: '[1,3]', opt: 'sgd', B: 10, micro: 3, recompute: true },
+  { np: 3, schedule: '1f1b', partition: '[1,2,1]', opt: 'sgd', B: 11, micro: 4, recompute: false },
+  { np: 3, schedule: 'gpipe', partition: 'auto', opt: 'adam', B: 9, micro: 2, recompute: false },
+  { np: 3, schedule: '1f1b', partition: '[2,1,1]', opt: 'adam', B: 12, micro: 5, recompute: true },
 ];
 
 for (const c of EQUIV) {
-  const name = `${c.np} stages, ${c.schedule}, partition ${c.partition}, ${c.opt}, ${c.B} samples in ${c.micro} micro-batches`;
+  const name = `${c.np} stages, ${c.schedule}, partition ${c.partition}, ${c.opt}, ${c.B} samples in ${c.micro} micro-batches, ` +
+    `backward ${c.recompute ? 'recomputing the forward' : 'from the kept record'}`;
   t.test(`${name}: the same weights as one process on the whole batch`, async (t) => {
     const job = await runJob(c.np, WORKER, {
       args: ['equiv'], timeoutMs: 90000,
-      env: { PIPE_SCHEDULE: c.schedule, PIPE_PARTITION: c.partition, PIPE_OPT: c.opt, PIPE_B: String(c.B), PIPE_MICRO: String(c.micro) },
+      env: { PIPE_SCHEDULE: c.schedule, PIPE_PARTITION: c.partition, PIPE_OPT: c.opt, PIPE_B: String(c.B), PIPE_MICRO: String(c.micro), PIPE_RECOMPUTE: String(c.recompute) },
     });
     t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
     if (!job.reports.every(Boolean)) return t.fail('every rank reported', { output: tail(job) });
@@ -37,6 +39,8 @@ for (const c of EQUIV) {
       t.equal(rep.base64, job.reports[0].base64, `rank ${r}: getWeights gives every rank the same bytes`);
       rep.losses.forEach((l, i) => t.ok(Math.abs(l - rep.refLosses[i]) <= 1e-5 * Math.abs(rep.refLosses[i]), `rank ${r}: batch ${i} loss ${l} = ${rep.refLosses[i]}`));
       t.same(rep.plan, job.reports[0].plan, `rank ${r}: the same plan as rank 0`);
+      t.equal(rep.recompute, c.recompute, `rank ${r}: recompute is ${c.recompute}`);
+      t.ok(rep.tensors.every((n) => n === rep.tensors[0]), `rank ${r}: no tensor leaked from batch to batch (${rep.tensors.join(', ')})`);
     });
     const rep = job.reports[0];
     t.ok(rep.moved > 1e-2, 'training moved the weights (the comparison says something)');
@@ -47,15 +51,25 @@ for (const c of EQUIV) {
   });
 }
 
-t.test('GPipe and 1F1B end with bit-identical weights (same micro-batch order of the sums)', async (t) => {
+t.test('GPipe and 1F1B, recomputing or not, end with bit-identical weights (same micro-batch order of the sums)', async (t) => {
   const base = {};
-  for (const schedule of ['gpipe', '1f1b']) {
-    const job = await runJob(2, WORKER, { args: ['equiv'], timeoutMs: 90000, env: { PIPE_SCHEDULE: schedule, PIPE_PARTITION: '[2,2]', PIPE_OPT: 'adam', PIPE_B: '10', PIPE_MICRO: '4' } });
-    t.equal(job.code, 0, `${schedule}: hora run exits 0`, { output: tail(job) });
-    base[schedule] = job.reports[0] && job.reports[0].base64;
+  for (const [schedule, recompute] of [['gpipe', 'false'], ['1f1b', 'false'], ['1f1b', 'true']]) {
+    const job = await runJob(2, WORKER, { args: ['equiv'], timeoutMs: 90000, env: { PIPE_SCHEDULE: schedule, PIPE_PARTITION: '[2,2]', PIPE_OPT: 'adam', PIPE_B: '10', PIPE_MICRO: '4', PIPE_RECOMPUTE: recompute } });
+    t.equal(job.code, 0, `${schedule}, recompute ${recompute}: hora run exits 0`, { output: tail(job) });
+    base[`${schedule} ${recompute}`] = job.reports[0] && job.reports[0].base64;
   }
-  t.ok(base.gpipe, 'GPipe reported');
-  t.equal(base['1f1b'], base.gpipe, '1F1B = GPipe, bit for bit');
+  t.ok(base['gpipe false'], 'GPipe reported');
+  t.equal(base['1f1b false'], base['gpipe false'], '1F1B = GPipe, bit for bit');
+  t.equal(base['1f1b true'], base['gpipe false'], 'recomputing = keeping the record, bit for bit');
+  // With Dropout the recomputed forward must draw the masks the first one drew.
+  for (const recompute of ['false', 'true']) {
+    const job = await runJob(2, WORKER, { args: ['equiv'], timeoutMs: 90000, env: { PIPE_DROPOUT: '1', PIPE_PARTITION: '[3,2]', PIPE_OPT: 'sgd', PIPE_B: '10', PIPE_MICRO: '4', PIPE_RECOMPUTE: recompute } });
+    t.equal(job.code, 0, `Dropout, recompute ${recompute}: hora run exits 0`, { output: tail(job) });
+    base[`dropout ${recompute}`] = job.reports[0] && job.reports[0].base64;
+  }
+  t.ok(base['dropout false'], 'Dropout run reported');
+  t.equal(base['dropout true'], base['dropout false'], 'with Dropout too: the recomputed forward draws the same masks');
+  t.not(base['dropout false'], base['gpipe false'], 'and Dropout did change the training');
 });
 
 t.test('fit (validationData, callbacks), evaluate, predict, setWeights/getWeights, toModel, save, stats', async (t) => {
@@ -105,7 +119,7 @@ t.test('the timeline has a slice per micro-batch forward and backward on each st
     env: { PIPE_STEPS: '2', PIPE_MICRO: '4', PIPE_PARTITION: '[2,2]', HORA_DEBUG: 'INFO' },
   });
   t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
-  t.match(job.stderr, /hora pipeline INFO: 2 stages x 1 replica\(s\), 4 micro-batches, schedule 1f1b, partition manual: stage 0: 2 layers d1\.\.d2; stage 1: 2 layers d3\.\.d4/, 'the plan is logged');
+  t.match(job.stderr, /hora pipeline INFO: 2 stages x 1 replica\(s\), 4 micro-batches, schedule 1f1b, backward from the kept record, partition manual: stage 0: 2 layers d1\.\.d2; stage 1: 2 layers d3\.\.d4/, 'the plan is logged');
   let text = fs.readFileSync(file, 'utf8').trim();
   if (text.startsWith('[') && !text.endsWith(']')) text += ']';
   const parsed = JSON.parse(text);

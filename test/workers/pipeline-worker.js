@@ -2,7 +2,7 @@
 // Trains small tfjs models through hora/tfjs's pipeline() and reports what each rank saw.
 // Usage: node pipeline-worker.js <scenario>
 //   equiv     trainOnBatch for STEPS batches of B samples (PIPE_* env: schedule, partition, micro-batches,
-//             optimizer), and in the same process one plain model trained on the whole batch from the same
+//             optimizer, recompute), and in the same process one plain model trained on the whole batch from the same
 //             start: the worst relative difference of every weight, on every rank
 //   api       fit with validationData and callbacks, evaluate, predict, getWeights/setWeights, toModel,
 //             save, stats and plan
@@ -93,14 +93,18 @@ async function equiv() {
   const opt = env('PIPE_OPT', 'adam');
   const B = Number(env('PIPE_B', '10'));
   const steps = Number(env('PIPE_STEPS', '4'));
-  const model = buildModel();
-  const pipe = pipeline(model, { stages: hora.size(), microBatches, schedule, partition });
+  // PIPE_DROPOUT=1: a Dropout layer after the first (the 1-process comparison then means nothing).
+  const dropout = env('PIPE_DROPOUT', '') === '1' ? { after: 1, layer: () => tf.layers.dropout({ rate: 0.3, name: 'drop' }) } : null;
+  const model = buildModel({ extra: dropout });
+  const recompute = env('PIPE_RECOMPUTE', 'false') === 'true';
+  const pipe = pipeline(model, { stages: hora.size(), microBatches, schedule, partition, recompute });
   pipe.compile({ optimizer: OPTIMIZERS[opt](), loss: 'meanSquaredError' });
-  const ref = buildModel({ seed: 99 });
+  const ref = buildModel({ seed: 99, extra: dropout });
   ref.setWeights(await pipe.getWeights());
   ref.compile({ optimizer: OPTIMIZERS[opt](), loss: 'meanSquaredError' });
   const losses = [];
   const refLosses = [];
+  const tensors = [];
   for (let s = 0; s < steps; s++) {
     const { x, y } = batch(s, B);
     // The first stage reads x only and the last y only; a middle stage takes its batch size from either.
@@ -108,12 +112,13 @@ async function equiv() {
     losses.push(await pipe.trainOnBatch(last ? null : x, hora.rank() === 0 ? null : y));
     refLosses.push(await ref.trainOnBatch(x, y));
     tf.dispose([x, y]);
+    tensors.push(tf.memory().numTensors);
   }
   const weights = await pipe.getWeights();
   const expected = ref.getWeights();
   report(hora.rank(), {
     worst: worstRel(weights, expected), moved: worstRel(weights, model.getWeights()), base64: flat(weights),
-    losses, refLosses, plan: pipe.plan, stats: pipe.stats, stage: pipe.stage, stages: pipe.stages, replica: pipe.replica, replicas: pipe.replicas,
+    losses, refLosses, tensors, recompute: pipe.recompute, plan: pipe.plan, stats: pipe.stats, stage: pipe.stage, stages: pipe.stages, replica: pipe.replica, replicas: pipe.replicas,
   });
 }
 

@@ -25,7 +25,7 @@ import { Layer, layerChain, profileLayers } from './layers';
 import { Plan as CostPlan, planPartition, validatePartition } from './partition';
 import { Instruction, ScheduleKind, stageSchedule } from './schedule';
 import { Round, RoundReport } from './rounds';
-import { BYTES_PER_FLOAT, Stage } from './stage';
+import { BYTES_PER_FLOAT, disposeRecord, ForwardRecord, Stage } from './stage';
 
 export interface PipelineOptions {
   /** Stages the model is cut into; divides hora.size() (size / stages replicas of each stage). */
@@ -38,6 +38,11 @@ export interface PipelineOptions {
   partition?: 'auto' | number[];
   /** Samples in the batch that 'auto' profiles each layer on. Default 32. */
   profileBatchSize?: number;
+  /**
+   * Backward by running the micro-batch's forward again (true: GPipe's re-materialization, less memory)
+   * or from the forward's kept record (false, the default: no work repeated). docs/pipeline.md has the costs.
+   */
+  recompute?: boolean;
 }
 
 /** Where the model was cut, and what the planner predicted for it. */
@@ -73,7 +78,7 @@ export interface PipelineStats {
   total: BatchStats;
   /** Bytes of this stage's weights. */
   weightBytes: number;
-  /** The most bytes of stashed micro-batch inputs this stage held at once. */
+  /** The most bytes this stage held at once for backwards still to run (inputs, and kept records). */
   peakStashBytes: number;
   /** The most micro-batches this stage held stashed at once. */
   peakStashMicroBatches: number;
@@ -163,12 +168,13 @@ interface Checked {
   schedule: ScheduleKind;
   partition: 'auto' | number[];
   profileBatchSize: number;
+  recompute: boolean;
 }
 
 function checkOptions(options: unknown, layerCount: number, size: number): Checked {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) throw invalid('options', 'an object such as {stages: 2}', options);
   const o = options as PipelineOptions;
-  const known = ['stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize'];
+  const known = ['stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize', 'recompute'];
   const unknown = Object.keys(o).filter((k) => !known.includes(k));
   if (unknown.length > 0) throw invalid(unknown[0], `one of ${known.join(', ')} (no such option)`, (o as unknown as Record<string, unknown>)[unknown[0]]);
   const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 1;
@@ -187,11 +193,14 @@ function checkOptions(options: unknown, layerCount: number, size: number): Check
   if (partition !== 'auto') validatePartition(partition, layerCount, stages);
   const profileBatchSize = o.profileBatchSize ?? 32;
   if (!isCount(profileBatchSize)) throw invalid('profileBatchSize', 'an integer >= 1', profileBatchSize);
-  return { stages, microBatches, schedule, partition: partition === 'auto' ? 'auto' : partition.slice(), profileBatchSize };
+  const recompute = o.recompute ?? !Stage.canRecord();
+  if (typeof recompute !== 'boolean') throw invalid('recompute', 'true or false', recompute);
+  if (!recompute && !Stage.canRecord()) throw invalid('recompute', 'true with this version of tfjs (its engine has no tape to keep)', recompute);
+  return { stages, microBatches, schedule, partition: partition === 'auto' ? 'auto' : partition.slice(), profileBatchSize, recompute };
 }
 
 /** What every rank must agree on, as numbers (hashes where the field is large). */
-const FIELDS = ['refused', 'layer count', 'layer shapes', 'stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize'] as const;
+const FIELDS = ['refused', 'layer count', 'layer shapes', 'stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize', 'recompute'] as const;
 
 function shapesOf(layers: Layer[]): string[] {
   return layers.map((l) => JSON.stringify([l.getClassName(), l.outputShape, l.weights.map((w) => w.shape)]));
@@ -214,6 +223,7 @@ function agree(layers: Layer[] | null, opts: Checked | null, refused: unknown): 
     mine[5] = SCHEDULE_CODES[opts.schedule];
     mine[6] = opts.partition === 'auto' ? 0 : hash(opts.partition.join(','));
     mine[7] = opts.profileBatchSize;
+    mine[8] = opts.recompute ? 1 : 0;
   }
   const size = hora.size();
   const all = hora.allgather(mine, { name: 'pipeline.agree' }).wait();
@@ -273,6 +283,8 @@ export class Pipeline {
   readonly replicas: number;
   readonly microBatches: number;
   readonly schedule: ScheduleKind;
+  /** Whether a backward runs its micro-batch's forward again (true) or replays its kept record. */
+  readonly recompute: boolean;
   readonly plan: PipelinePlan;
   readonly stats: PipelineStats;
   private readonly stageOf: Stage;
@@ -313,6 +325,7 @@ export class Pipeline {
     this.replica = Math.floor(rank / o.stages);
     this.microBatches = o.microBatches;
     this.schedule = o.schedule;
+    this.recompute = o.recompute;
     const id = pipelinesMade++;
     this.tags = { activation: TAG_BASE + 4 * id, gradient: TAG_BASE + 4 * id + 1, control: TAG_BASE + 4 * id + 2 };
 
@@ -356,6 +369,7 @@ export class Pipeline {
     if (rank === 0) {
       const times = this.plan.stageTimes;
       log('INFO', `${this.stages} stages x ${this.replicas} replica(s), ${this.microBatches} micro-batches, schedule ${this.schedule}, ` +
+        `backward ${this.recompute ? 'recomputing the forward' : 'from the kept record'}, ` +
         `partition ${this.plan.partition}: ${this.plan.layers.map((ls, s) => `stage ${s}: ${ls.length} layers ${ls[0]}..${ls[ls.length - 1]}` +
         (times ? ` (predicted ${(times[s] * 1000).toFixed(3)} ms per micro-batch of ${o.profileBatchSize})` : '')).join('; ')}`);
     }
@@ -376,7 +390,7 @@ export class Pipeline {
           const sample = tf.tidy(() => tf.randomUniform([o.profileBatchSize, ...inputShape.slice(1).map((d) => d ?? 1)]));
           const profiles = profileLayers(chain, sample);
           sample.dispose();
-          const plan: CostPlan = planPartition(profiles, { stages: S, microBatches: o.microBatches, rematerialize: true });
+          const plan: CostPlan = planPartition(profiles, { stages: S, microBatches: o.microBatches, rematerialize: o.recompute });
           out.set(plan.counts, 0);
           out.set(plan.stageTimes, S);
         } catch (e) {
@@ -453,7 +467,7 @@ export class Pipeline {
     const round = new Round(this.tags.control, peers, this.describe);
     const t0 = performance.now();
     const tracing = timelineOn();
-    const stash = new Map<number, tf.Tensor>();
+    const stash = new Map<number, { input: tf.Tensor; record: ForwardRecord | null; bytes: number }>();
     const outgoing = new Map<number, tf.Tensor | null>();
     const sends: Array<PromiseLike<void>> = [];
     const outputs: tf.Tensor[] = [];
@@ -522,20 +536,22 @@ export class Pipeline {
             yk?.dispose();
             input.dispose();
           } else {
-            const out = this.stageOf.forward(input, train ? seedOf(k) : null);
+            const record = train && !this.recompute ? this.stageOf.forwardRecorded(input, seedOf(k)) : null;
+            const out = record ? record.y : this.stageOf.forward(input, train ? seedOf(k) : null);
             const want = [sizes[k], ...this.inputShapes[s + 1].slice(1)] as number[];
             if (out.shape.length !== want.length || out.shape.some((d, i) => d !== want[i])) {
               const got = shapeText(out.shape);
-              out.dispose();
+              if (record) disposeRecord(record); else out.dispose();
               input.dispose();
               throw new HoraError('ERR_MISMATCH', `pipeline: stage ${s + 1}'s first layer '${this.firstLayerName[s + 1]}' expects input of shape ${shapeText(want)} ` +
                 `but stage ${s}'s last layer '${this.lastLayerName[s]}' (rank ${this.rank}) gave ${got} for micro-batch ${k}`, this.rank, this.rankOf(s + 1));
             }
             send(Float32Array.from(out.dataSync() as Float32Array), s + 1, this.tags.activation);
-            out.dispose();
+            if (!record) out.dispose();
             if (train) {
-              stash.set(k, input);
-              stashBytes += input.size * BYTES_PER_FLOAT;
+              const bytes = input.size * BYTES_PER_FLOAT + (record ? record.bytes : 0);
+              stash.set(k, { input, record, bytes });
+              stashBytes += bytes;
               this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, stashBytes);
               this.stats.peakStashMicroBatches = Math.max(this.stats.peakStashMicroBatches, stash.size);
             } else {
@@ -553,10 +569,10 @@ export class Pipeline {
           } else {
             const dy = await receive(s + 1, this.tags.gradient, [sizes[k], ...this.inputShapes[s + 1].slice(1)] as number[]);
             start = now();
-            const input = stash.get(k) as tf.Tensor;
+            const { input, record, bytes } = stash.get(k) as { input: tf.Tensor; record: ForwardRecord | null; bytes: number };
             stash.delete(k);
-            stashBytes -= input.size * BYTES_PER_FLOAT;
-            dx = this.stageOf.backward(input, dy, seedOf(k));
+            stashBytes -= bytes;
+            dx = record ? this.stageOf.backwardRecorded(record, input, dy) : this.stageOf.backward(input, dy, seedOf(k));
             input.dispose();
             dy.dispose();
           }
@@ -574,7 +590,7 @@ export class Pipeline {
       const reports = await round.finish(this.rank, payload);
       return { reports, output: keepOutput && last ? tf.concat(outputs) : null };
     } catch (e) {
-      stash.forEach((t) => t.dispose());
+      stash.forEach(({ input, record }) => { input.dispose(); if (record) disposeRecord(record); });
       outgoing.forEach((t) => t?.dispose());
       outputs.forEach((t) => t.dispose());
       this.stageOf.resetGradients();

@@ -6,15 +6,23 @@
  * weights, in a tf.Sequential of their own, so the stage's variables, and the optimizer slots made for
  * them, are all this rank trains; the model passed to pipeline() is not touched and may be disposed.
  *
- * A backward needs the values its forward computed, and tfjs keeps them only inside one gradient call
- * (tf.variableGrads, engine.gradients), which must be given the output's gradient when it starts. That
- * gradient comes from the next stage long after the forward. So the backward of a micro-batch runs its
- * forward again inside the gradient call (GPipe's re-materialization): the stage keeps only each
- * micro-batch's input between the two, at the price of a second forward. Random layers (Dropout) draw
- * the same numbers both times (Math.random is replaced by a generator seeded per micro-batch for the
- * length of each forward), and statistics that a forward updates (batch normalization's moving
- * averages) are restored after the second one, so the recomputation is invisible. The last stage needs
- * neither: it has the loss at once and runs forward and backward in one gradient call.
+ * A backward needs the values its forward computed, and tfjs's public API keeps them only inside one
+ * gradient call (tf.variableGrads, engine.gradients), which must be given the output's gradient when it
+ * starts. That gradient comes from the next stage long after the forward. Two ways around it:
+ *
+ * - keep the record (the default): the forward runs with tfjs's tape on, as a gradient call runs it,
+ *   and the stage keeps the tape (the operations and the tensors their gradients need) until the
+ *   micro-batch's backward, which hands that tape to engine.gradients with the output's gradient. No
+ *   work is repeated; the stage holds each micro-batch's saved tensors between the two. This uses the
+ *   engine's tape fields (state.activeTape, startTape/endTape), which tfjs 4 has had all along.
+ * - re-materialization (recompute: true, GPipe's): the stage keeps only each micro-batch's input and
+ *   the backward runs the forward again inside the gradient call: less memory, an extra forward.
+ *   Random layers (Dropout) draw the same numbers both times (Math.random is replaced by a generator
+ *   seeded per micro-batch for the length of each forward), and what a forward updates (batch
+ *   normalization's moving averages) is restored after the second one, so the recomputation is
+ *   invisible.
+ *
+ * The last stage needs neither: it has the loss at once and runs forward and backward in one call.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { LayersModel, Sequential } from '@tensorflow/tfjs-layers';
@@ -49,6 +57,35 @@ function withSeed<T>(seed: number, f: () => T): T {
 }
 
 export const BYTES_PER_FLOAT = 4;
+
+/** tfjs-core's engine, as far as keeping a forward's record goes. */
+interface TapeEngine {
+  state: { activeTape: Array<{ saved?: tf.Tensor[] }> | null; gradientDepth: number };
+  startTape(): void;
+  endTape(): void;
+  tidy<T extends tf.TensorContainer>(name: string, f: () => T): T;
+  gradients(f: () => tf.Tensor, xs: tf.Tensor[], dy?: tf.Tensor, allowNoGradients?: boolean): { value: tf.Tensor; grads: tf.Tensor[] };
+}
+
+function tapeEngine(): TapeEngine | null {
+  const e = tf.engine() as unknown as Partial<TapeEngine>;
+  const ok = typeof e.startTape === 'function' && typeof e.endTape === 'function' && e.state !== undefined && typeof e.state.gradientDepth === 'number';
+  return ok ? e as TapeEngine : null;
+}
+
+/** What a forward with the tape on leaves for its backward: the output and the tape. */
+export interface ForwardRecord {
+  y: tf.Tensor;
+  tape: Array<{ saved?: tf.Tensor[] }>;
+  /** Bytes of the tensors the tape keeps. */
+  bytes: number;
+}
+
+/** Frees a record whose backward will not run. */
+export function disposeRecord(r: ForwardRecord): void {
+  for (const node of r.tape) for (const t of node.saved ?? []) t.dispose();
+  r.y.dispose();
+}
 
 export class Stage {
   readonly model: Sequential;
@@ -97,6 +134,50 @@ export class Stage {
 
   private apply(x: tf.Tensor, training: boolean): tf.Tensor {
     return (this.model as LayersModel).apply(x, { training }) as tf.Tensor;
+  }
+
+  /** Whether forwardRecorded can run here: tfjs's engine has the tape fields it uses. */
+  static canRecord(): boolean {
+    return tapeEngine() !== null;
+  }
+
+  /**
+   * The forward of a micro-batch with the tape on, as engine.gradients runs it, keeping the tape for
+   * backwardRecorded. The output y belongs to the record (disposeRecord or backwardRecorded frees it).
+   */
+  forwardRecorded(x: tf.Tensor, seed: number): ForwardRecord {
+    const e = tapeEngine() as TapeEngine;
+    if (e.state.gradientDepth !== 0) throw new HoraError('ERR_INVALID_ARGUMENT', 'pipeline: a training step cannot run inside another gradient computation');
+    let y: tf.Tensor;
+    e.startTape();
+    try {
+      y = e.tidy('forward', () => withSeed(seed, () => this.apply(x, true)));
+    } finally {
+      e.endTape();
+    }
+    const tape = e.state.activeTape ?? [];
+    e.state.activeTape = null;
+    let bytes = 0;
+    for (const node of tape) for (const t of node.saved ?? []) bytes += t.size * BYTES_PER_FLOAT;
+    return { y, tape, bytes };
+  }
+
+  /** The backward of a recorded forward, given dy: the tape replayed backwards; no forward runs again. */
+  backwardRecorded(record: ForwardRecord, x: tf.Tensor, dy: tf.Tensor): tf.Tensor | null {
+    const e = tapeEngine() as TapeEngine;
+    const [dx = null] = tf.tidy(() => {
+      const xs: tf.Tensor[] = this.first ? [...this.variables] : [x, ...this.variables];
+      // engine.gradients starts a fresh tape; the recorded one becomes it, and y is its output. It frees
+      // the tensors the tape saved once the backward is done.
+      const { grads } = e.gradients(() => {
+        (e.state.activeTape as unknown[]).push(...record.tape);
+        return record.y;
+      }, xs, dy, true);
+      this.accumulate(grads.slice(this.first ? 0 : 1));
+      return this.first ? [] : [grads[0]];
+    });
+    record.y.dispose();
+    return dx;
   }
 
   /** The forward of one micro-batch with its seed (training) or without (inference). Caller disposes. */
