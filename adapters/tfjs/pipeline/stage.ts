@@ -157,8 +157,19 @@ export class Stage {
     }
     const tape = e.state.activeTape ?? [];
     e.state.activeTape = null;
+    // A saved tensor is a clone that shares its data with the original (a weight, the input, an
+    // intermediate): count each piece of data once, and neither the weights nor the input (the
+    // pipeline counts that) at all.
+    const seen = new Set<unknown>([x, ...this.variables].map((v) => (v as unknown as { dataId: unknown }).dataId));
     let bytes = 0;
-    for (const node of tape) for (const t of node.saved ?? []) bytes += t.size * BYTES_PER_FLOAT;
+    for (const node of tape) {
+      for (const t of node.saved ?? []) {
+        const id = (t as unknown as { dataId: unknown }).dataId;
+        if (seen.has(id)) continue;
+        seen.add(id);
+        bytes += t.size * BYTES_PER_FLOAT;
+      }
+    }
     return { y, tape, bytes };
   }
 
