@@ -8,7 +8,7 @@ const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { runJob, tail } = require('./support/hora-job');
+const { runJob, runProcess, tail } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'pipeline-worker.js');
 /** Per element |a - b| <= 1e-5 x max(|b|, 1e-3), as for data parallelism (docs/tfjs.md). */
@@ -237,4 +237,26 @@ t.test('examples/tfjs-pipeline.js (npm run demo:pipeline) trains the MNIST digit
   const plain = /in plain tfjs: loss [\d.]+, accuracy ([\d.]+)/.exec(job.stdout);
   t.ok(val && plain, 'the exported model evaluates in plain tfjs');
   if (val && plain) t.equal(plain[1], val[1], 'to the accuracy the pipeline measured');
+});
+
+t.test('bench/pipeline.js --quick runs every part and reports its figures', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-pipe-bench-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'pipeline.json');
+  const run = await runProcess([path.join(__dirname, '..', 'bench', 'pipeline.js'), '--quick', '--out', out], process.env, 240000);
+  t.equal(run.code, 0, 'exits 0', { stderr: run.stderr.slice(-2000) });
+  if (!fs.existsSync(out)) return t.fail('wrote --out');
+  const { results } = JSON.parse(fs.readFileSync(out, 'utf8'));
+  const part = (name) => results.filter((r) => r.part === name);
+  const [tp] = part('throughput');
+  t.ok(tp && tp.speedup > 0 && tp.recomputeSpeedup > 0 && Math.abs(tp.bound - 16 / 9) < 1e-12, 'throughput: both speed-ups against one process, and the bound');
+  t.same(part('bubble').map((r) => [r.schedule, r.micro, r.expected]), [['gpipe', 2, 1 / 3], ['gpipe', 4, 1 / 5], ['1f1b', 2, 1 / 3], ['1f1b', 4, 1 / 5]], 'bubble: each m and schedule against (S-1)/(m+S-1)');
+  t.ok(part('bubble').every((r) => r.bubbleFraction >= 0 && r.bubbleFraction < 1), 'bubble fractions measured');
+  const mem = Object.fromEntries(part('memory').map((r) => [`${r.schedule} ${r.recompute}`, r]));
+  t.same(mem['gpipe false'].peakStashMicroBatches, [4, 0], 'memory: GPipe stashes all 4 micro-batches on stage 0');
+  t.same(mem['1f1b false'].peakStashMicroBatches, [2, 0], '1F1B at most S = 2');
+  t.equal(mem['1f1b false'].peakStashBytes[0] * 2, mem['gpipe false'].peakStashBytes[0], '1F1B holds half the bytes of GPipe here');
+  t.ok(mem['1f1b true'].peakStashBytes[0] < mem['1f1b false'].peakStashBytes[0], 'recomputing holds less than keeping records');
+  const [p] = part('partition');
+  t.ok(p && Object.keys(p.measured).length === 4 && p.autoOverBest > 0 && p.autoOverEvenThroughput > 0, 'partition: every cut and auto measured');
 });
