@@ -51,6 +51,23 @@ for (const c of EQUIV) {
   });
 }
 
+t.test('2 stages x 2 replicas (rank = replica x stages + stage): each replica on its shard = one process on the whole batch', async (t) => {
+  const job = await runJob(4, WORKER, {
+    args: ['equiv'], timeoutMs: 120000,
+    env: { PIPE_STAGES: '2', PIPE_SCHEDULE: '1f1b', PIPE_PARTITION: '[2,2]', PIPE_OPT: 'adam', PIPE_B: '20', PIPE_MICRO: '3' },
+  });
+  t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
+  if (!job.reports.every(Boolean)) return t.fail('every rank reported', { output: tail(job) });
+  job.reports.forEach((rep, r) => {
+    t.same([rep.stage, rep.replica, rep.stages, rep.replicas], [r % 2, Math.floor(r / 2), 2, 2], `rank ${r}: stage ${r % 2} of replica ${Math.floor(r / 2)}`);
+    t.ok(rep.worst <= EXACT_REL, `rank ${r}: every weight within ${EXACT_REL} of one process on the 20 samples (got ${rep.worst.toExponential(2)})`);
+    t.equal(rep.base64, job.reports[0].base64, `rank ${r}: the same weights as rank 0`);
+    rep.losses.forEach((l, i) => t.ok(Math.abs(l - rep.refLosses[i]) <= 1e-5 * Math.abs(rep.refLosses[i]), `rank ${r}: batch ${i} loss ${l} (mean over replicas) = ${rep.refLosses[i]}`));
+    t.ok(rep.tensors.every((n) => n === rep.tensors[0]), `rank ${r}: no tensor leaked`);
+  });
+  t.ok(job.reports[0].moved > 1e-2, 'training moved the weights');
+});
+
 t.test('GPipe and 1F1B, recomputing or not, end with bit-identical weights (same micro-batch order of the sums)', async (t) => {
   const base = {};
   for (const [schedule, recompute] of [['gpipe', 'false'], ['1f1b', 'false'], ['1f1b', 'true']]) {
@@ -136,7 +153,6 @@ t.test('the timeline has a slice per micro-batch forward and backward on each st
 const BAD = {
   stagesNotDividing: /option 'stages' must be a divisor of hora.size\(\) \(2\); received 3/,
   stagesZero: /option 'stages' must be an integer >= 1; received 0/,
-  replicas: /option 'stages' must be equal to hora.size\(\) \(2\): replicas of stages .* are not available yet; received 1/,
   microZero: /option 'microBatches' must be an integer >= 1; received 0/,
   schedule: /option 'schedule' must be 'gpipe' or '1f1b'; received 'zigzag'/,
   partitionSum: /option 'partition' must be layer counts adding up to the model's 4 layers; received \[2, 1\]/,
@@ -201,6 +217,15 @@ for (const [np, stage, schedule] of [[3, 1, 'gpipe'], [3, 2, '1f1b'], [2, 0, '1f
     });
   });
 }
+
+t.test('2 stages x 2 replicas: stage 0 of replica 1 throws -> every rank fails naming it', async (t) => {
+  const job = await runJob(4, WORKER, { args: ['throw'], env: { PIPE_STAGES: '2', THROW_STAGE: '0', THROW_REPLICA: '1', HORA_TIMEOUT_S: '30' }, timeoutMs: 90000 });
+  t.not(job.code, 0, 'hora run exits non-zero', { output: tail(job) });
+  job.reports.forEach((rep, r) => {
+    if (!rep) return t.fail(`rank ${r} reported`, { output: tail(job) });
+    t.match(rep.error.message, /^pipeline: stage 0 of replica 1 \(rank 2\) failed: boom1: NaN in the activations/, `rank ${r}: names the stage, the replica and the rank`);
+  });
+});
 
 for (const [np, stage] of [[3, 1], [2, 0]]) {
   t.test(`${np} stages: stage ${stage} is killed in batch 2 -> the others fail naming it, no hang`, async (t) => {

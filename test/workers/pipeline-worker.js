@@ -14,7 +14,7 @@
 // Each rank writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json.
 const tf = require('@tensorflow/tfjs');
 const hora = require('../../dist/ts/index.js');
-const { pipeline } = require('../../dist/adapters/tfjs/index.js');
+const { pipeline, shard } = require('../../dist/adapters/tfjs/index.js');
 const { report, prng, describeError } = require('../support/worker-util');
 
 const rand = (seed) => { const next = prng(seed); return () => next() * 2 - 1; };
@@ -97,7 +97,9 @@ async function equiv() {
   const dropout = env('PIPE_DROPOUT', '') === '1' ? { after: 1, layer: () => tf.layers.dropout({ rate: 0.3, name: 'drop' }) } : null;
   const model = buildModel({ extra: dropout });
   const recompute = env('PIPE_RECOMPUTE', 'false') === 'true';
-  const pipe = pipeline(model, { stages: hora.size(), microBatches, schedule, partition, recompute });
+  // PIPE_STAGES below the world size: size / stages replicas, each training its shard of every batch.
+  const stages = Number(env('PIPE_STAGES', String(hora.size())));
+  const pipe = pipeline(model, { stages, microBatches, schedule, partition, recompute });
   pipe.compile({ optimizer: OPTIMIZERS[opt](), loss: 'meanSquaredError' });
   const ref = buildModel({ seed: 99, extra: dropout });
   ref.setWeights(await pipe.getWeights());
@@ -107,9 +109,12 @@ async function equiv() {
   const tensors = [];
   for (let s = 0; s < steps; s++) {
     const { x, y } = batch(s, B);
+    const local = pipe.replicas > 1 ? shard(x, y, { rank: pipe.replica, size: pipe.replicas }) : { x, y };
     // The first stage reads x only and the last y only; a middle stage takes its batch size from either.
-    const last = hora.rank() === hora.size() - 1;
-    losses.push(await pipe.trainOnBatch(last ? null : x, hora.rank() === 0 ? null : y));
+    const last = pipe.stage === pipe.stages - 1;
+    const first = pipe.stage === 0;
+    losses.push(await pipe.trainOnBatch(last && !first ? null : local.x, first && !last ? null : local.y));
+    if (local.x !== x) tf.dispose([local.x, local.y]);
     refLosses.push(await ref.trainOnBatch(x, y));
     tf.dispose([x, y]);
     tensors.push(tf.memory().numTensors);
@@ -202,7 +207,6 @@ async function bad() {
   out.partitionEmpty = await caught(() => pipeline(model, { stages: size, partition: [4, 0] }));
   out.notAChain = await caught(() => pipeline(branched, { stages: size }));
   out.notAModel = await caught(() => pipeline({ layers: 3 }, { stages: size }));
-  out.replicas = await caught(() => pipeline(model, { stages: 1 }));
   out.unknownOption = await caught(() => pipeline(model, { stages: size, micro: 2 }));
   const pipe = pipeline(model, { stages: size, microBatches: 4, partition: [2, 2] });
   out.beforeCompile = await caught(() => pipe.trainOnBatch(tf.zeros([8, 6]), tf.zeros([8, 3])));
@@ -236,17 +240,19 @@ async function mismatch() {
 
 async function failing(kind) {
   const stage = Number(process.env[kind === 'throw' ? 'THROW_STAGE' : 'KILL_STAGE']);
+  const replica = Number(env('THROW_REPLICA', '0'));
+  const stages = Number(env('PIPE_STAGES', String(hora.size())));
   const model = buildModel({ booms: true });
   // 7 layers, d1 boom1 d2 boom2 d3 boom3 d4: every stage holds a Boom.
-  const partition = { 2: [3, 4], 3: [2, 2, 3] }[hora.size()];
-  const pipe = pipeline(model, { stages: hora.size(), microBatches: 4, schedule: env('PIPE_SCHEDULE', '1f1b'), partition });
+  const partition = { 2: [3, 4], 3: [2, 2, 3] }[stages];
+  const pipe = pipeline(model, { stages, microBatches: 4, schedule: env('PIPE_SCHEDULE', '1f1b'), partition });
   pipe.compile({ optimizer: tf.train.sgd(0.1), loss: 'meanSquaredError' });
   const boomIn = pipe.plan.layers[stage].find((n) => n.startsWith('boom'));
   let step = 0;
   const result = await caught(async () => {
     for (; step < 5; step++) {
       const { x, y } = batch(step, 8);
-      if (step === 2 && pipe.stage === stage) {
+      if (step === 2 && pipe.stage === stage && pipe.replica === replica) {
         if (kind === 'kill') setTimeout(() => process.kill(process.pid, 'SIGKILL'), 20);
         else globalThis.boom = boomIn;
       }

@@ -145,6 +145,13 @@ function hash(text: string): number {
 
 const shapeText = (s: ReadonlyArray<number | null>) => `[${s.map((d) => (d === null ? 'null' : String(d))).join(', ')}]`;
 
+function concatenated(parts: Float32Array[]): Float32Array {
+  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) { out.set(p, at); at += p.length; }
+  return out;
+}
+
 /** Micro-batch sizes for n samples in m micro-batches: the first n % m one larger. */
 export function microBatchSizes(n: number, m: number): number[] {
   const base = Math.floor(n / m);
@@ -182,9 +189,6 @@ function checkOptions(options: unknown, layerCount: number, size: number): Check
   if (!isCount(stages)) throw invalid('stages', 'an integer >= 1', stages);
   if (size % stages !== 0) throw invalid('stages', `a divisor of hora.size() (${size})`, stages);
   if (stages > layerCount) throw invalid('stages', `at most the model's ${layerCount} layers (a stage cannot be empty)`, stages);
-  if (size / stages > 1) {
-    throw invalid('stages', `equal to hora.size() (${size}): replicas of stages (size = stages x replicas) are not available yet`, stages);
-  }
   const microBatches = o.microBatches ?? 4 * stages;
   if (!isCount(microBatches)) throw invalid('microBatches', 'an integer >= 1', microBatches);
   const schedule = o.schedule ?? '1f1b';
@@ -298,7 +302,9 @@ export class Pipeline {
   /** For each of the whole model's weights in model.getWeights() order: [stage, index in the stage model's weights]. */
   private readonly weightOwner: Array<[number, number]>;
   private readonly weightShapes: number[][];
-  private readonly tags: { activation: number; gradient: number; control: number };
+  private readonly tags: { activation: number; gradient: number; control: number; output: number };
+  /** The ranks holding this stage in every replica (null with one replica): their gradients are averaged. */
+  private readonly group: hora.Group | null = null;
   private optimizer: tf.Optimizer | null = null;
   private batchesRun = 0;
   private broken: HoraError | null = null;
@@ -327,7 +333,7 @@ export class Pipeline {
     this.schedule = o.schedule;
     this.recompute = o.recompute;
     const id = pipelinesMade++;
-    this.tags = { activation: TAG_BASE + 4 * id, gradient: TAG_BASE + 4 * id + 1, control: TAG_BASE + 4 * id + 2 };
+    this.tags = { activation: TAG_BASE + 4 * id, gradient: TAG_BASE + 4 * id + 1, control: TAG_BASE + 4 * id + 2, output: TAG_BASE + 4 * id + 3 };
 
     const inputShape = (model.inputs[0].shape as Array<number | null>).slice();
     const shapes = [inputShape, ...chain.map((l) => (l.outputShape as Array<number | null>).slice())];
@@ -346,6 +352,25 @@ export class Pipeline {
     this.lastLayerName = firstLayer.map((a, s) => chain[a + counts[s] - 1].name);
     const mine = chain.slice(firstLayer[this.stage], firstLayer[this.stage] + counts[this.stage]);
     this.stageOf = new Stage(mine, this.inputShapes[this.stage], this.stage === 0, this.stage === this.stages - 1);
+    if (this.replicas > 1) {
+      // Every rank makes every stage's group, in stage order (newGroup is a world collective); a stage's
+      // replicas then start from replica 0's weights.
+      for (let s = 0; s < this.stages; s++) {
+        const g = hora.newGroup(Array.from({ length: this.replicas }, (_, r) => r * this.stages + s)).wait();
+        if (g) this.group = g;
+      }
+      const group = this.group as hora.Group;
+      const weights = this.stageOf.model.weights;
+      const flat = concatenated(weights.map((w) => w.read().dataSync() as Float32Array));
+      const root = group.broadcast(flat, { root: 0, name: 'pipeline.replicas.weights' }).wait();
+      let at = 0;
+      for (const w of weights) {
+        const size = w.shape.reduce((a: number, b) => a * (b ?? 1), 1);
+        const t = tf.tensor(root.subarray(at, at + size), w.shape as number[], 'float32');
+        w.write(t);
+        at += size;
+      }
+    }
 
     // The whole model's weight order, mapped to the stage that holds each weight.
     const layerIndex = new Map(chain.map((l, i) => [l, i]));
@@ -452,7 +477,7 @@ export class Pipeline {
    * last). train: forwards and backwards, then the update; otherwise forwards only. Resolves with every
    * rank's report.
    */
-  private async round(x: tf.Tensor | null, y: tf.Tensor | null, n: number, train: boolean, keepOutput: boolean): Promise<{ reports: RoundReport[]; output: tf.Tensor | null }> {
+  private async round(x: tf.Tensor | null, y: tf.Tensor | null, n: number, train: boolean, keepOutput: boolean): Promise<{ reports: RoundReport[]; output: tf.Tensor | null; grads: Float32Array[] | null }> {
     const S = this.stages;
     const s = this.stage;
     const first = s === 0;
@@ -583,12 +608,21 @@ export class Pipeline {
           span('backward', k, start);
         }
       }
+      let grads: Float32Array[] | null = null;
+      if (train && this.group) {
+        // This stage's backwards are done: average its gradients with its replicas while the other
+        // stages may still be working.
+        const own = this.stageOf.gradientArrays();
+        const mean = await round.guard(this.group.allreduce(concatenated(own), { op: 'avg', name: 'pipeline.gradients' }));
+        let at = 0;
+        grads = own.map((g) => { const part = mean.subarray(at, at + g.length); at += g.length; return part; });
+      }
       await round.guard(Promise.all(sends));
       const wallMs = performance.now() - t0;
-      const payload: Record<string, unknown> = { busy, wallMs, stage: s, replica: this.replica };
+      const payload: Record<string, unknown> = { busy, wallMs, stage: s, replica: this.replica, n };
       if (last) Object.assign(payload, { loss: lossSum / n, metrics: metricSums.map((v) => v / n) });
       const reports = await round.finish(this.rank, payload);
-      return { reports, output: keepOutput && last ? tf.concat(outputs) : null };
+      return { reports, output: keepOutput && last ? tf.concat(outputs) : null, grads };
     } catch (e) {
       stash.forEach(({ input, record }) => { input.dispose(); if (record) disposeRecord(record); });
       outgoing.forEach((t) => t?.dispose());
@@ -601,11 +635,13 @@ export class Pipeline {
     }
   }
 
-  /** Loss and metric values of this replica's batch, from its last stage's report. */
+  /** Loss and metric values of the batch: the last stages' reports, averaged over replicas by samples. */
   private lastStageValues(reports: RoundReport[]): number[] {
-    const from = reports.find((r) => r.rank === this.rankOf(this.stages - 1)) as RoundReport;
-    const p = from.payload as { loss: number; metrics: number[] };
-    return [p.loss, ...p.metrics];
+    const lasts = reports.filter((r) => r.rank % this.stages === this.stages - 1).map((r) => r.payload as { loss: number; metrics: number[]; n: number });
+    const total = lasts.reduce((a, p) => a + p.n, 0);
+    const values = new Array(1 + lasts[0].metrics.length).fill(0);
+    for (const p of lasts) [p.loss, ...p.metrics].forEach((v, i) => { values[i] += v * p.n / total; });
+    return values;
   }
 
   private recordStats(reports: RoundReport[]): void {
@@ -639,9 +675,9 @@ export class Pipeline {
   }
 
   private async trainBatch(optimizer: tf.Optimizer, x: tf.Tensor | null, y: tf.Tensor | null, n: number): Promise<number | number[]> {
-    const { reports } = await this.round(x, y, n, true, false);
+    const { reports, grads } = await this.round(x, y, n, true, false);
     this.batchesRun += 1;
-    this.stageOf.apply_(optimizer, null);
+    this.stageOf.apply_(optimizer, grads);
     this.recordStats(reports);
     const values = this.lastStageValues(reports);
     return values.length === 1 ? values[0] : values;
@@ -703,10 +739,17 @@ export class Pipeline {
         } finally {
           xb?.dispose();
         }
-        // The last stage holds the output; every rank gets it.
-        const flat = output ? Float32Array.from(output.dataSync() as Float32Array) : new Float32Array(b * rowSize);
+        // The last stage of the replica holds the output; it sends it to the replica's other stages.
+        const lastRank = this.rankOf(this.stages - 1);
+        let got: Float32Array;
+        if (this.rank === lastRank) {
+          got = Float32Array.from((output as tf.Tensor).dataSync() as Float32Array);
+          const copies = Array.from({ length: this.stages - 1 }, (_, s) => hora.send(got, { to: this.rankOf(s), tag: this.tags.output }));
+          await Promise.all(copies);
+        } else {
+          got = await hora.recv(new Float32Array(b * rowSize), { from: lastRank, tag: this.tags.output });
+        }
         output?.dispose();
-        const got = await hora.broadcast(flat, { root: this.rankOf(this.stages - 1), name: 'pipeline.predict' });
         parts.push(tf.tensor(got, [b, ...rowShape], 'float32'));
       }
       return tf.concat(parts);
@@ -735,6 +778,19 @@ export class Pipeline {
     }
     if (validationData !== undefined && !(Array.isArray(validationData) && validationData.length === 2)) {
       throw new HoraError('ERR_INVALID_ARGUMENT', `pipeline.fit: option 'validationData' must be [x, y]; received ${shown(validationData)}`, this.rank);
+    }
+    // Every rank runs the same rounds: the same samples, batches and epochs everywhere (a replica's shard
+    // of the data is the same size as any other's with shard()).
+    const validationSize = validationData ? this.sizeOf('fit', validationData[0] ?? null, validationData[1] ?? null) : 0;
+    const mine = Float64Array.of(n, batchSize, epochs, shuffle ? 1 : 0, validationSize);
+    const all = await hora.allgather(mine, { name: 'pipeline.fit.agree' });
+    const fields = ['samples', 'batchSize', 'epochs', 'shuffle', 'validation samples'];
+    for (let f = 0; f < fields.length; f++) {
+      const values = Array.from({ length: hora.size() }, (_, r) => all[r * fields.length + f]);
+      if (values.some((v) => v !== values[0])) {
+        throw new HoraError('ERR_MISMATCH', `pipeline.fit: every rank must train on as many samples with the same options, but '${fields[f]}' differs ` +
+          `(${values.map((v, r) => `rank ${r}: ${v}`).join(', ')})`, this.rank);
+      }
     }
     const callbacks = args.callbacks === undefined ? [] : Array.isArray(args.callbacks) ? args.callbacks : [args.callbacks];
     const names = ['loss', ...this.metricNames()];
@@ -808,8 +864,9 @@ export class Pipeline {
     const works = this.weightShapes.map((shape, i) => {
       const [stage, index] = this.weightOwner[i];
       const count = shape.reduce((a, b) => a * b, 1);
-      const data = stage === this.stage ? Float32Array.from(own[index].read().dataSync() as Float32Array) : new Float32Array(count);
-      return hora.broadcast(data, { root: this.rankOf(stage), name: `pipeline.weight${i}`, inplace: true });
+      const data = stage === this.stage && this.replica === 0 ? Float32Array.from(own[index].read().dataSync() as Float32Array) : new Float32Array(count);
+      // Replica 0's copy (rank = stage): the replicas of a stage hold the same weights.
+      return hora.broadcast(data, { root: stage, name: `pipeline.weight${i}`, inplace: true });
     });
     const values = await Promise.all(works);
     return values.map((v, i) => tf.tensor(v, this.weightShapes[i], 'float32'));

@@ -131,7 +131,7 @@ export class Round {
     const message = (e as Error)?.message ?? String(e);
     const code = e instanceof HoraError ? e.code : 'ERR_INVALID_ARGUMENT';
     if (message.startsWith('pipeline: stage ')) return e instanceof HoraError ? e : new HoraError(code, message, rank);
-    const err = new HoraError(code, `pipeline: stage ${stage} (rank ${rank}) failed: ${message}`, rank, e instanceof HoraError ? e.peer : -1);
+    const err = new HoraError(code, `pipeline: ${this.describe(rank)} failed: ${message}`, rank, e instanceof HoraError ? e.peer : -1);
     (err as Error & { cause?: unknown }).cause = e;
     return err;
   }
@@ -158,9 +158,14 @@ export class Round {
       message.startsWith('pipeline: stage ') ? message : `pipeline: ${this.describe(r.rank)} failed: ${message}`, hora.rank(), r.origin ?? r.rank);
   }
 
-  /** A peer's control message could not be received: it died, or the job is going down. */
+  /** A message to or from a peer failed: it died (or the job is going down), or the two disagreed. */
   lost(peer: number, e: unknown): HoraError {
     const code = e instanceof HoraError ? e.code : 'ERR_PEER_LOST';
-    return new HoraError(code, `pipeline: ${this.describe(peer)} was lost: ${(e as Error)?.message ?? String(e)}`, hora.rank(), peer);
+    // When the launcher ends the job it fails every pending message at once, whichever peer it is with:
+    // name the rank the launcher names, not the peer of the first message to fail.
+    const culprit = /the job was aborted because of rank (\d+)/.exec((e as Error)?.message ?? '');
+    if (culprit && Number(culprit[1]) !== hora.rank()) peer = Number(culprit[1]);
+    const what = code === 'ERR_PEER_LOST' || code === 'ERR_SHUTDOWN' ? 'was lost' : 'could not exchange a message with this rank';
+    return new HoraError(code, `pipeline: ${this.describe(peer)} ${what}: ${(e as Error)?.message ?? String(e)}`, hora.rank(), peer);
   }
 }
