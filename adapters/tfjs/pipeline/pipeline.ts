@@ -547,7 +547,11 @@ export class Pipeline {
               lossSum += r.loss * sizes[k];
               if (metricSums.length === 0) metricSums = r.metrics.map(() => 0);
               r.metrics.forEach((v, i) => { metricSums[i] += v * sizes[k]; });
+              // The last stage holds the input's gradient until its backward sends it (at once with 1F1B).
               outgoing.set(k, r.dx);
+              stashBytes += r.dx ? r.dx.size * BYTES_PER_FLOAT : 0;
+              this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, stashBytes);
+              this.stats.peakStashMicroBatches = Math.max(this.stats.peakStashMicroBatches, outgoing.size);
             } else {
               const out = this.stageOf.forward(input, null);
               if (yk) {
@@ -591,6 +595,7 @@ export class Pipeline {
             start = now();
             dx = outgoing.get(k) ?? null;
             outgoing.delete(k);
+            stashBytes -= dx ? dx.size * BYTES_PER_FLOAT : 0;
           } else {
             const dy = await receive(s + 1, this.tags.gradient, [sizes[k], ...this.inputShapes[s + 1].slice(1)] as number[]);
             start = now();
