@@ -117,6 +117,8 @@ t.test('fit (validationData, callbacks), evaluate, predict, setWeights/getWeight
     t.ok(s.lastBatch.busyMs.every((b) => b > 0) && s.lastBatch.wallMs >= Math.max(...s.lastBatch.busyMs) * 0.99, `rank ${r}: busy time within the batch's wall time`);
     t.ok(s.total.bubbleFraction >= 0 && s.total.bubbleFraction < 1, `rank ${r}: a bubble fraction (${s.total.bubbleFraction.toFixed(3)})`);
     t.ok(s.weightBytes > 0, `rank ${r}: its stage's weight bytes`);
+    t.equal(rep.steps.count, 12, `rank ${r}: each training batch is a step in hora's stats (the dashboard's)`);
+    t.ok(rep.steps.waitMs > 0 && rep.steps.waitMs < rep.steps.stepMs, `rank ${r}: the stage's idle time counts as waiting (${rep.steps.waitMs.toFixed(0)} of ${rep.steps.stepMs.toFixed(0)} ms)`);
   });
   const [a, b] = job.reports;
   t.equal(a.stats.weightBytes + b.stats.weightBytes, 4 * (6 * 12 + 12 + 12 * 8 + 8 + 8 * 3 + 3), 'the stages hold the model\'s weights between them, once');

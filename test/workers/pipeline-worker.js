@@ -177,7 +177,7 @@ async function api() {
     predictWorst: worstRel([predicted], [refPredicted]), predictShape: predicted.shape,
     shuffledLoss: shuffled.history.loss, setGetWorst: worstRel(back, fresh), exportedWorst: worstRel(exported.getWeights(), fresh),
     exportedClass: exported.getClassName(), saved: saved ? Object.keys(saved).sort() : null, reloaded,
-    plan: pipe.plan, stats: pipe.stats,
+    plan: pipe.plan, stats: pipe.stats, steps: { ...require('../../dist/ts/stats.js').steps },
   });
 }
 

@@ -21,6 +21,7 @@ import * as hora from '../../../ts/index';
 import { HoraError } from '../../../ts/errors';
 import { makeLogger } from '../../../ts/config';
 import { timelineOn, timelineSpan } from '../../../ts/hora';
+import { steps } from '../../../ts/stats';
 import { Layer, layerChain, profileLayers } from './layers';
 import { Plan as CostPlan, planPartition, validatePartition } from './partition';
 import { Instruction, ScheduleKind, stageSchedule } from './schedule';
@@ -477,7 +478,7 @@ export class Pipeline {
    * last). train: forwards and backwards, then the update; otherwise forwards only. Resolves with every
    * rank's report.
    */
-  private async round(x: tf.Tensor | null, y: tf.Tensor | null, n: number, train: boolean, keepOutput: boolean): Promise<{ reports: RoundReport[]; output: tf.Tensor | null; grads: Float32Array[] | null }> {
+  private async round(x: tf.Tensor | null, y: tf.Tensor | null, n: number, train: boolean, keepOutput: boolean): Promise<{ reports: RoundReport[]; output: tf.Tensor | null; grads: Float32Array[] | null; idleMs: number }> {
     const S = this.stages;
     const s = this.stage;
     const first = s === 0;
@@ -627,7 +628,7 @@ export class Pipeline {
       const payload: Record<string, unknown> = { busy, wallMs, stage: s, replica: this.replica, n };
       if (last) Object.assign(payload, { loss: lossSum / n, metrics: metricSums.map((v) => v / n) });
       const reports = await round.finish(this.rank, payload);
-      return { reports, output: keepOutput && last ? tf.concat(outputs) : null, grads };
+      return { reports, output: keepOutput && last ? tf.concat(outputs) : null, grads, idleMs: Math.max(0, performance.now() - t0 - busy) };
     } catch (e) {
       stash.forEach(({ input, record }) => { input.dispose(); if (record) disposeRecord(record); });
       outgoing.forEach((t) => t?.dispose());
@@ -680,9 +681,14 @@ export class Pipeline {
   }
 
   private async trainBatch(optimizer: tf.Optimizer, x: tf.Tensor | null, y: tf.Tensor | null, n: number): Promise<number | number[]> {
-    const { reports, grads } = await this.round(x, y, n, true, false);
+    // A batch is a training step for hora's stats (and so the dashboard): the time this stage did not
+    // compute, waiting on its neighbours (the bubble) or its replicas, counts as waiting.
+    steps.begin();
+    const { reports, grads, idleMs } = await this.round(x, y, n, true, false);
     this.batchesRun += 1;
     this.stageOf.apply_(optimizer, grads);
+    steps.waited(idleMs);
+    steps.end();
     this.recordStats(reports);
     const values = this.lastStageValues(reports);
     return values.length === 1 ? values[0] : values;
