@@ -416,7 +416,7 @@ export class Pipeline {
           const sample = tf.tidy(() => tf.randomUniform([o.profileBatchSize, ...inputShape.slice(1).map((d) => d ?? 1)]));
           const profiles = profileLayers(chain, sample);
           sample.dispose();
-          const plan: CostPlan = planPartition(profiles, { stages: S, microBatches: o.microBatches, rematerialize: o.recompute });
+          const plan: CostPlan = planPartition(profiles, { stages: S, microBatches: o.microBatches, replicas: hora.size() / S, rematerialize: o.recompute });
           out.set(plan.counts, 0);
           out.set(plan.stageTimes, S);
         } catch (e) {
@@ -686,7 +686,7 @@ export class Pipeline {
     steps.begin();
     const { reports, grads, idleMs } = await this.round(x, y, n, true, false);
     this.batchesRun += 1;
-    this.stageOf.apply_(optimizer, grads);
+    this.stageOf.update(optimizer, grads);
     steps.waited(idleMs);
     steps.end();
     this.recordStats(reports);

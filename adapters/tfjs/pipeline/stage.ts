@@ -270,7 +270,7 @@ export class Stage {
   }
 
   /** Applies one update with the given gradients (one per variable), then forgets the batch. */
-  apply_(optimizer: tf.Optimizer, grads: Float32Array[] | null): void {
+  update(optimizer: tf.Optimizer, grads: Float32Array[] | null): void {
     const named: tf.NamedTensorMap = {};
     this.variables.forEach((v, i) => {
       const g = grads ? grads[i] : null;
