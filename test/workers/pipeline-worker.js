@@ -128,6 +128,11 @@ async function equiv() {
 }
 
 async function api() {
+  // What the pipeline reports for the launcher's stats (the dashboard's Pipeline panel), seen on its way.
+  const stats = require('../../dist/ts/stats.js');
+  const reported = [];
+  const original = stats.reportPipelineBatch;
+  stats.reportPipelineBatch = (batch) => { reported.push(batch); return original(batch); };
   const model = buildModel({ widths: [6, 12, 8, 3], activation: 'relu' });
   const pipe = pipeline(model, { stages: hora.size(), microBatches: 3, schedule: '1f1b', partition: 'auto' });
   pipe.compile({ optimizer: tf.train.adam(0.01), loss: 'categoricalCrossentropy', metrics: ['accuracy'] });
@@ -177,7 +182,7 @@ async function api() {
     predictWorst: worstRel([predicted], [refPredicted]), predictShape: predicted.shape,
     shuffledLoss: shuffled.history.loss, setGetWorst: worstRel(back, fresh), exportedWorst: worstRel(exported.getWeights(), fresh),
     exportedClass: exported.getClassName(), saved: saved ? Object.keys(saved).sort() : null, reloaded,
-    plan: pipe.plan, stats: pipe.stats, steps: { ...require('../../dist/ts/stats.js').steps },
+    plan: pipe.plan, stats: pipe.stats, steps: { ...stats.steps }, reported,
   });
 }
 

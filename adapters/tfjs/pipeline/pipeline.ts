@@ -21,7 +21,7 @@ import * as hora from '../../../ts/index';
 import { HoraError } from '../../../ts/errors';
 import { makeLogger } from '../../../ts/config';
 import { timelineOn, timelineSpan } from '../../../ts/hora';
-import { steps } from '../../../ts/stats';
+import { reportPipelineBatch, steps } from '../../../ts/stats';
 import { Layer, layerChain, profileLayers } from './layers';
 import { Plan as CostPlan, planPartition, validatePartition } from './partition';
 import { Instruction, ScheduleKind, stageSchedule } from './schedule';
@@ -478,7 +478,7 @@ export class Pipeline {
    * last). train: forwards and backwards, then the update; otherwise forwards only. Resolves with every
    * rank's report.
    */
-  private async round(x: tf.Tensor | null, y: tf.Tensor | null, n: number, train: boolean, keepOutput: boolean): Promise<{ reports: RoundReport[]; output: tf.Tensor | null; grads: Float32Array[] | null; idleMs: number }> {
+  private async round(x: tf.Tensor | null, y: tf.Tensor | null, n: number, train: boolean, keepOutput: boolean): Promise<{ reports: RoundReport[]; output: tf.Tensor | null; grads: Float32Array[] | null; busyMs: number; wallMs: number; stashBytes: number }> {
     const S = this.stages;
     const s = this.stage;
     const first = s === 0;
@@ -499,6 +499,7 @@ export class Pipeline {
     const outputs: tf.Tensor[] = [];
     let busy = 0;
     let stashBytes = 0;
+    let batchPeak = 0;
     let lossSum = 0;
     let metricSums: number[] = [];
     const batchNo = this.batchesRun;
@@ -551,6 +552,7 @@ export class Pipeline {
               // The last stage holds the input's gradient until its backward sends it (at once with 1F1B).
               outgoing.set(k, r.dx);
               stashBytes += r.dx ? r.dx.size * BYTES_PER_FLOAT : 0;
+              batchPeak = Math.max(batchPeak, stashBytes);
               this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, stashBytes);
               this.stats.peakStashMicroBatches = Math.max(this.stats.peakStashMicroBatches, outgoing.size);
             } else {
@@ -582,6 +584,7 @@ export class Pipeline {
               const bytes = input.size * BYTES_PER_FLOAT + (record ? record.bytes : 0);
               stash.set(k, { input, record, bytes });
               stashBytes += bytes;
+              batchPeak = Math.max(batchPeak, stashBytes);
               this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, stashBytes);
               this.stats.peakStashMicroBatches = Math.max(this.stats.peakStashMicroBatches, stash.size);
             } else {
@@ -628,7 +631,7 @@ export class Pipeline {
       const payload: Record<string, unknown> = { busy, wallMs, stage: s, replica: this.replica, n };
       if (last) Object.assign(payload, { loss: lossSum / n, metrics: metricSums.map((v) => v / n) });
       const reports = await round.finish(this.rank, payload);
-      return { reports, output: keepOutput && last ? tf.concat(outputs) : null, grads, idleMs: Math.max(0, performance.now() - t0 - busy) };
+      return { reports, output: keepOutput && last ? tf.concat(outputs) : null, grads, busyMs: busy, wallMs, stashBytes: batchPeak };
     } catch (e) {
       stash.forEach(({ input, record }) => { input.dispose(); if (record) disposeRecord(record); });
       outgoing.forEach((t) => t?.dispose());
@@ -681,14 +684,17 @@ export class Pipeline {
   }
 
   private async trainBatch(optimizer: tf.Optimizer, x: tf.Tensor | null, y: tf.Tensor | null, n: number): Promise<number | number[]> {
-    // A batch is a training step for hora's stats (and so the dashboard): the time this stage did not
-    // compute, waiting on its neighbours (the bubble) or its replicas, counts as waiting.
+    // A batch is a training step in hora's stats; its stage's busy and wall time go to the launcher's
+    // reports too (the dashboard's Pipeline panel).
     steps.begin();
-    const { reports, grads, idleMs } = await this.round(x, y, n, true, false);
+    const { reports, grads, busyMs, wallMs, stashBytes } = await this.round(x, y, n, true, false);
     this.batchesRun += 1;
     this.stageOf.update(optimizer, grads);
-    steps.waited(idleMs);
     steps.end();
+    reportPipelineBatch({
+      stage: this.stage, stages: this.stages, replica: this.replica, replicas: this.replicas, busyMs, wallMs,
+      weightBytes: this.stageOf.weightBytes, peakStashBytes: stashBytes,
+    });
     this.recordStats(reports);
     const values = this.lastStageValues(reports);
     return values.length === 1 ? values[0] : values;
