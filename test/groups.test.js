@@ -8,20 +8,14 @@
 // the ranks.
 const t = require('tap');
 const path = require('node:path');
-const { runJob, tail } = require('./support/hora-job');
+const { runScenario, tail } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'groups-worker.js');
 const TRANSPORTS = [['shm', {}], ['tcp', { HORA_TRANSPORT: 'tcp' }]];
 
 /** Runs a scenario on 4 ranks and returns each rank's result, after asserting that every rank reported. */
-async function scenario(t, name, env = {}, { exitZero = true } = {}) {
-  const job = await runJob(4, WORKER, { args: [name], env, timeoutMs: 240000 });
-  if (exitZero) t.equal(job.code, 0, `${name}: hora run exits 0`, { output: tail(job) });
-  const results = job.reports.map((r) => (r ? r.result : null));
-  for (const [rank, r] of results.entries()) {
-    if (exitZero || r) t.notOk(r && r.threw, `${name}: rank ${rank} did not throw`, { threw: r && r.threw });
-  }
-  return { results, job };
+function scenario(t, name, env = {}, options = {}) {
+  return runScenario(t, 4, WORKER, name, env, options);
 }
 
 for (const [transport, env] of TRANSPORTS) {

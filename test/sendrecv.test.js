@@ -8,20 +8,14 @@ const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { runJob, runProcess, tail } = require('./support/hora-job');
+const { runProcess, runScenario, tail } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'sendrecv-worker.js');
 const TRANSPORTS = [['shm', {}], ['tcp', { HORA_TRANSPORT: 'tcp' }]];
 
 /** Runs a scenario and returns each rank's result, after asserting that every rank reported. */
-async function scenario(t, np, name, env = {}, { exitZero = true } = {}) {
-  const job = await runJob(np, WORKER, { args: [name], env, timeoutMs: 240000 });
-  if (exitZero) t.equal(job.code, 0, `${name}: hora run exits 0`, { output: tail(job) });
-  const results = job.reports.map((r) => (r ? r.result : null));
-  for (const [rank, r] of results.entries()) {
-    if (exitZero || r) t.notOk(r && r.threw, `${name}: rank ${rank} did not throw`, { threw: r && r.threw });
-  }
-  return { results, job };
+function scenario(t, np, name, env = {}, options = {}) {
+  return runScenario(t, np, WORKER, name, env, options);
 }
 
 for (const [transport, env] of TRANSPORTS) {

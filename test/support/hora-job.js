@@ -53,4 +53,18 @@ function tail(job, n = 3000) {
   return text.length > n ? text.slice(-n) : text;
 }
 
-module.exports = { runJob, runProcess, tail, ROOT, HORA, NODE };
+/**
+ * Runs scenario `name` of a worker built on runScenarios (support/worker-util.js) on np ranks and returns
+ * each rank's result, after asserting that the job exited 0 (unless exitZero is false) and that no rank threw.
+ */
+async function runScenario(t, np, worker, name, env = {}, { exitZero = true } = {}) {
+  const job = await runJob(np, worker, { args: [name], env, timeoutMs: 240000 });
+  if (exitZero) t.equal(job.code, 0, `${name}: hora run exits 0`, { output: tail(job) });
+  const results = job.reports.map((r) => (r ? r.result : null));
+  for (const [rank, r] of results.entries()) {
+    if (exitZero || r) t.notOk(r && r.threw, `${name}: rank ${rank} did not throw`, { threw: r && r.threw });
+  }
+  return { results, job };
+}
+
+module.exports = { runJob, runProcess, runScenario, tail, ROOT, HORA, NODE };

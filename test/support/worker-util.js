@@ -45,4 +45,28 @@ async function outcome(call) {
   }
 }
 
-module.exports = { report, prng, outcome, describeError };
+/**
+ * A worker's main: joins the job, runs the scenario named by argv[2] as fn(rank, size), reports its result
+ * (or what it threw) and shuts down, except in the scenarios listed in `noShutdown` (a rank that is killed).
+ */
+function runScenarios(hora, scenarios, { noShutdown = [] } = {}) {
+  async function main() {
+    const scenario = process.argv[2];
+    await hora.init();
+    const r = hora.rank(), p = hora.size();
+    let result;
+    try {
+      result = await scenarios[scenario](r, p);
+    } catch (e) {
+      result = { threw: describeError(e) };
+    }
+    report(r, { scenario, result });
+    if (!noShutdown.includes(scenario)) await hora.shutdown();
+  }
+  main().catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });
+}
+
+module.exports = { report, prng, outcome, describeError, runScenarios };

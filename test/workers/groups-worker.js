@@ -18,7 +18,7 @@
 //                HORA_TIMEOUT_S): ERR_TIMEOUT on rank 0 naming rank 1
 // Each rank writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json and exits 0 whatever it saw.
 const hora = require('../../dist/ts/index.js');
-const { report, outcome, describeError } = require('../support/worker-util');
+const { outcome, describeError, runScenarios } = require('../support/worker-util');
 
 const DTYPES = ['float32', 'float64', 'float16', 'int32', 'int64', 'uint8'];
 
@@ -280,21 +280,4 @@ async function independent(r) {
 
 const SCENARIOS = { results, messages, pipeline, invalid, lists, inside, kill, timeout, independent };
 
-async function main() {
-  const scenario = process.argv[2];
-  await hora.init();
-  const r = hora.rank(), p = hora.size();
-  let result;
-  try {
-    result = await SCENARIOS[scenario](r, p);
-  } catch (e) {
-    result = { threw: describeError(e) };
-  }
-  report(r, { scenario, result });
-  if (scenario !== 'kill') await hora.shutdown();
-}
-
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+runScenarios(hora, SCENARIOS, { noShutdown: ['kill'] });

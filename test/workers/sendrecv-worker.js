@@ -17,7 +17,7 @@
 //                HORA_TIMEOUT_S); then an allreduce must still work
 // Each rank writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json and exits 0 whatever it saw.
 const hora = require('../../dist/ts/index.js');
-const { report, outcome, describeError } = require('../support/worker-util');
+const { outcome, runScenarios } = require('../support/worker-util');
 
 const DTYPES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8'];
 const SIZES = [0, 1, 7, 1023, 4097, 70001, 1 << 20];
@@ -285,21 +285,4 @@ async function timeout(r) {
 
 const SCENARIOS = { sweep, large, window: windowed, blocking, 'out-of-order': outOfOrder, 'in-order': inOrder, independent, interleave, invalid, mismatch, kill, timeout };
 
-async function main() {
-  const scenario = process.argv[2];
-  await hora.init();
-  const r = hora.rank(), p = hora.size();
-  let result;
-  try {
-    result = await SCENARIOS[scenario](r, p);
-  } catch (e) {
-    result = { threw: describeError(e) };
-  }
-  report(r, { scenario, result });
-  if (scenario !== 'kill') await hora.shutdown();
-}
-
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+runScenarios(hora, SCENARIOS, { noShutdown: ['kill'] });
