@@ -32,6 +32,7 @@ async function worker() {
   const tf = require('@tensorflow/tfjs');
   await tf.setBackend('cpu');
   tf.env().set('PROD', true);
+  const { seeded } = require(path.join(ROOT, 'dist', 'adapters', 'tfjs', 'pipeline', 'stage.js'));
   const next = seeded(7);
   const model = tf.sequential({
     layers: c.widths.slice(1).map((units, i) => tf.layers.dense({
@@ -76,16 +77,6 @@ async function worker() {
   const extra = await finish();
   if (!hora || hora.rank() === 0) process.stdout.write(`BENCH ${JSON.stringify({ samplesPerSecond: c.steps * c.batch / seconds, seconds, ...extra })}\n`);
   if (hora) await hora.shutdown();
-}
-
-function seeded(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import { Layer, layerChain, profileLayers } from './layers';
 import { Plan as CostPlan, planPartition, validatePartition } from './partition';
 import { Instruction, ScheduleKind, stageSchedule } from './schedule';
 import { Round, RoundReport } from './rounds';
-import { BYTES_PER_FLOAT, disposeRecord, ForwardRecord, Stage } from './stage';
+import { BYTES_PER_FLOAT, disposeRecord, ForwardRecord, seeded, Stage } from './stage';
 
 export interface PipelineOptions {
   /** Stages the model is cut into; divides hora.size() (size / stages replicas of each stage). */
@@ -157,17 +157,6 @@ function concatenated(parts: Float32Array[]): Float32Array {
 export function microBatchSizes(n: number, m: number): number[] {
   const base = Math.floor(n / m);
   return Array.from({ length: m }, (_, k) => base + (k < n % m ? 1 : 0));
-}
-
-/** mulberry32, for the shuffle every rank of a replica does alike. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 interface Checked {
@@ -821,7 +810,7 @@ export class Pipeline {
       for (const cb of callbacks) await cb.onEpochBegin?.(epoch, {});
       let order: tf.Tensor1D | null = null;
       if (shuffle) {
-        const next = prng(seed + epoch);
+        const next = seeded(seed + epoch);  // the shuffle every rank of a replica does alike
         const idx = Array.from({ length: n }, (_, i) => i);
         for (let i = n - 1; i > 0; i--) { const j = Math.floor(next() * (i + 1)); [idx[i], idx[j]] = [idx[j], idx[i]]; }
         order = tf.tensor1d(idx, 'int32');

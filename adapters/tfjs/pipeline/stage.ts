@@ -34,8 +34,8 @@ type LossFn = (yTrue: tf.Tensor, yPred: tf.Tensor) => tf.Tensor;
 type LayerClass = { fromConfig(cls: unknown, config: unknown): Layer };
 type NonTrainable = { read(): tf.Tensor; write(v: tf.Tensor): unknown };
 
-/** mulberry32, uniform in [0, 1). */
-function seeded(seed: number): () => number {
+/** mulberry32, uniform in [0, 1): the same draws on every rank that starts from the same seed. */
+export function seeded(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
