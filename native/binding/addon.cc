@@ -207,6 +207,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     Napi::Env env = info.Env();
     Napi::Array arr = info[0].As<Napi::Array>();
     std::vector<std::shared_ptr<Work>> batch;
+    std::vector<std::shared_ptr<Work>> messages;
     batch.reserve(arr.Length());
     Napi::Array keys = keys_.Value();
     for (uint32_t i = 0; i < arr.Length(); ++i) {
@@ -251,7 +252,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv) {
         w->peer = get(kPeer).As<Napi::Number>().Int32Value();
         w->tag = get(kTag).As<Napi::Number>().Int32Value();
-        comm_->post(std::move(w));
+        messages.push_back(std::move(w));
         continue;
       }
       Napi::Value out = get(kOut);
@@ -261,7 +262,12 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       }
       batch.push_back(std::move(w));
     }
-    comm_->submit(std::move(batch), info.Length() > 1 && info[1].ToBoolean().Value());
+    const bool willWait = info.Length() > 1 && info[1].ToBoolean().Value();
+    // With no collective in the batch, the item waited for is a message: the waiting caller moves them.
+    for (auto& m : messages) comm_->post(std::move(m), willWait && batch.empty());
+    // An empty task would only get in the way: a wait() for a message stops moving messages itself as
+    // soon as a task is queued.
+    if (!batch.empty()) comm_->submit(std::move(batch), willWait);
     return env.Undefined();
   }
 

@@ -92,9 +92,12 @@ void Communicator::connect(std::shared_ptr<Work> work, std::vector<PeerInfo> pee
   queueCv_.notify_one();
 }
 
-void Communicator::post(std::shared_ptr<Work> work) {
+void Communicator::post(std::shared_ptr<Work> work, bool callerWillWait) {
   if (options_.timeline) work->times.enqueued = monotonicNanos();
   p2p_.post(std::move(work));
+  // A caller about to wait for a message moves the messages itself (waitForMessage()), and hands them to
+  // the communication thread when it stops; waking that thread now would only have it step aside.
+  if (callerWillWait) return;
   // Under the lock, so a communication thread about to sleep on queueCv_ cannot miss it.
   { std::lock_guard<std::mutex> lock(mutex_); }
   queueCv_.notify_one();
@@ -210,6 +213,11 @@ void Communicator::waitForMessage(const std::shared_ptr<Work>& work) {
     ~Leave() {
       c->messageWaiters_.fetch_sub(1, std::memory_order_acq_rel);
       c->p2p_.wake();
+      // Messages still moving are the communication thread's now; it may be asleep (see post()).
+      if (c->p2p_.busy()) {
+        { std::lock_guard<std::mutex> lock(c->mutex_); }
+        c->queueCv_.notify_one();
+      }
     }
   } leave{this};
   Clock::time_point idleSince = Clock::now();

@@ -69,7 +69,8 @@ class Communicator {
   // The group made by addGroup(id), or nullptr. Thread-safe.
   Group* findGroup(uint32_t id);
   // Posts a send or receive (kind kSend or kRecv); it runs beside the collectives, in no order with them.
-  void post(std::shared_ptr<Work> work);
+  // callerWillWait: the caller goes on to waitFor() a message at once, and moves the messages itself.
+  void post(std::shared_ptr<Work> work, bool callerWillWait = false);
   // Blocks the caller until work has completed; while the engine is idle the caller runs queued tasks.
   void waitFor(const std::shared_ptr<Work>& work);
   bool isDone(const std::shared_ptr<Work>& work);
