@@ -121,6 +121,8 @@ export interface NativeCommunicator {
   submitOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
     name: string, data: ArrayBufferView | null, out: ArrayBufferView | null, willWait: boolean): void;
   wait(id: number): NativeResult | true | null;
+  /** Spins up to `micros` for work `id` to complete; its result, or null when it has not (its completion comes later as usual). */
+  spin(id: number, micros: number): NativeResult | true | null;
   abort(code: string, message: string): void;
   /**
    * The cost model's predicted seconds of a float32 allreduce of `bytes` per algorithm (absent where

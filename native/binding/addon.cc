@@ -107,6 +107,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                         InstanceMethod("addGroup", &CommunicatorWrap::AddGroup),
                         InstanceMethod("submitOne", &CommunicatorWrap::SubmitOne),
                         InstanceMethod("wait", &CommunicatorWrap::Wait),
+                        InstanceMethod("spin", &CommunicatorWrap::Spin),
                         InstanceMethod("abort", &CommunicatorWrap::Abort),
                         InstanceMethod("estimate", &CommunicatorWrap::Estimate),
                         InstanceMethod("takeTimeline", &CommunicatorWrap::TakeTimeline),
@@ -319,6 +320,16 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     auto it = pending_.find(id);
     if (it == pending_.end()) return info.Env().Null();
     comm_->waitFor(it->second);
+    return Take(info.Env(), id);
+  }
+
+  // spin(id, micros): spins up to micros for that work to complete; its result like take() would, or
+  // null when it has not completed (its completion callback comes later as usual).
+  Napi::Value Spin(const Napi::CallbackInfo& info) {
+    uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return info.Env().Null();
+    if (!comm_->spinFor(it->second, info[1].As<Napi::Number>().Int64Value())) return info.Env().Null();
     return Take(info.Env(), id);
   }
 

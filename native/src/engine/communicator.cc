@@ -254,6 +254,35 @@ void Communicator::runTask(Task& task) {
   }
 }
 
+bool Communicator::spinFor(const std::shared_ptr<Work>& work, int64_t micros) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (work->completed) return true;
+    if (ctx_.oversubscribed() || waitedFor_ != nullptr) return false;
+    waitedFor_ = work.get();
+  }
+  const Clock::time_point until = Clock::now() + std::chrono::microseconds(micros);
+  uint64_t seen = completions_.load(std::memory_order_acquire);
+  bool done = false;
+  for (int round = 0;; ++round) {
+    const uint64_t now = completions_.load(std::memory_order_acquire);
+    if (now != seen) {
+      seen = now;
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (work->completed) {
+        done = true;
+        break;
+      }
+    }
+    if (Clock::now() >= until) break;
+    sched_yield();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  waitedFor_ = nullptr;
+  // Completed between the last look and now: its callback was not posted either.
+  return done || work->completed;
+}
+
 bool Communicator::isDone(const std::shared_ptr<Work>& work) {
   std::lock_guard<std::mutex> lock(mutex_);
   return work->completed;
@@ -619,6 +648,7 @@ void Communicator::complete(const std::shared_ptr<Work>& w, Status st, const std
     wake = awaited_ != nullptr;
     taken = waitedFor_ == w.get();
   }
+  completions_.fetch_add(1, std::memory_order_release);
   // Only the work a blocked wait() is for: waking the JS thread for every completion costs a context
   // switch each, on the critical path of the next collective.
   if (wake) doneCv_.notify_all();

@@ -74,6 +74,9 @@ class Communicator {
   // Blocks the caller until work has completed; while the engine is idle the caller runs queued tasks.
   void waitFor(const std::shared_ptr<Work>& work);
   bool isDone(const std::shared_ptr<Work>& work);
+  // Spins up to micros for work to complete on the communication thread; true when it has, and then
+  // its completion posted no callback (the caller takes the result). Does nothing when oversubscribed.
+  bool spinFor(const std::shared_ptr<Work>& work, int64_t micros);
   // Fails everything queued and everything later with reason; wakes a blocked collective.
   void abort(const Status& reason);
   // Lets the queue drain, then stops the thread and closes every connection.
@@ -123,7 +126,8 @@ class Communicator {
   std::condition_variable doneCv_;
   std::deque<Task> queue_;
   std::atomic<int> queued_{0};  // tasks in queue_, readable without the lock
-  std::atomic<int> messageWaiters_{0};  // JS-thread wait()s moving messages themselves (waitForMessage)
+  std::atomic<int> messageWaiters_{0};
+  std::atomic<uint64_t> completions_{0};  // works completed so far, readable without the lock (spinFor)  // JS-thread wait()s moving messages themselves (waitForMessage)
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() sleeps on, if any (under mutex_)
   const Work* waitedFor_ = nullptr;  // the work a waitFor() is in progress for; its caller takes the result (under mutex_)
   bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()

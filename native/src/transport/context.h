@@ -98,6 +98,8 @@ class Context {
   void setTopology(Topology t) { topology_ = std::move(t); }
   bool usesSharedMemory(int peer) const { return pairView_[peer] != nullptr && pairView_[peer]->pollFd() < 0; }
   int64_t timeoutMs() const { return timeoutMs_; }
+  // More ranks share this host than it has cores (set by connect()).
+  bool oversubscribed() const { return oversubscribed_; }
 
   // Starts the deadline of the next collective.
   void startDeadline() { root().deadline_ = Deadline(timeoutMs_); }
