@@ -20,7 +20,7 @@ import type { LayersModel } from '@tensorflow/tfjs-layers';
 import * as hora from '../../../ts/index';
 import { HoraError } from '../../../ts/errors';
 import { makeLogger } from '../../../ts/config';
-import { timelineOn, timelineSpan } from '../../../ts/hora';
+import { flushCollectives, timelineOn, timelineSpan } from '../../../ts/hora';
 import { reportPipelineBatch, steps } from '../../../ts/stats';
 import { Layer, layerChain, profileLayers } from './layers';
 import { Plan as CostPlan, planPartition, validatePartition } from './partition';
@@ -497,6 +497,10 @@ export class Pipeline {
     const send = (data: Float32Array, stage: number, tag: number) => {
       const to = this.rankOf(stage);
       const w = hora.send(data, { to, tag });
+      // Out now: batched calls otherwise leave at the end of this run of JavaScript, and a first stage's
+      // forwards (or a last stage's backwards) run back to back without yielding, so the next stage would
+      // wait for all of them.
+      flushCollectives();
       const p = Promise.resolve(w).then(undefined, (e) => { throw round.lost(to, e); });
       p.catch(() => undefined);
       sends.push(p);
