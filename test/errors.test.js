@@ -4,10 +4,9 @@
 // before init, in a world of one and after shutdown.
 const t = require('tap');
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { runJob, runProcess, tail, ROOT, NODE } = require('./support/hora-job');
+const { runJob, runProcess, tail, freePort, cleanEnv, ROOT, NODE } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'errors-worker.js');
 
@@ -109,26 +108,6 @@ for (const transport of ['shm', 'tcp']) {
 }
 
 // Without the launcher (torchrun-style variables) only the data plane can notice the dead rank.
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function cleanEnv(extra) {
-  const env = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (/^(HORA_|OMPI_|PMI_|SLURM_)/.test(k) || ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'].includes(k)) continue;
-    env[k] = v;
-  }
-  return { ...env, ...extra };
-}
-
 for (const transport of ['shm', 'tcp']) {
   t.test(`p=3 ${transport}, no launcher: a rank SIGKILLed mid-allreduce -> ERR_PEER_LOST from the data plane`, async (t) => {
     const np = 3;

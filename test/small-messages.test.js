@@ -6,10 +6,9 @@
 // collectives outstanding at the same time, and leave memory flat over a long wait() loop.
 const t = require('tap');
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { runJob, runProcess, tail } = require('./support/hora-job');
+const { runJob, runProcess, tail, freePort, cleanEnv } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'small-messages-worker.js');
 // The bound errors.test.js holds a killed peer's detection to (typically well under a second).
@@ -64,26 +63,6 @@ t.test('p=2 shm: 100,000 small allreduces in a wait() loop, memory flat', async 
 });
 
 // Without a launcher only the data plane can see the death: the survivor is spinning in wait().
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function cleanEnv(extra) {
-  const env = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (/^(HORA_|OMPI_|PMI_|SLURM_)/.test(k) || ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'].includes(k)) continue;
-    env[k] = v;
-  }
-  return { ...env, ...extra };
-}
-
 for (const transport of ['shm', 'tcp']) {
   t.test(`p=2 ${transport}, no launcher: a peer SIGKILLed while the other spins in wait() -> ERR_PEER_LOST`, async (t) => {
     const port = await freePort();

@@ -4,6 +4,7 @@
 // Workers write one JSON line per rank to $<resultVar>/rank-<rank>.json; runJob returns those reports
 // with the launcher's exit code and output, so tests can assert on behaviour of every rank.
 const fs = require('node:fs');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
@@ -67,4 +68,26 @@ async function runScenario(t, np, worker, name, env = {}, { exitZero = true } = 
   return { results, job };
 }
 
-module.exports = { runJob, runProcess, runScenario, tail, ROOT, HORA, NODE };
+/** A loopback port that was free a moment ago (for a rendezvous started without the launcher). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** This environment without any launcher's variables (hora's, Open MPI's, Slurm's, torchrun's), plus extra. */
+function cleanEnv(extra) {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (/^(HORA_|OMPI_|PMI_|SLURM_)/.test(k) || ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'].includes(k)) continue;
+    env[k] = v;
+  }
+  return { ...env, ...extra };
+}
+
+module.exports = { runJob, runProcess, runScenario, tail, freePort, cleanEnv, ROOT, HORA, NODE };
