@@ -8,6 +8,8 @@
 //   throughput  8 dense layers of equal cost (width 512) in 2 stages, m = 8 micro-batches of a batch of 256,
 //               samples per second against the same model trained by one process on the same batch, with
 //               backwards from kept records and recomputing; GPipe's bound is S x m / (m + S - 1) = 1.78x.
+//               Also two such processes at once, one per core, no communication (machineFactor: the slower
+//               one's speed over one alone): what the machine gives two busy processes.
 //   bubble      the same model with m = 2, 4, 8, 16: the bubble fraction measured (pipe.stats) against
 //               (S - 1) / (m + S - 1), both schedules.
 //   memory      m = 16: each stage's peak of bytes held for backwards still to run, with 1F1B and with GPipe,
@@ -83,14 +85,21 @@ async function worker() {
 // Driver.
 
 function run(config) {
+  return runAll(config)[0];
+}
+
+// config.twins: two one-process runs at once, one per core, with no communication: what this machine gives
+// each of two busy processes, against which a 2-stage pipeline's speed-up is bounded too.
+function runAll(config) {
   const env = { ...process.env, BENCH_CONFIG: JSON.stringify(config) };
-  const argv = config.single
-    ? [__filename, '--worker']
-    : [HORA, 'run', '-np', String(config.stages ?? 2), '--', process.execPath, __filename, '--worker'];
-  const r = spawnSync(process.execPath, argv, { cwd: ROOT, env, encoding: 'utf8', timeout: 600000 });
-  const line = (r.stdout || '').split('\n').map((l) => l.replace(/^\[\d+\]\s*/, '')).find((l) => l.startsWith('BENCH '));
-  if (r.status !== 0 || !line) throw new Error(`bench/pipeline.js: a run failed (${JSON.stringify(config)}): exit ${r.status}\n${(r.stderr || '').slice(-2000)}`);
-  return JSON.parse(line.slice('BENCH '.length));
+  const worker = `"${process.execPath}" "${__filename}" --worker`;
+  const r = config.twins
+    ? spawnSync('bash', ['-c', `${worker} & ${worker} & wait`], { cwd: ROOT, env, encoding: 'utf8', timeout: 600000 })
+    : spawnSync(process.execPath, config.single ? [__filename, '--worker']
+      : [HORA, 'run', '-np', String(config.stages ?? 2), '--', process.execPath, __filename, '--worker'], { cwd: ROOT, env, encoding: 'utf8', timeout: 600000 });
+  const lines = (r.stdout || '').split('\n').map((l) => l.replace(/^\[\d+\]\s*/, '')).filter((l) => l.startsWith('BENCH '));
+  if (r.status !== 0 || lines.length < (config.twins ? 2 : 1)) throw new Error(`bench/pipeline.js: a run failed (${JSON.stringify(config)}): exit ${r.status}\n${(r.stderr || '').slice(-2000)}`);
+  return lines.map((l) => JSON.parse(l.slice('BENCH '.length)));
 }
 
 const median = (xs) => { const s = xs.slice().sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
@@ -116,14 +125,18 @@ function main() {
     const single = [];
     const piped = [];
     const recomputed = [];
+    const twins = [];
     for (let i = 0; i < repeats; i++) {
       single.push(run({ ...base, widths: equal, single: true }).samplesPerSecond);
+      const pair = runAll({ ...base, widths: equal, single: true, twins: true });
+      twins.push(Math.min(...pair.map((r) => r.samplesPerSecond)));
       piped.push(run({ ...base, widths: equal, micro: 8, partition: 'auto' }).samplesPerSecond);
       recomputed.push(run({ ...base, widths: equal, micro: 8, partition: 'auto', recompute: true }).samplesPerSecond);
     }
     emit({
       part: 'throughput', stages: 2, micro: 8, bound: 2 * 8 / (8 + 1),
       singleSamplesPerSecond: single, pipelineSamplesPerSecond: piped, recomputeSamplesPerSecond: recomputed,
+      twinSamplesPerSecond: twins, machineFactor: median(twins.map((p, i) => p / single[i])),
       speedup: median(piped.map((p, i) => p / single[i])), recomputeSpeedup: median(recomputed.map((p, i) => p / single[i])),
     });
   }

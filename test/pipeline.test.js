@@ -281,6 +281,7 @@ t.test('bench/pipeline.js --quick runs every part and reports its figures', asyn
   const part = (name) => results.filter((r) => r.part === name);
   const [tp] = part('throughput');
   t.ok(tp && tp.speedup > 0 && tp.recomputeSpeedup > 0 && Math.abs(tp.bound - 16 / 9) < 1e-12, 'throughput: both speed-ups against one process, and the bound');
+  t.ok(tp && tp.machineFactor > 0 && tp.twinSamplesPerSecond.length === tp.singleSamplesPerSecond.length, 'throughput: two processes at once without communication, against one alone');
   t.same(part('bubble').map((r) => [r.schedule, r.micro, r.expected]), [['gpipe', 2, 1 / 3], ['gpipe', 4, 1 / 5], ['1f1b', 2, 1 / 3], ['1f1b', 4, 1 / 5]], 'bubble: each m and schedule against (S-1)/(m+S-1)');
   t.ok(part('bubble').every((r) => r.bubbleFraction >= 0 && r.bubbleFraction < 1), 'bubble fractions measured');
   const mem = Object.fromEntries(part('memory').map((r) => [`${r.schedule} ${r.recompute}`, r]));
