@@ -10,19 +10,10 @@ const { spawn } = require('node:child_process');
 const dist = path.join(__dirname, '..', 'dist', 'ts');
 const { register } = require(path.join(dist, 'control', 'client.js'));
 const config = require(path.join(dist, 'config.js'));
-const { HORA, NODE, ROOT } = require('./support/hora-job');
+const { HORA, NODE, ROOT, freePort } = require('./support/hora-job');
 
 // A loopback port where nothing listens: bound by the kernel, then closed.
-function closedPort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
+const closedPort = freePort;
 
 const esc = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
