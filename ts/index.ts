@@ -6,6 +6,7 @@ export {
 export { newGroup, Group } from './group';
 export { Work } from './work';
 export * as cuda from './cuda';
+export * as elastic from './elastic';
 export { HoraError } from './errors';
 export type { HoraErrorCode } from './errors';
 export type {

@@ -1,0 +1,2 @@
+/** hora.elastic: training that goes on when workers are lost or join. */
+export { State } from './state';

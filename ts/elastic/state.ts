@@ -1,0 +1,258 @@
+/**
+ * The state an elastic job rolls back to and hands to new workers.
+ *
+ * A State holds named fields of two kinds: JSON values (numbers, strings, booleans, null, and arrays and
+ * plain objects of them) and typed arrays. commit() copies them in memory; restore() goes back to that
+ * copy; sync(root) makes every rank's fields and rollback point equal to root's. Typed arrays are copied
+ * into buffers kept from one commit to the next, so a commit costs one memory copy of the arrays and no
+ * allocation while their lengths stay the same, and restore() writes back into the arrays the script
+ * holds, so references to them stay valid.
+ */
+import { HoraError, describeValue } from '../errors';
+import { allgather, broadcast, current } from '../hora';
+
+type TypedArray =
+  | Int8Array | Uint8Array | Uint8ClampedArray | Int16Array | Uint16Array | Int32Array | Uint32Array
+  | Float32Array | Float64Array | BigInt64Array | BigUint64Array;
+
+const TYPED_ARRAYS: Record<string, new (n: number) => TypedArray> = {
+  Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
+  Float32Array, Float64Array, BigInt64Array, BigUint64Array,
+};
+
+/** Called at the end of every commit(); elastic.run installs the membership check here. */
+type CommitHook = (state: State) => Promise<void>;
+let commitHook: CommitHook | null = null;
+
+/** @internal Installed by elastic.run for the length of a run. */
+export function setCommitHook(hook: CommitHook | null): void {
+  commitHook = hook;
+}
+
+type ResetCallback = () => void | Promise<void>;
+
+interface Field {
+  kind: 'json' | 'typed';
+  value: unknown;
+  /** The committed copy: a deep copy of a JSON value, or a typed array of the same type. */
+  saved: unknown;
+}
+
+const RESERVED = new Set(['commit', 'restore', 'sync', 'onReset', 'fieldNames', 'runResetCallbacks', 'constructor']);
+
+function isTypedArray(v: unknown): v is TypedArray {
+  return ArrayBuffer.isView(v) && !(v instanceof DataView) && (v as TypedArray).constructor.name in TYPED_ARRAYS;
+}
+
+/** Why `v` is not a JSON value that survives a round trip unchanged, or null when it is. */
+function notJson(v: unknown, where: string, seen: Set<object>): string | null {
+  if (v === null || typeof v === 'string' || typeof v === 'boolean') return null;
+  if (typeof v === 'number') return Number.isFinite(v) ? null : `${where} is ${v}, which JSON cannot hold`;
+  if (typeof v !== 'object') return `${where} is ${describeValue(v)}`;
+  if (seen.has(v)) return `${where} refers back to itself`;
+  const proto = Object.getPrototypeOf(v);
+  if (!Array.isArray(v) && proto !== Object.prototype && proto !== null) return `${where} is ${describeValue(v)}`;
+  seen.add(v);
+  try {
+    if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const why = notJson(v[i], `${where}[${i}]`, seen);
+        if (why) return why;
+      }
+      return null;
+    }
+    for (const [k, x] of Object.entries(v)) {
+      const why = notJson(x, `${where}.${k}`, seen);
+      if (why) return why;
+    }
+    return null;
+  } finally {
+    seen.delete(v);
+  }
+}
+
+function checkField(name: string, value: unknown, what: string): 'json' | 'typed' {
+  if (isTypedArray(value)) return 'typed';
+  const why = notJson(value, name, new Set());
+  if (why === null) return 'json';
+  throw new HoraError('ERR_INVALID_ARGUMENT',
+    `hora.elastic.State: ${what} '${name}' must be a JSON value (numbers, strings, booleans, null, arrays and ` +
+    `plain objects of them) or a typed array; ${why}`);
+}
+
+function copyJson(v: unknown): unknown {
+  return v === null || typeof v !== 'object' ? v : JSON.parse(JSON.stringify(v));
+}
+
+function bytesOf(a: TypedArray): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+/** What root tells the others before the arrays' bytes: JSON values, and the arrays' types and lengths. */
+interface SyncHeader {
+  json: Record<string, unknown>;
+  typed: Array<[name: string, type: string, length: number]>;
+}
+
+export class State {
+  /** The fields, read and written as properties (`state.step`, `state.w`). */
+  [field: string]: unknown;
+
+  #fields = new Map<string, Field>();
+  #resetCallbacks: ResetCallback[] = [];
+
+  constructor(fields: Record<string, unknown>) {
+    if (fields === null || typeof fields !== 'object' || Array.isArray(fields)) {
+      throw new HoraError('ERR_INVALID_ARGUMENT',
+        `hora.elastic.State: argument 'fields' must be an object of named values; received ${describeValue(fields)}`);
+    }
+    for (const [name, value] of Object.entries(fields)) {
+      if (RESERVED.has(name)) {
+        throw new HoraError('ERR_INVALID_ARGUMENT', `hora.elastic.State: field '${name}' has the name of a State method; rename it`);
+      }
+      const kind = checkField(name, value, 'field');
+      this.#fields.set(name, { kind, value: kind === 'json' ? copyJson(value) : value, saved: undefined });
+      Object.defineProperty(this, name, {
+        enumerable: true,
+        get: () => this.#fields.get(name)!.value,
+        set: (v: unknown) => this.#assign(name, v),
+      });
+    }
+    // The values given here are the first rollback point.
+    this.#save();
+  }
+
+  /** The names of the fields, in the order they were given. */
+  fieldNames(): string[] {
+    return [...this.#fields.keys()];
+  }
+
+  #assign(name: string, v: unknown): void {
+    const f = this.#fields.get(name)!;
+    const kind = checkField(name, v, 'field');
+    if (kind !== f.kind) {
+      throw new HoraError('ERR_INVALID_ARGUMENT', `hora.elastic.State: field '${name}' holds ${f.kind === 'typed' ?
+        'a typed array' : 'a JSON value'} and cannot become ${describeValue(v)}`);
+    }
+    if (kind === 'typed' && (v as TypedArray).constructor !== (f.value as TypedArray).constructor) {
+      throw new HoraError('ERR_INVALID_ARGUMENT', `hora.elastic.State: field '${name}' holds a ` +
+        `${(f.value as TypedArray).constructor.name}; received ${describeValue(v)}`);
+    }
+    f.value = v;
+  }
+
+  #save(): void {
+    for (const [name, f] of this.#fields) {
+      if (f.kind === 'json') {
+        // A JSON value may have been changed in place (state.cfg.lr = 0.1) since it was assigned.
+        checkField(name, f.value, 'field');
+        f.saved = copyJson(f.value);
+        continue;
+      }
+      const a = f.value as TypedArray;
+      const s = f.saved as TypedArray | undefined;
+      if (s && s.length === a.length) (s as unknown as { set(x: ArrayLike<unknown>): void }).set(a as ArrayLike<unknown>);
+      else f.saved = a.slice();
+    }
+  }
+
+  /**
+   * Makes the fields' current values the rollback point. In an elastic run this is also where every rank
+   * learns that workers are joining: the world then re-forms right after this commit, without a rollback.
+   */
+  async commit(): Promise<void> {
+    this.#save();
+    if (commitHook) await commitHook(this);
+  }
+
+  /** Goes back to the last commit. Typed arrays of an unchanged length are written back in place. */
+  restore(): void {
+    for (const f of this.#fields.values()) {
+      if (f.kind === 'json') {
+        f.value = copyJson(f.saved);
+        continue;
+      }
+      const a = f.value as TypedArray;
+      const s = f.saved as TypedArray;
+      if (a.length === s.length) (a as unknown as { set(x: ArrayLike<unknown>): void }).set(s as ArrayLike<unknown>);
+      else f.value = s.slice();
+    }
+  }
+
+  /**
+   * Gives every rank root's fields (typed arrays of another length are replaced by ones of root's length)
+   * and makes them the rollback point everywhere. Every rank must call it with the same root; a rank whose
+   * fields differ from root's in names or array types fails with ERR_MISMATCH, as do the others.
+   */
+  async sync(root = 0): Promise<void> {
+    const w = current('elastic.State.sync');
+    if (!Number.isSafeInteger(root) || root < 0 || root >= w.size) {
+      throw new HoraError('ERR_INVALID_ARGUMENT',
+        `hora.elastic.State.sync: argument 'root' must be a rank, 0 <= root < ${w.size}; received ${describeValue(root)}`, w.rank);
+    }
+    if (w.size > 1) {
+      const header = await this.#broadcastHeader(root, w.rank === root);
+      await this.#checkHeader(header, root);
+      const arrays: TypedArray[] = [];
+      for (const [name, type, length] of header.typed) {
+        const f = this.#fields.get(name)!;
+        if ((f.value as TypedArray).length !== length) f.value = new TYPED_ARRAYS[type](length);
+        if (length > 0) arrays.push(f.value as TypedArray);
+      }
+      if (w.rank !== root) for (const [name, value] of Object.entries(header.json)) this.#fields.get(name)!.value = value;
+      await Promise.all(arrays.map((a) => broadcast(bytesOf(a), { root, inplace: true, name: 'elastic.State.sync' })));
+    }
+    this.#save();
+  }
+
+  async #broadcastHeader(root: number, isRoot: boolean): Promise<SyncHeader> {
+    let bytes = new Uint8Array(0);
+    if (isRoot) {
+      const header: SyncHeader = { json: {}, typed: [] };
+      for (const [name, f] of this.#fields) {
+        if (f.kind === 'json') header.json[name] = f.value;
+        else header.typed.push([name, (f.value as TypedArray).constructor.name, (f.value as TypedArray).length]);
+      }
+      bytes = new Uint8Array(Buffer.from(JSON.stringify(header), 'utf8'));
+    }
+    const length = await broadcast(new Float64Array([bytes.length]), { root, name: 'elastic.State.sync header length' });
+    if (!isRoot) bytes = new Uint8Array(length[0]);
+    await broadcast(bytes, { root, inplace: true, name: 'elastic.State.sync header' });
+    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8')) as SyncHeader;
+  }
+
+  /** Every rank learns whether all ranks' fields match root's, so that all fail together if not. */
+  async #checkHeader(header: SyncHeader, root: number): Promise<void> {
+    const theirs = new Map<string, string>();
+    for (const name of Object.keys(header.json)) theirs.set(name, 'a JSON value');
+    for (const [name, type] of header.typed) theirs.set(name, `a ${type}`);
+    const ours = new Map<string, string>();
+    for (const [name, f] of this.#fields) ours.set(name, f.kind === 'json' ? 'a JSON value' : `a ${(f.value as TypedArray).constructor.name}`);
+    const diffs: string[] = [];
+    for (const [name, what] of theirs) {
+      const mine = ours.get(name);
+      if (mine === undefined) diffs.push(`'${name}' (${what} on rank ${root}) is not a field here`);
+      else if (mine !== what) diffs.push(`'${name}' is ${what} on rank ${root} but ${mine} here`);
+    }
+    for (const name of ours.keys()) if (!theirs.has(name)) diffs.push(`'${name}' is a field here but not on rank ${root}`);
+    const flags = await allgather(new Int32Array([diffs.length === 0 ? 1 : 0]), { name: 'elastic.State.sync check' });
+    const bad = [...flags].flatMap((ok, r) => (ok ? [] : [r]));
+    if (bad.length === 0) return;
+    const w = current('elastic.State.sync');
+    throw new HoraError('ERR_MISMATCH', `hora.elastic.State.sync: the fields of rank${bad.length > 1 ? 's' : ''} ` +
+      `${bad.join(', ')} differ from root ${root}'s` + (diffs.length ? `: ${diffs.join('; ')}` : ''), w.rank);
+  }
+
+  /** Registers a callback run after each re-forming of the world, once the state is synced. */
+  onReset(fn: ResetCallback): void {
+    if (typeof fn !== 'function') {
+      throw new HoraError('ERR_INVALID_ARGUMENT', `hora.elastic.State.onReset: argument 'fn' must be a function; received ${describeValue(fn)}`);
+    }
+    this.#resetCallbacks.push(fn);
+  }
+
+  /** @internal Runs the reset callbacks in order, each awaited. */
+  async runResetCallbacks(): Promise<void> {
+    for (const fn of this.#resetCallbacks) await fn();
+  }
+}
