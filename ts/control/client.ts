@@ -18,7 +18,7 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import type { Logger } from '../config';
 import { ControlConnection } from './frame';
-import { Abort, ControlMessage, Peer, PeerTable, PROTOCOL_VERSION } from './messages';
+import { Abort, ControlMessage, ElasticEvent, Membership, MembershipEvent, Peer, PeerTable, PROTOCOL_VERSION } from './messages';
 
 export interface RegisterOptions {
   /** Rendezvous server address. */
@@ -52,6 +52,12 @@ export interface RegisterOptions {
   hostname?: string;
   pid?: number;
   log?: Logger;
+  /**
+   * An elastic job's worker (HORA_WORKER_ID): register() then resolves with the connection once the
+   * server assigns a place in a world (Membership ASSIGN), and waits for that as long as it takes: the
+   * launcher bounds the wait (--elastic-timeout) and ends the job when it passes.
+   */
+  elasticWorkerId?: number;
 }
 
 export interface RegisterResult {
@@ -60,6 +66,12 @@ export interface RegisterResult {
   /** This worker's entry: table.peers[self.rank] (the rank is final, even when -1 was asked). */
   self: Peer;
   /** The open control connection: abort notifications, close(). */
+  connection: RendezvousConnection;
+}
+
+/** An elastic worker's registration: its place in the world being formed, before the PeerTable. */
+export interface ElasticRegisterResult {
+  assignment: Membership;
   connection: RendezvousConnection;
 }
 
@@ -83,6 +95,11 @@ export class RendezvousConnection extends EventEmitter {
   private lastAbort: Abort | undefined;
   private closedByUs = false;
 
+  /** Elastic: the newest generation the server said was over (-1: none). */
+  endedGeneration = -1;
+  /** Elastic: the server announced new workers waiting to join (reset at each new world). */
+  growPending = false;
+
   constructor(private readonly conn: ControlConnection) {
     super();
     conn.on('message', (msg: ControlMessage) => {
@@ -90,6 +107,14 @@ export class RendezvousConnection extends EventEmitter {
         const { kind: _kind, ...abort } = msg;
         this.lastAbort = abort;
         this.emit('abort', abort);
+      } else if (msg.kind === 'membership') {
+        const { kind: _kind, ...m } = msg;
+        if (m.event === MembershipEvent.Ended) this.endedGeneration = Math.max(this.endedGeneration, m.generation);
+        if (m.event === MembershipEvent.Grow) this.growPending = true;
+        this.emit('membership', m);
+      } else if (msg.kind === 'peerTable') {
+        const { kind: _kind, ...table } = msg;
+        this.emit('peerTable', table);
       }
     });
     conn.on('close', (err) => {
@@ -101,6 +126,57 @@ export class RendezvousConnection extends EventEmitter {
   /** Sends a message to the server (a Stats report); false when the connection is closed. */
   send(msg: ControlMessage): boolean {
     return this.conn.send(msg);
+  }
+
+  /** Elastic: tells the server where this worker stands (proto/hora.proto ElasticReport). */
+  report(event: ElasticEvent, generation: number, fields: { dataAddr?: string; dataPort?: number; reason?: string } = {}): boolean {
+    return this.conn.send({ kind: 'elasticReport', event, generation, dataAddr: fields.dataAddr ?? '', dataPort: fields.dataPort ?? 0, reason: (fields.reason ?? '').slice(0, 4096) });
+  }
+
+  /**
+   * Elastic: resolves with the next message `pick` accepts (Membership or PeerTable); rejects when the
+   * job is aborted or the connection closes. Messages that arrived before the call are not seen: call
+   * it before the request whose answer it waits for.
+   */
+  next<T>(pick: (msg: { membership?: Membership; table?: PeerTable }) => T | undefined): Promise<T> {
+    return new Promise((resolve, reject) => {
+      // The connection is unref'd: something must keep the process alive while it waits for the server.
+      const keepAlive = setInterval(() => undefined, 1 << 30);
+      const done = () => {
+        clearInterval(keepAlive);
+        this.off('membership', onMembership);
+        this.off('peerTable', onTable);
+        this.off('abort', onAbort);
+        this.off('close', onClose);
+      };
+      const offer = (msg: { membership?: Membership; table?: PeerTable }) => {
+        let v: T | undefined;
+        try {
+          v = pick(msg);
+        } catch (e) {
+          done();
+          reject(e);
+          return;
+        }
+        if (v === undefined) return;
+        done();
+        resolve(v);
+      };
+      const onMembership = (membership: Membership) => offer({ membership });
+      const onTable = (table: PeerTable) => offer({ table });
+      const onAbort = (a: Abort) => {
+        done();
+        reject(new RendezvousError(`the job was aborted: ${a.reason}`, 'ERR_SHUTDOWN', a.rank));
+      };
+      const onClose = () => {
+        done();
+        reject(new RendezvousError('lost the connection to the hora launcher', 'ERR_PEER_LOST'));
+      };
+      this.on('membership', onMembership);
+      this.on('peerTable', onTable);
+      this.on('abort', onAbort);
+      this.on('close', onClose);
+    });
   }
 
   /** Abort received so far, if any. */
@@ -147,6 +223,15 @@ const WARN_EVERY_MS = 10000;
  * connectTimeoutMs, or went away).
  */
 export async function register(opts: RegisterOptions): Promise<RegisterResult> {
+  return (await registerAny(opts)) as RegisterResult;
+}
+
+/** register() for an elastic job's worker (opts.elasticWorkerId set): resolves at Membership ASSIGN. */
+export async function registerElastic(opts: RegisterOptions): Promise<ElasticRegisterResult> {
+  return (await registerAny(opts)) as ElasticRegisterResult;
+}
+
+async function registerAny(opts: RegisterOptions): Promise<RegisterResult | ElasticRegisterResult> {
   const started = Date.now();
   const deadline = started + opts.timeoutMs;
   const connectMs = Math.min(opts.connectTimeoutMs ?? opts.timeoutMs, opts.timeoutMs);
@@ -200,7 +285,7 @@ export async function register(opts: RegisterOptions): Promise<RegisterResult> {
   }
 }
 
-type Attempt = { ok: true; result: RegisterResult } | { ok: false; retryable: boolean; error: RendezvousError };
+type Attempt = { ok: true; result: RegisterResult | ElasticRegisterResult } | { ok: false; retryable: boolean; error: RendezvousError };
 
 // What an OS error means for reaching a server, for users who meet it here first.
 const SOCKET_ERROR_MEANING: Record<string, string> = {
@@ -233,6 +318,7 @@ function attemptRegistration(opts: RegisterOptions, deadline: number, connectDea
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      clearInterval(timer);
       clearTimeout(connectTimer);
       if (!a.ok) conn.close();
       resolve(a);
@@ -261,7 +347,10 @@ function attemptRegistration(opts: RegisterOptions, deadline: number, connectDea
           if (challenged) return fail(false, 'rendezvous server sent a second Challenge', 'ERR_INTERNAL');
           challenged = true;
           clearTimeout(timer);
-          timer = after(deadline, () => {
+          // An elastic worker may wait long for its world (a joiner waits for the ranks' next commit);
+          // the launcher bounds that wait, and the connection's close ends it. The timer keeps the process up.
+          if (opts.elasticWorkerId !== undefined) timer = setInterval(() => undefined, 1 << 30);
+          else timer = after(deadline, () => {
             fail(false, `rank ${opts.rank}: rendezvous at ${opts.addr}:${opts.port} did not complete within ${opts.timeoutMs} ms` +
               ' (registered, but not every rank did; check the other workers\' logs)', 'ERR_TIMEOUT');
           });
@@ -278,8 +367,15 @@ function attemptRegistration(opts: RegisterOptions, deadline: number, connectDea
             pid: opts.pid ?? process.pid,
             hostname: opts.hostname ?? os.hostname(),
             auth: crypto.createHmac('sha256', secret).update(msg.nonce).digest(),
+            elastic: opts.elasticWorkerId !== undefined,
+            workerId: opts.elasticWorkerId ?? 0,
           });
           return;
+        }
+        case 'membership': {
+          if (opts.elasticWorkerId === undefined || msg.event !== MembershipEvent.Assign) return;
+          const { kind: _kind, ...assignment } = msg;
+          return finish({ ok: true, result: { assignment, connection: new RendezvousConnection(conn) } });
         }
         case 'peerTable': {
           const { kind: _kind, ...table } = msg;

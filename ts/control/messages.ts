@@ -31,6 +31,10 @@ export interface Register {
   pid: number;
   hostname: string;
   auth: Buffer;
+  /** An elastic job's worker (answered with Membership ASSIGN first). */
+  elastic?: boolean;
+  /** Elastic: start order; the oldest survivor becomes rank 0. */
+  workerId?: number;
 }
 
 export interface Peer {
@@ -53,6 +57,30 @@ export interface PeerTable {
   peers: Peer[];
   /** The recipient's own rank (final, also when it registered with -1). */
   yourRank: number;
+  /** Elastic: which world this is, from 0. */
+  generation?: number;
+}
+
+export const enum MembershipEvent { Ended = 1, Grow = 2, Assign = 3 }
+
+export interface Membership {
+  event: MembershipEvent;
+  generation: number;
+  rank: number;
+  size: number;
+  jobId: string;
+  reason: string;
+  lostRank: number;
+}
+
+export const enum ElasticEvent { Entered = 1, Finished = 2, Rejoin = 3, Listening = 4 }
+
+export interface ElasticReport {
+  event: ElasticEvent;
+  generation: number;
+  dataAddr: string;
+  dataPort: number;
+  reason: string;
 }
 
 export interface Abort {
@@ -130,7 +158,9 @@ export type ControlMessage =
   | ({ kind: 'abort' } & Abort)
   | ({ kind: 'heartbeat' } & Heartbeat)
   | ({ kind: 'error' } & ErrorMessage)
-  | ({ kind: 'stats' } & Stats);
+  | ({ kind: 'stats' } & Stats)
+  | ({ kind: 'membership' } & Membership)
+  | ({ kind: 'elasticReport' } & ElasticReport);
 
 export type ControlMessageKind = ControlMessage['kind'];
 
@@ -143,7 +173,7 @@ export class ControlProtocolError extends Error {
   }
 }
 
-const KINDS: readonly ControlMessageKind[] = ['challenge', 'register', 'peerTable', 'abort', 'heartbeat', 'error', 'stats'];
+const KINDS: readonly ControlMessageKind[] = ['challenge', 'register', 'peerTable', 'abort', 'heartbeat', 'error', 'stats', 'membership', 'elasticReport'];
 
 /** Walks up from this file to the folder that holds proto/hora.proto (the package root). */
 export function findProtoFile(startDir: string = __dirname): string {
@@ -198,6 +228,12 @@ export function decodeEnvelope(bytes: Uint8Array): ControlMessage {
   const body = obj[kind] as Record<string, unknown>;
   // An unset message field decodes as null; a report without one has no such key, as it was sent.
   if (kind === 'stats' && body.pipeline == null) delete body.pipeline;
+  // Fields only elastic jobs use are left out at their defaults, as a non-elastic peer sends them.
+  if (kind === 'register' && !body.elastic && !body.workerId) {
+    delete body.elastic;
+    delete body.workerId;
+  }
+  if (kind === 'peerTable' && !body.generation) delete body.generation;
   const msg = { kind, ...body } as ControlMessage;
   validateMessage(msg);
   return msg;
@@ -268,6 +304,20 @@ export function validateMessage(msg: ControlMessage): void {
     case 'error':
       checkName('Error.code', msg.code);
       checkText('Error.message', msg.message);
+      return;
+    case 'membership':
+      if (msg.event < 1 || msg.event > 3) fieldError('Membership.event', msg.event, 'is not 1 (ENDED), 2 (GROW) or 3 (ASSIGN)');
+      if (msg.event === 3 && (msg.size < 1 || msg.rank < 0 || msg.rank >= msg.size)) {
+        fieldError('Membership.rank', msg.rank, `is out of range for size ${msg.size}`);
+      }
+      checkName('Membership.jobId', msg.jobId);
+      checkText('Membership.reason', msg.reason);
+      return;
+    case 'elasticReport':
+      if (msg.event < 1 || msg.event > 4) fieldError('ElasticReport.event', msg.event, 'is not 1 (ENTERED), 2 (FINISHED), 3 (REJOIN) or 4 (LISTENING)');
+      checkName('ElasticReport.dataAddr', msg.dataAddr);
+      checkPort('ElasticReport.dataPort', msg.dataPort);
+      checkText('ElasticReport.reason', msg.reason);
       return;
   }
 }

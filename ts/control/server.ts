@@ -21,6 +21,7 @@ import * as net from 'node:net';
 import type { Logger } from '../config';
 import { ControlConnection } from './frame';
 import { ControlMessage, Peer, PeerTable, PROTOCOL_VERSION, Register } from './messages';
+import { ElasticMembership, ElasticMembershipOptions } from './membership';
 import { describeStall, JobMonitor, JobSnapshot, Stall } from './monitor';
 
 export interface RendezvousServerOptions {
@@ -44,6 +45,11 @@ export interface RendezvousServerOptions {
   log?: Logger;
   /** Milliseconds a collective may wait for ranks that have not submitted it before a stall is logged; 0 = never. Default 60000. */
   stallWarnMs?: number;
+  /**
+   * An elastic job (hora run --min-np): worlds re-form as workers come and go (membership.ts); `size`
+   * is then the first world's. initialSize and jobId come from size and jobId.
+   */
+  elastic?: Omit<ElasticMembershipOptions, 'initialSize' | 'jobId'>;
 }
 
 /**
@@ -111,6 +117,8 @@ export class RendezvousServer extends EventEmitter {
   private readonly stallWarnMs: number;
   private stallTimer: NodeJS.Timeout | undefined;
   private lastStallWarning: { seq: number; at: number } | undefined;
+  /** Set in an elastic job. */
+  readonly elastic: ElasticMembership | undefined;
 
   constructor(opts: RendezvousServerOptions) {
     super();
@@ -126,7 +134,10 @@ export class RendezvousServer extends EventEmitter {
     this.maxFrameBytes = opts.maxFrameBytes ?? SERVER_MAX_FRAME_BYTES;
     this.log = opts.log ?? (() => undefined);
     this.stallWarnMs = opts.stallWarnMs ?? 60_000;
-    this.monitor = new JobMonitor(this.size);
+    this.monitor = new JobMonitor(opts.elastic ? Math.max(this.size, opts.elastic.maxSize) : this.size);
+    if (opts.elastic) {
+      this.elastic = new ElasticMembership({ ...opts.elastic, initialSize: this.size, jobId: this.jobId }, this, this.log);
+    }
     this.server = net.createServer((socket) => this.accept(socket));
     this.server.on('error', (err) => this.log('WARN', `rendezvous server error: ${err.message}`));
   }
@@ -178,6 +189,7 @@ export class RendezvousServer extends EventEmitter {
 
   /** Workers registered and, once the table is out, still connected. */
   get ranksUp(): number {
+    if (this.elastic) return this.elastic.worldSize;
     return this.table ? this.rankOf.size : this.byRank.size + this.unassigned.length;
   }
 
@@ -207,6 +219,7 @@ export class RendezvousServer extends EventEmitter {
   /** Stops listening and closes every connection. */
   close(): Promise<void> {
     this.closing = true;
+    this.elastic?.close();
     if (this.deadline) clearTimeout(this.deadline);
     if (this.stallTimer) clearInterval(this.stallTimer);
     for (const conn of this.connections) conn.close();
@@ -259,9 +272,13 @@ export class RendezvousServer extends EventEmitter {
         conn.send({ kind: 'heartbeat', seq: msg.seq, timeMs: Date.now() });
         return;
       }
+      if (msg.kind === 'elasticReport') {
+        this.elastic?.onReport(conn, msg);
+        return;
+      }
       if (msg.kind === 'stats') {
         // Before the table a registered worker has no final rank yet; it does not report then.
-        const rank = this.rankOf.get(conn);
+        const rank = this.elastic ? this.elastic.rankOf(conn) : this.rankOf.get(conn);
         if (rank !== undefined) this.monitor.record(rank, msg);
         return;
       }
@@ -300,6 +317,16 @@ export class RendezvousServer extends EventEmitter {
       return false;
     }
     const who = `${reg.hostname || reg.hostId} pid ${reg.pid}`;
+    if (this.elastic) {
+      const refusal = this.elastic.onRegister(conn, reg);
+      if (refusal !== undefined) this.reject(conn, 'ERR_INVALID_ARGUMENT', `${who}: ${refusal}`);
+      else this.emit('registered', reg.rank, conn.remote);
+      return refusal === undefined;
+    }
+    if (reg.elastic) {
+      this.reject(conn, 'ERR_INVALID_ARGUMENT', `${who} registered as an elastic worker (HORA_ELASTIC=1) but this job is not elastic (hora run without --min-np)`);
+      return false;
+    }
     if (this.table) {
       this.reject(conn, 'ERR_INVALID_ARGUMENT', `the job already has all ${this.size} ranks (rank ${reg.rank} from ${who} arrived late)`);
       return false;
@@ -352,6 +379,10 @@ export class RendezvousServer extends EventEmitter {
 
   private onClose(conn: ControlConnection, err: Error | undefined): void {
     if (this.closing) return;
+    if (this.elastic) {
+      this.elastic.onLost(conn, err ? `its control connection failed: ${err.message}` : 'its control connection closed');
+      return;
+    }
     if (this.table) {
       const rank = this.rankOf.get(conn);
       if (rank === undefined) return;
