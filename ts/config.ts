@@ -54,10 +54,18 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
   { name: 'HORA_CROSS_RANK', group: 'launch', help: 'Index of this host among the hosts of the job.' },
   { name: 'HORA_CROSS_SIZE', group: 'launch', help: 'Number of hosts in the job.' },
   { name: 'HORA_JOB_ID', group: 'launch', help: 'Job id chosen by the launcher; names shared-memory segments (/dev/shm/hora-<id>*).' },
+  { name: 'HORA_ELASTIC', group: 'launch', help: 'Set to 1 by `hora run --min-np`: the job goes on when a worker is lost; ranks come from the launcher at each re-forming of the world (hora.elastic.run).' },
+  { name: 'HORA_WORKER_ID', group: 'launch', help: 'Set by `hora run --min-np`: the worker\'s number in start order. The oldest surviving worker becomes rank 0 when the world re-forms.' },
   {
     name: 'HORA_RUN_EXPORT',
     group: 'launcher',
     help: 'Variables `hora run` sets in every worker, local and remote, as NAME or NAME=VALUE joined by commas, e.g. "DATA_DIR,EPOCHS=3": the same as -x DATA_DIR -x EPOCHS=3 (a NAME alone takes its value from the launcher\'s environment). Values cannot hold commas: use -x for those.',
+  },
+  {
+    name: 'HORA_ELASTIC_SETTLE_S',
+    group: 'launcher',
+    default: '10',
+    help: 'Seconds `hora run --min-np` gives the surviving workers to re-register after a loss; one that has not (say, a stopped process) is killed with SIGKILL and left out of the next world.',
   },
   {
     name: 'HORA_RENDEZVOUS_ADDR',
@@ -203,6 +211,15 @@ function parseChoice<T extends string>(env: Env, name: string, choices: readonly
   return found;
 }
 
+function parseFlag(env: Env, name: string): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return false;
+  const text = raw.trim().toLowerCase();
+  if (text === '1' || text === 'true') return true;
+  if (text === '0' || text === 'false') return false;
+  throw new HoraConfigError(name, raw, '1 or 0 (true or false)');
+}
+
 function parsePort(env: Env, name: string): number | undefined {
   const port = parseInteger(env, name, 1);
   if (port !== undefined && port > 65535) throw new HoraConfigError(name, env[name], 'a TCP port 1-65535');
@@ -238,6 +255,12 @@ export interface HoraSettings {
   /** HORA_COST_LOCAL / HORA_COST_CROSS as {alpha: s, beta: s/byte}; undefined: measure. */
   costLocal?: LinkCost;
   costCross?: LinkCost;
+  /** HORA_ELASTIC: the launcher re-forms the world when a worker is lost. */
+  elastic: boolean;
+  /** HORA_WORKER_ID: start order of this worker in an elastic job; undefined outside one. */
+  workerId?: number;
+  /** HORA_ELASTIC_SETTLE_S: seconds survivors have to re-register after a loss (> 0). */
+  elasticSettleS: number;
 }
 
 /** alpha-beta cost of a link: a message of n bytes takes alpha + n * beta seconds. */
@@ -288,6 +311,9 @@ export function readSettings(env: Env = process.env): HoraSettings {
     topology: parseTopology(env),
     costLocal: parseLinkCost(env, 'HORA_COST_LOCAL'),
     costCross: parseLinkCost(env, 'HORA_COST_CROSS'),
+    elastic: parseFlag(env, 'HORA_ELASTIC'),
+    workerId: parseInteger(env, 'HORA_WORKER_ID', 0),
+    elasticSettleS: parseNumber(env, 'HORA_ELASTIC_SETTLE_S', 10, false),
   };
 }
 
@@ -309,7 +335,7 @@ const VARIABLE_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
  */
 export const WORKER_SET_VARIABLES: readonly string[] = [
   'HORA_RANK', 'HORA_SIZE', 'HORA_LOCAL_RANK', 'HORA_LOCAL_SIZE', 'HORA_CROSS_RANK', 'HORA_CROSS_SIZE', 'HORA_HOST_ID',
-  'HORA_RENDEZVOUS_ADDR', 'HORA_RENDEZVOUS_PORT', 'HORA_SECRET', 'HORA_JOB_ID',
+  'HORA_RENDEZVOUS_ADDR', 'HORA_RENDEZVOUS_PORT', 'HORA_SECRET', 'HORA_JOB_ID', 'HORA_ELASTIC', 'HORA_WORKER_ID',
 ];
 
 /** One NAME or NAME=VALUE; errors name `variable` (the flag or variable it came from) and `raw`. */

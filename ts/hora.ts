@@ -14,7 +14,8 @@
  */
 import { advertiseAddress, connectTimeoutS, makeLogger, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
 import type { Peer } from './control/messages';
-import { register, RendezvousConnection } from './control/client';
+import { register, registerElastic, RendezvousConnection } from './control/client';
+import { ElasticEvent, Membership, MembershipEvent, PeerTable } from './control/messages';
 import { RendezvousServer } from './control/server';
 import { DTYPE_OF_NAME, DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, hostArray, lend } from './device-buffer';
 import { CallSite, HoraError, describeValue, invalidArgument } from './errors';
@@ -64,6 +65,8 @@ export interface World extends Topology, Scope {
   gpu?: number;
   /** newGroup calls so far: the next group's id is one more (the same on every rank). */
   groupsMade: number;
+  /** An elastic job's world (hora run --min-np): which generation, from 0. */
+  elastic?: { generation: number };
 }
 
 let world: World | null = null;
@@ -124,6 +127,7 @@ async function join(options: InitOptions): Promise<void> {
     throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: HORA_TOPOLOGY=${JSON.stringify(process.env.HORA_TOPOLOGY)} ` +
       `has ${gridSize} positions but the job has ${launch.size} ranks: the product of the dimensions must be the world size`);
   }
+  if (settings.elastic) return joinElastic(options, launch, settings);
   if (launch.size === 1) {
     world = {
       rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, dispatcher: null, control: null, server: null,
@@ -192,6 +196,210 @@ async function join(options: InitOptions): Promise<void> {
     const err = e as Error & { code?: string };
     throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora.init on rank ${launch.rank}: ${err.message.replace(/^rank -?\d+: /, '')}`, launch.rank);
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Elastic worlds (hora run --min-np; docs/elastic.md). The launcher's server assigns each world's ranks
+// (ts/control/membership.ts); a world is a native Communicator of its own, made anew at each re-forming,
+// so the native core never changes size under a running engine.
+
+/** What every world of an elastic job is made with. */
+interface ElasticParams {
+  addon: ReturnType<typeof loadNative>;
+  settings: HoraSettings;
+  timeoutMs: number;
+  fusionBytes: number;
+  algorithm: NativeAlgorithm;
+  transport: NativeTransport;
+  dataAddr: string;
+  secret: string;
+  control: RendezvousConnection;
+}
+
+let elasticParams: ElasticParams | null = null;
+/** Inside hora.elastic.run: collectives are allowed. */
+let elasticRunning = false;
+
+async function joinElastic(options: InitOptions, launch: LaunchInfo, settings: HoraSettings): Promise<void> {
+  if (launch.source !== 'hora' || !launch.launcherHostsServer) {
+    throw new HoraError('ERR_INVALID_ARGUMENT', 'hora.init: HORA_ELASTIC=1 needs a job started by `hora run --min-np`, whose launcher re-forms the world');
+  }
+  const timeoutMs = Math.round(1000 * (options.timeoutSeconds ?? settings.timeoutS));
+  const transportName = options.transport ?? settings.transport;
+  const addon = loadNative();
+  const dataAddr = advertiseAddress(settings, launch.rendezvousAddr);
+  const reg = await registerElastic({
+    addr: launch.rendezvousAddr as string, port: launch.rendezvousPort as number, secret: launch.secret as string,
+    rank: -1, hostId: settings.hostId, dataAddr, dataPort: 0, timeoutMs,
+    connectTimeoutMs: Math.round(1000 * connectTimeoutS(settings, launch, timeoutMs / 1000)),
+    addrSource: launch.rendezvousAddrSource, unreachableHint: unreachableHint(launch), log: makeLogger('init', settings.debug),
+    elasticWorkerId: settings.workerId ?? 0,
+  }).catch((e: Error & { code?: string }) => {
+    throw new HoraError(e.code ?? 'ERR_INTERNAL', `hora.init (elastic worker ${settings.workerId ?? 0}): ${e.message}`);
+  });
+  const params: ElasticParams = {
+    addon, settings, timeoutMs, dataAddr, secret: launch.secret as string, control: reg.connection,
+    fusionBytes: Math.round((options.fusionMB ?? settings.fusionMb) * 1024 * 1024),
+    algorithm: ALGORITHMS[options.algorithm ?? settings.algo],
+    transport: transportName === 'tcp' ? NativeTransport.Tcp : NativeTransport.Auto,
+  };
+  elasticParams = params;
+  watchElasticControl(params.control);
+  try {
+    world = await openElasticWorld(params, reg.assignment);
+  } catch (e) {
+    // The world ended while it formed (a worker lost meanwhile): the next one is made inside elastic.run.
+    if (!(e instanceof HoraError) || e.code !== 'ERR_PEER_LOST' || params.control.endedGeneration < reg.assignment.generation) {
+      params.control.close();
+      throw e;
+    }
+    world = await reformElasticWorld(reg.assignment.generation, `world ${reg.assignment.generation} ended while it formed`);
+  }
+}
+
+/** Builds world `a.generation`: listens, tells the server where, waits for the table, connects. */
+async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World> {
+  const ended = (m: Membership | undefined) => m?.event === MembershipEvent.Ended && m.generation >= a.generation;
+  const endedError = (m: Membership) => new HoraError('ERR_PEER_LOST', `world ${a.generation} ended while it formed: ${m.reason}`, a.rank);
+  const scope = { ...worldScope(a.rank), groupsMade: 0, elastic: { generation: a.generation }, control: p.control, server: null };
+  if (a.size === 1) {
+    const table = p.control.next(({ membership, table }) => {
+      if (membership && ended(membership)) throw endedError(membership);
+      return table && (table.generation ?? 0) === a.generation ? table : undefined;
+    });
+    p.control.report(ElasticEvent.Listening, a.generation, { dataAddr: p.dataAddr, dataPort: 0 });
+    await table;
+    p.control.growPending = false;
+    return { rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, dispatcher: null, ...scope };
+  }
+  const grid = p.settings.topology.reduce((x, y) => x * y, 1) === a.size ? p.settings.topology : [];
+  const dispatcher = new Dispatcher(p.addon, (onComplete) => new p.addon.Communicator({
+    rank: a.rank, size: a.size, timeoutMs: p.timeoutMs, fusionBytes: p.fusionBytes, algorithm: p.algorithm, transport: p.transport,
+    bindHost: p.dataAddr, secret: p.secret, logLevel: LOG_LEVELS[p.settings.debug] ?? 0,
+    grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: false,
+  }, onComplete), a.rank, p.fusionBytes);
+  const comm = dispatcher.comm;
+  let endedWhileConnecting: ((m: Membership) => void) | null = null;
+  const onMembership = (m: Membership) => {
+    if (ended(m)) endedWhileConnecting?.(m);
+  };
+  p.control.on('membership', onMembership);
+  try {
+    const tableWait = p.control.next<PeerTable>(({ membership, table }) => {
+      if (membership && ended(membership)) throw endedError(membership);
+      return table && (table.generation ?? 0) === a.generation ? table : undefined;
+    });
+    const port = comm.listen();
+    p.control.report(ElasticEvent.Listening, a.generation, { dataAddr: p.dataAddr, dataPort: port });
+    const table = await tableWait;
+    const peers = table.peers.map((q) => ({ rank: q.rank, hostId: q.hostId, addr: q.dataAddr, port: q.dataPort, localRank: q.localRank }));
+    const connecting = dispatcher.track((r: NativeResult) => r, new CallSite(join), (id) => comm.connect(id, peers, table.jobId));
+    // The native connect cannot be interrupted: when the world ends meanwhile (a peer died), leave it to
+    // fail at its deadline and close it then, and go on to the next world now.
+    const endedNow = new Promise<never>((_, reject) => {
+      endedWhileConnecting = (m) => reject(endedError(m));
+      if (p.control.endedGeneration >= a.generation) reject(endedError({ reason: 'a worker was lost' } as Membership));
+    });
+    try {
+      await Promise.race([connecting, endedNow]);
+    } catch (e) {
+      abortQuietly(comm, 'ERR_PEER_LOST', (e as Error).message);
+      connecting.then(() => closeQuietly(comm), () => closeQuietly(comm));
+      throw e;
+    }
+    const self = table.peers[a.rank];
+    dispatcher.peerPlaces = table.peers.map((q) => `host ${q.hostId}, pid ${q.pid}`);
+    p.control.growPending = false;
+    const w: World = {
+      rank: a.rank, size: a.size, localRank: self.localRank, localSize: self.localSize, crossRank: self.crossRank, crossSize: self.crossSize,
+      dispatcher, ...scope,
+    };
+    startReporting(dispatcher.stats, (stats) => p.control.send({ kind: 'stats', ...stats }));
+    if (p.control.endedGeneration >= a.generation) abortQuietly(comm, 'ERR_PEER_LOST', `world ${a.generation} ended as it formed`);
+    return w;
+  } catch (e) {
+    if (!(e instanceof HoraError && e.code === 'ERR_PEER_LOST')) closeQuietly(comm);
+    if (e instanceof HoraError) throw e;
+    const err = e as Error & { code?: string };
+    throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora: forming world ${a.generation}: ${err.message}`, a.rank);
+  } finally {
+    p.control.off('membership', onMembership);
+  }
+}
+
+// A closed communicator's native state is gone: abort() on it would touch freed memory.
+const closedComms = new WeakSet<NativeCommunicator>();
+
+function abortQuietly(comm: NativeCommunicator | undefined, code: string, message: string): void {
+  if (comm && !closedComms.has(comm)) comm.abort(code, message);
+}
+
+function closeQuietly(comm: NativeCommunicator): void {
+  if (closedComms.has(comm)) return;
+  closedComms.add(comm);
+  try {
+    comm.close();
+  } catch { /* already closed */ }
+}
+
+/** Aborts the world's collectives when the server ends it; leaves when the launcher is gone. */
+function watchElasticControl(control: RendezvousConnection): void {
+  control.on('membership', (m: Membership) => {
+    const w = world;
+    if (m.event !== MembershipEvent.Ended || !w?.elastic || w.elastic.generation !== m.generation) return;
+    abortQuietly(w.dispatcher?.comm, 'ERR_PEER_LOST', `the world re-forms${m.lostRank >= 0 ? ` without rank ${m.lostRank}` : ''}: ${m.reason}`);
+  });
+  control.onAbort((a) => {
+    abortQuietly(world?.dispatcher?.comm, a.code || 'ERR_PEER_LOST', `the job was aborted${a.rank >= 0 ? ` because of rank ${a.rank}` : ''}: ${a.reason}`);
+  });
+  control.onClose(() => {
+    abortQuietly(world?.dispatcher?.comm, 'ERR_PEER_LOST', 'lost the connection to the hora launcher');
+    process.stderr.write(`hora: elastic worker: lost the connection to the hora launcher (it exited or was killed); exiting\n`);
+    setTimeout(() => process.exit(1), 1000).unref();
+  });
+}
+
+/**
+ * @internal For hora.elastic.run: leaves world `generation` (its collectives fail at once, its
+ * communicator closes although its peers may be dead) and joins the next one the launcher forms.
+ * Worlds that end while they form are passed over. Resolves once this process is in a new world.
+ */
+export async function reformElasticWorld(generation: number, reason: string): Promise<World> {
+  const p = elasticParams;
+  if (!p) throw new HoraError('ERR_INTERNAL', 'hora.elastic: not an elastic job');
+  const old = world;
+  if (old?.dispatcher && old.elastic?.generation === generation) {
+    stopReporting();
+    abortQuietly(old.dispatcher.comm, 'ERR_PEER_LOST', `the world re-forms: ${reason}`);
+    // Outstanding works settle (rejected) before the communicator goes: their completions touch it.
+    await old.dispatcher.drain();
+    closeQuietly(old.dispatcher.comm);
+  }
+  for (;;) {
+    const assigned = p.control.next<Membership>(({ membership }) => (membership?.event === MembershipEvent.Assign ? membership : undefined));
+    p.control.report(ElasticEvent.Rejoin, generation, { reason });
+    const a = await assigned.catch((e: Error & { code?: string }) => {
+      throw new HoraError(e.code ?? 'ERR_PEER_LOST', `hora.elastic: waiting for the next world: ${e.message}`);
+    });
+    try {
+      world = await openElasticWorld(p, a);
+      return world;
+    } catch (e) {
+      if (!(e instanceof HoraError) || e.code !== 'ERR_PEER_LOST') throw e;
+      generation = a.generation;
+      reason = e.message;
+    }
+  }
+}
+
+/** @internal For hora.elastic.run. */
+export function elasticState(): { control: RendezvousConnection; world: World } | null {
+  return elasticParams && world ? { control: elasticParams.control, world } : null;
+}
+
+/** @internal For hora.elastic.run: collectives are allowed while it runs. */
+export function setElasticRunning(on: boolean): void {
+  elasticRunning = on;
 }
 
 function worldScope(self: number): Pick<Scope, 'self' | 'group' | 'members' | 'prefix'> {
@@ -269,11 +477,12 @@ export async function shutdown(): Promise<void> {
     // empty and only joins an idle thread.
     await w.dispatcher.drain();
     w.dispatcher.timeline?.close();
-    w.dispatcher.comm.close();
+    closeQuietly(w.dispatcher.comm);
   }
   stopReporting();
   w.control?.close();
   if (w.server) await w.server.close();
+  elasticParams = null;
 }
 
 /** @internal */
@@ -396,6 +605,14 @@ function blockRange(count: number, size: number, block: number): [number, number
   return [start(block), start(block + 1)];
 }
 
+// In an elastic job the world may re-form under any collective; only hora.elastic.run can roll the
+// state back and go on, so collectives outside it would be lost in a re-forming.
+function requireElasticRun(w: Scope, call: string): void {
+  if (elasticParams === null || elasticRunning) return;
+  throw new HoraError('ERR_INVALID_ARGUMENT', `hora.${w.prefix}${call}: this is an elastic job (hora run --min-np): collectives run ` +
+    'inside hora.elastic.run(state, fn), which restores the state and re-forms the world when a worker is lost; call it there', w.self);
+}
+
 /** @internal */
 export type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) => T; keep: unknown[]; local: () => T };
 
@@ -407,6 +624,7 @@ export type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) 
 /** @internal */
 export function run<T>(scope: Scope | null, collective: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
   const w = scope ?? current(collective);
+  requireElasticRun(w, collective);
   const site = !w.dispatcher || w.dispatcher.wantsCallSite ? new CallSite(callee) : CallSite.none;
   let p: Plan<T>;
   try {
@@ -655,6 +873,7 @@ function messageDtype(call: string, argument: string, x: unknown, dtype: unknown
 /** @internal */
 export function runMessage<T>(scope: Scope | null, call: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
   const w = scope ?? current(call);
+  requireElasticRun(w, call);
   const site = !w.dispatcher || w.dispatcher.wantsCallSite ? new CallSite(callee) : CallSite.none;
   let p: Plan<T>;
   try {

@@ -1,2 +1,3 @@
 /** hora.elastic: training that goes on when workers are lost or join. */
 export { State } from './state';
+export { run } from './run';
