@@ -83,8 +83,21 @@ export interface RunOptions {
   dashboard?: number;
   /** HORA_STALL_WARN_S: seconds before the stall inspector names ranks that hold a collective up (0 = off). */
   stallWarnS: number;
+  /** --min-np given: the job goes on when a worker is lost (hora.elastic.run); undefined: a lost worker ends the job. */
+  elastic?: ElasticOptions;
   command: string;
   args: string[];
+}
+
+export interface ElasticOptions {
+  /** --min-np: fewest workers the job trains with; below it the job waits for workers. */
+  minNp: number;
+  /** --max-np: most workers at once, refilled slots included (default -np). */
+  maxNp: number;
+  /** --elastic-timeout: seconds the job may wait below minNp before it fails. */
+  timeoutS: number;
+  /** HORA_ELASTIC_SETTLE_S: seconds survivors have to re-register after a loss before they are killed and left out. */
+  settleS: number;
 }
 
 export const RUN_USAGE = `Usage: hora run -np N [options] [--] command [args...]
@@ -144,6 +157,20 @@ Timeouts and shutdown:
   --grace S                   seconds between Abort, SIGTERM and SIGKILL when the job
                               ends early (default 5)
 
+Elastic training (the training function runs in hora.elastic.run, see docs/elastic.md):
+  --min-np A                  go on with at least A workers when workers are lost: the
+                              survivors roll back to their last commit, re-form the world
+                              with new ranks and go on (without it, a lost worker ends the
+                              job); A <= -np
+  --max-np B                  most workers in one world (default -np). A failed worker's
+                              slot is refilled with a new worker, which joins at the
+                              ranks' next commit
+  --elastic-timeout S         seconds the job may wait with fewer than A workers before
+                              it fails (default 600)
+  HORA_ELASTIC_SETTLE_S (default 10) gives the survivors of a loss that long to
+  re-register; one that has not (a stopped process) is killed and left out. A worker
+  that fails before it enters hora.elastic.run (a syntax error) still ends the job.
+
 Tuning (passed to workers as HORA_* variables, see \`hora env\`):
   --fusion-mb MB              HORA_FUSION_MB, fusion buffer size
   --algo NAME                 HORA_ALGO, allreduce algorithm
@@ -181,6 +208,7 @@ const VALUE_FLAGS: Record<string, string> = {
   '--timeout': '--timeout', '--grace': '--grace',
   '--fusion-mb': '--fusion-mb', '--algo': '--algo', '--transport': '--transport', '--iface': '--iface',
   '--debug': '--debug', '--timeline': '--timeline', '--topology': '--topology',
+  '--min-np': '--min-np', '--max-np': '--max-np', '--elastic-timeout': '--elastic-timeout',
 };
 
 const TUNING_FLAGS: Record<string, string> = {
@@ -327,10 +355,37 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     }
   }
 
+  const elastic = parseElastic(values, np, env);
+
   if (command === undefined || command === '') {
     throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
   }
-  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, exportEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, command, args };
+  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, exportEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, elastic, command, args };
+}
+
+// --min-np, --max-np and --elastic-timeout; undefined without --min-np (the others then have no use).
+function parseElastic(values: Map<string, string>, np: number, env: NodeJS.ProcessEnv): ElasticOptions | undefined {
+  const count = (flag: string): number | undefined => {
+    const text = values.get(flag);
+    if (text === undefined) return undefined;
+    if (!/^\d+$/.test(text.trim()) || Number(text) < 1 || !Number.isSafeInteger(Number(text))) {
+      throw new UsageError(flag, text, 'a whole number of processes >= 1');
+    }
+    return Number(text);
+  };
+  const minNp = count('--min-np');
+  const maxNp = count('--max-np');
+  const timeoutText = values.get('--elastic-timeout');
+  if (minNp === undefined) {
+    if (maxNp !== undefined) throw new UsageError('--max-np', values.get('--max-np'), 'to come with --min-np (without it a lost worker ends the job)');
+    if (timeoutText !== undefined) throw new UsageError('--elastic-timeout', timeoutText, 'to come with --min-np (without it a lost worker ends the job)');
+    return undefined;
+  }
+  if (minNp > np) throw new UsageError('--min-np', values.get('--min-np'), `at most -np (${np}): the job starts with -np workers`);
+  if (maxNp !== undefined && maxNp < np) throw new UsageError('--max-np', values.get('--max-np'), `at least -np (${np}): the job starts with -np workers`);
+  const timeoutS = timeoutText === undefined ? 600 : positiveNumber('--elastic-timeout', timeoutText, false);
+  const settleS = readSettingsSubset(env, 'HORA_ELASTIC_SETTLE_S', 'HORA_ELASTIC_SETTLE_S').elasticSettleS;
+  return { minNp, maxNp: maxNp ?? np, timeoutS, settleS };
 }
 
 // Runs parse; a HoraConfigError from it becomes a UsageError naming `flag`.
@@ -667,6 +722,9 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     jobId,
     log,
     stallWarnMs: opts.stallWarnS * 1000,
+    elastic: opts.elastic && {
+      minSize: opts.elastic.minNp, maxSize: opts.elastic.maxNp, settleMs: opts.elastic.settleS * 1000, waitMs: opts.elastic.timeoutS * 1000,
+    },
   });
   const { host: rvAddr, port: rvPort } = await server.listen();
   server.on('worker-lost', (_rank: number, reason: string) => log('INFO', reason));
@@ -700,9 +758,9 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   const timers: NodeJS.Timeout[] = [];
   let stopping = false;
 
-  const running = new Set<number>();
+  const running = new Set<WorkerHandle>();
   const killAll = (signal: NodeJS.Signals) => {
-    for (const w of workers) if (running.has(w.rank)) w.kill(signal);
+    for (const w of workers) if (running.has(w)) w.kill(signal);
   };
   // Abort now, SIGTERM after one grace period, SIGKILL after another.
   const stopJob = (reason: string, rank: number, code: string, firstSignal: NodeJS.Signals | undefined) => {
@@ -728,45 +786,91 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM'];
   for (const s of signals) process.on(s, onSignal);
 
+  const elastic = opts.elastic;
+  let nextWorkerId = 0;
+  let refillsLeft = elastic ? 2 * elastic.maxNp : 0;
+  const byWorkerId = new Map<number, WorkerHandle>();
+  let resolveAll: () => void = () => undefined;
   const allDone = new Promise<void>((resolve) => {
-    let remaining = opts.np;
-    for (const spec of placement) {
-      const env: Record<string, string> = {
-        ...opts.exportEnv,
-        ...opts.workerEnv,
-        ...(timeline ? { HORA_TIMELINE: timeline } : {}),
-        ...spec.env,
-        HORA_RENDEZVOUS_ADDR: rvAddr,
-        HORA_RENDEZVOUS_ADDR_SOURCE: binding.source,
-        HORA_RENDEZVOUS_PORT: String(rvPort),
-        HORA_SECRET: secret,
-        HORA_JOB_ID: jobId,
-      };
-      // Local workers of a multi-host job must advertise an address the remote hosts reach, not loopback.
-      if (multiHost && !spec.remote && opts.iface === undefined) env.HORA_IFACE = rvAddr;
-      const w = spawner.spawn({ ...spec, env, command: opts.command, args: opts.args });
-      workers.push(w);
-      running.add(w.rank);
-      const prefix = multiHost ? `[${w.rank}@${spec.host}] ` : `[${w.rank}] `;
-      outputs.push(prefixLines(w.stdout, status ? status.streamTo(process.stdout) : process.stdout, prefix));
-      outputs.push(prefixLines(w.stderr, status ? status.streamTo(process.stderr) : process.stderr, prefix));
-      w.onExit((code, signal) => {
-        running.delete(w.rank);
-        if ((code === 0 && signal === null) || failure || interrupted) return;
-        const exitCode = signal ? signalExitCode(signal) : (code ?? 1);
-        const who = multiHost ? `rank ${w.rank} on ${spec.host}` : `rank ${w.rank}`;
-        const cause = w.describeFailure?.(code, signal);
-        const description = cause ?? (signal ? `was killed by ${signal}` : `exited with code ${code}`);
-        failure = { rank: w.rank, exitCode, description };
-        const what = cause ? `${who}: ${cause}` : `${who} ${description}`;
-        process.stderr.write(`hora run: ${what}; stopping the other workers\n`);
-        stopJob(what, w.rank, 'ERR_PEER_LOST', undefined);
-      });
-      w.onDone(() => {
-        if (--remaining === 0) resolve();
-      });
-    }
+    resolveAll = resolve;
   });
+  let remaining = 0;
+  const startWorker = (spec: Omit<WorkerSpec, 'command' | 'args'>) => {
+    const workerId = nextWorkerId++;
+    const env: Record<string, string> = {
+      ...opts.exportEnv,
+      ...opts.workerEnv,
+      ...(timeline ? { HORA_TIMELINE: timeline } : {}),
+      ...spec.env,
+      HORA_RENDEZVOUS_ADDR: rvAddr,
+      HORA_RENDEZVOUS_ADDR_SOURCE: binding.source,
+      HORA_RENDEZVOUS_PORT: String(rvPort),
+      HORA_SECRET: secret,
+      HORA_JOB_ID: jobId,
+      ...(elastic ? { HORA_ELASTIC: '1', HORA_WORKER_ID: String(workerId) } : {}),
+    };
+    // Local workers of a multi-host job must advertise an address the remote hosts reach, not loopback.
+    if (multiHost && !spec.remote && opts.iface === undefined) env.HORA_IFACE = rvAddr;
+    const w = spawner.spawn({ ...spec, env, command: opts.command, args: opts.args });
+    remaining++;
+    workers.push(w);
+    running.add(w);
+    byWorkerId.set(workerId, w);
+    // In an elastic job ranks change as the world re-forms: output is labelled with the worker id.
+    const label = elastic ? workerId : w.rank;
+    const prefix = multiHost ? `[${label}@${spec.host}] ` : `[${label}] `;
+    outputs.push(prefixLines(w.stdout, status ? status.streamTo(process.stdout) : process.stdout, prefix));
+    outputs.push(prefixLines(w.stderr, status ? status.streamTo(process.stderr) : process.stderr, prefix));
+    w.onExit((code, signal) => {
+      running.delete(w);
+      if ((code === 0 && signal === null) || failure || interrupted) return;
+      const exitCode = signal ? signalExitCode(signal) : (code ?? 1);
+      const who = elastic ? `worker ${workerId}` : multiHost ? `rank ${w.rank} on ${spec.host}` : `rank ${w.rank}`;
+      const cause = w.describeFailure?.(code, signal);
+      const description = cause ?? (signal ? `was killed by ${signal}` : `exited with code ${code}`);
+      const what = cause ? `${who}: ${cause}` : `${who} ${description}`;
+      const membership = server.elastic;
+      if (elastic && membership && membership.hasEntered(workerId) && !membership.isFinishing) {
+        // A worker lost inside hora.elastic.run: the others re-form the world without it.
+        process.stderr.write(`hora run: ${what}; the job goes on without it\n`);
+        membership.workerExited(workerId, description);
+        // The slot is refilled: the new worker joins the world at the ranks' next commit.
+        if (running.size < opts.np && running.size < elastic.maxNp) {
+          if (refillsLeft > 0) {
+            refillsLeft--;
+            const below = running.size < elastic.minNp ? `, fewer than --min-np ${elastic.minNp}` : '';
+            process.stderr.write(`hora run: ${running.size} worker(s) left${below}: starting worker ${nextWorkerId} in the slot of worker ${workerId}\n`);
+            startWorker(spec);
+          } else {
+            log('WARN', `not refilling worker ${workerId}'s slot: ${2 * elastic.maxNp} workers were already started in place of lost ones`);
+          }
+        }
+        return;
+      }
+      failure = { rank: w.rank, exitCode, description };
+      process.stderr.write(`hora run: ${what}; stopping the other workers\n`);
+      stopJob(what, w.rank, 'ERR_PEER_LOST', undefined);
+    });
+    w.onDone(() => {
+      if (--remaining === 0) resolveAll();
+    });
+  };
+  if (elastic) {
+    server.on('evict', (workerId: number, _pid: number, reason: string) => {
+      process.stderr.write(`hora run: ${reason}: killing it\n`);
+      byWorkerId.get(workerId)?.kill('SIGKILL');
+    });
+    server.on('elastic-timeout', (message: string) => {
+      if (failure || interrupted) return;
+      failure = { rank: -1, exitCode: 1, description: message };
+      process.stderr.write(`hora run: ${message}; stopping the job\n`);
+      stopJob(message, -1, 'ERR_TIMEOUT', undefined);
+    });
+    server.on('formed', (generation: number, size: number) => {
+      if (generation > 0) process.stderr.write(`hora run: the world re-formed with ${size} rank(s)\n`);
+    });
+  }
+  for (const spec of placement) startWorker(spec);
 
   await allDone;
   await Promise.all(outputs);
@@ -778,7 +882,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   process.stderr.off('error', ignoreOutputError);
   await server.close();
   removeSharedMemory(jobId, log);
-  if (timeline) await finishTimeline(timeline, opts.np);
+  if (timeline && !opts.elastic) await finishTimeline(timeline, opts.np);
 
   if (failure) return failure.exitCode;
   if (interrupted) return signalExitCode(interrupted);
