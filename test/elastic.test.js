@@ -1,0 +1,191 @@
+'use strict';
+// Elastic jobs (hora run --min-np, hora.elastic.run): workers lost and refilled while the others train on.
+// The training (test/workers/elastic-worker.js) is deterministic whatever the world size, so every run
+// must end with the weights of a run without failures, bit for bit.
+const t = require('tap');
+const crypto = require('node:crypto');
+const fs = require('node:fs');
+const path = require('node:path');
+const { spawn, execFileSync } = require('node:child_process');
+
+const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
+const WORKER = path.join(__dirname, 'workers', 'elastic-worker.js');
+const NODE = process.execPath;
+const STEPS = 60;
+
+// The weights after STEPS steps without hora: what every run must end with.
+function expectedChecksum() {
+  let w = new Float64Array(1024);
+  for (let step = 0; step < STEPS; step++) {
+    const g = new Float64Array(w.length);
+    for (let i = 0; i < w.length; i++) g[i] = (w[i] * 31 + step + i) % 1000003;
+    w = g;
+  }
+  return crypto.createHash('sha256').update(Buffer.from(w.buffer)).digest('hex');
+}
+const EXPECTED = expectedChecksum();
+
+function shmLeft() {
+  try {
+    return fs.readdirSync('/dev/shm').filter((n) => n.startsWith('hora-'));
+  } catch {
+    return [];
+  }
+}
+
+// Processes whose command line names the worker script and whose environment has this run's tag.
+function workersAlive(tag) {
+  let out = '';
+  try {
+    out = execFileSync('pgrep', ['-f', WORKER], { encoding: 'utf8' });
+  } catch {
+    return [];
+  }
+  return out.split('\n').filter(Boolean).map(Number).filter((pid) => {
+    try {
+      return fs.readFileSync(`/proc/${pid}/environ`, 'utf8').includes(`ELASTIC_TAG=${tag}`);
+    } catch {
+      return false;
+    }
+  });
+}
+
+let runs = 0;
+function hora(args, env = {}, timeoutMs = 90000) {
+  const tag = `${process.pid}-${++runs}`;
+  const shmBefore = new Set(shmLeft());
+  return new Promise((resolve) => {
+    const child = spawn(NODE, [HORA, ...args], {
+      env: { ...process.env, HORA_ELASTIC_SETTLE_S: '2', ELASTIC_STEPS: String(STEPS), ELASTIC_TAG: tag, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', async (code, signal) => {
+      clearTimeout(timer);
+      await new Promise((r) => setTimeout(r, 300));
+      const results = stdout.split('\n').map((l) => /^\[(\d+)\] result (.*)$/.exec(l)).filter(Boolean).map((m) => JSON.parse(m[2]));
+      resolve({ code, signal, stdout, stderr, results, orphans: workersAlive(tag), leaked: shmLeft().filter((n) => !shmBefore.has(n)) });
+    });
+  });
+}
+
+function checkClean(t, r) {
+  t.same(r.orphans, [], 'no worker process is left');
+  t.same(r.leaked, [], 'no /dev/shm/hora-* segment is left');
+}
+
+function checkFinished(t, r, survivors) {
+  t.equal(r.code, 0, `the job succeeds\n${r.stderr}`);
+  t.equal(r.results.length, survivors, `${survivors} workers finish`);
+  for (const x of r.results) {
+    t.equal(x.step, STEPS, `worker ${x.workerId} trained every step`);
+    t.equal(x.checksum, EXPECTED, `worker ${x.workerId} ends bit-identical to a run without failures`);
+  }
+}
+
+// Milliseconds from the signal to the first step completed at the smaller size.
+function recoveryMs(stdout, size) {
+  const sent = /signal SIG\w+ t=(\d+)/.exec(stdout);
+  if (!sent) return undefined;
+  const at = Number(sent[1]);
+  const after = stdout.split('\n').map((l) => /step \d+ size (\d+) t=(\d+)/.exec(l))
+    .filter((m) => m && Number(m[1]) === size && Number(m[2]) > at).map((m) => Number(m[2]));
+  return after.length ? Math.min(...after) - at : undefined;
+}
+
+t.test('3 ranks, --min-np 2, one SIGKILLed mid-training: the two go on from the last commit and end bit-identical', async (t) => {
+  const r = await hora(['run', '-np', '3', '--min-np', '2', NODE, WORKER], { ELASTIC_KILL: '1:23:SIGKILL', ELASTIC_NO_REFILL: '3' });
+  checkFinished(t, r, 2);
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 survive');
+  for (const x of r.results) {
+    t.equal(x.size, 2, 'the world re-formed with 2 ranks');
+    // Committed at step 20, killed at step 23: steps 21..23 ran twice on the survivors.
+    t.equal(x.executed, STEPS + 3, `worker ${x.workerId} redid the 3 rolled-back steps`);
+    t.equal(x.resets, 1, 'the reset callback ran once');
+  }
+  t.same(r.results.find((x) => x.workerId === 0).rank, 0, 'the oldest survivor is rank 0');
+  t.match(r.stderr, /worker 1 was killed by SIGKILL; the job goes on without it/);
+  const ms = recoveryMs(r.stdout, 2);
+  t.ok(ms !== undefined, 'a step completed at size 2 after the kill');
+  t.comment(`recovery 3->2 on shared memory, SIGKILL to the first step at size 2: ${ms} ms`);
+  checkClean(t, r);
+});
+
+t.test('a SIGSTOPped rank: the others time out (ERR_TIMEOUT), it is killed and left out', async (t) => {
+  const r = await hora(['run', '-np', '3', '--min-np', '2', NODE, WORKER],
+    { ELASTIC_KILL: '1:23:SIGSTOP', ELASTIC_NO_REFILL: '3', HORA_TIMEOUT_S: '2' });
+  checkFinished(t, r, 2);
+  for (const x of r.results) t.equal(x.executed, STEPS + 3, `worker ${x.workerId} redid the rolled-back steps`);
+  t.match(r.stderr, /worker 1 .*did not re-register within 2 s \(HORA_ELASTIC_SETTLE_S\); leaving it out: killing it/);
+  checkClean(t, r);
+});
+
+t.test('two failures in a row', async (t) => {
+  const r = await hora(['run', '-np', '4', '--min-np', '2', NODE, WORKER], { ELASTIC_KILL: '1:23:SIGKILL,2:37:SIGKILL', ELASTIC_NO_REFILL: '4' });
+  checkFinished(t, r, 2);
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 3]);
+  for (const x of r.results) t.equal(x.executed, STEPS + 3 + 2, `worker ${x.workerId} redid the steps of both rollbacks`);
+  checkClean(t, r);
+});
+
+t.test('a kill during the re-forming itself', async (t) => {
+  const r = await hora(['run', '-np', '4', '--min-np', '2', NODE, WORKER],
+    { ELASTIC_KILL: '1:23:SIGKILL', ELASTIC_KILL_ON_LOSS: '2', ELASTIC_NO_REFILL: '4' });
+  checkFinished(t, r, 2);
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 3]);
+  checkClean(t, r);
+});
+
+t.test('below --min-np the job waits, and a refilled worker brings it back', async (t) => {
+  const r = await hora(['run', '-np', '2', '--min-np', '2', NODE, WORKER], { ELASTIC_KILL: '1:23:SIGKILL' });
+  checkFinished(t, r, 2);
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'worker 2 took the slot of worker 1');
+  t.match(r.stderr, /starting worker 2 in the slot of worker 1/);
+  const joiner = r.results.find((x) => x.workerId === 2);
+  t.ok(joiner.executed < STEPS, 'the new worker got the state by sync, not by training from step 0');
+  checkClean(t, r);
+});
+
+t.test('a refilled worker joins a running world at the next commit', async (t) => {
+  const r = await hora(['run', '-np', '3', '--min-np', '2', NODE, WORKER], { ELASTIC_KILL: '1:13:SIGKILL', ELASTIC_STEPS: '200' });
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.results.length, 3, 'three workers finish');
+  t.same(new Set(r.results.map((x) => x.checksum)).size, 1, 'all end bit-identical');
+  for (const x of r.results) t.equal(x.size, 3, 'the world grew back to 3');
+  checkClean(t, r);
+});
+
+t.test('--elastic-timeout expires below --min-np: the job fails saying how many ranks it had and needed', async (t) => {
+  const r = await hora(['run', '-np', '2', '--min-np', '2', '--elastic-timeout', '3', '--grace', '1', NODE, WORKER],
+    { ELASTIC_KILL: '1:23:SIGKILL', ELASTIC_IDLE_REFILL: '2' });
+  t.equal(r.code, 1, 'the job fails');
+  t.match(r.stderr, /the job had 1 rank\(s\) and needed 2 \(--min-np 2\); no worker came within --elastic-timeout 3 s/);
+  t.match(r.stderr, /the next world needs 2 workers \(--min-np\); 1 ready; waiting up to 3 s/);
+  checkClean(t, r);
+});
+
+t.test('a worker that fails before hora.elastic.run ends the job as without --min-np', async (t) => {
+  const r = await hora(['run', '-np', '2', '--min-np', '1', NODE, '-e', 'if (process.env.HORA_WORKER_ID === "1") throw new SyntaxError("bad"); setTimeout(() => {}, 20000)']);
+  t.not(r.code, 0);
+  t.match(r.stderr, /worker 1 exited with code 1; stopping the other workers/);
+});
+
+t.test('bad elastic options are refused before anything starts, naming the option and value', async (t) => {
+  const cases = [
+    [['-np', '3', '--min-np', '4'], /--min-np "4" is invalid: expected at most -np \(3\)/],
+    [['-np', '3', '--min-np', '2', '--max-np', '2'], /--max-np "2" is invalid: expected at least -np \(3\)/],
+    [['-np', '3', '--min-np', '1.5'], /--min-np "1.5" is invalid: expected a whole number/],
+    [['-np', '3', '--min-np', '2', '--elastic-timeout', 'soon'], /--elastic-timeout "soon" is invalid/],
+    [['-np', '3', '--max-np', '4'], /--max-np "4" is invalid: expected to come with --min-np/],
+  ];
+  for (const [args, pattern] of cases) {
+    const r = await hora(['run', ...args, NODE, '-e', 'console.log("started")']);
+    t.equal(r.code, 2, args.join(' '));
+    t.match(r.stderr, pattern);
+    t.notMatch(r.stdout, /started/, 'no worker started');
+  }
+});
