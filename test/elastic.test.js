@@ -189,3 +189,31 @@ t.test('bad elastic options are refused before anything starts, naming the optio
     t.notMatch(r.stdout, /started/, 'no worker started');
   }
 });
+
+t.test('in an elastic job a collective outside hora.elastic.run is a clear error', async (t) => {
+  const script = `const hora = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'ts', 'index.js'))});
+    hora.init().then(() => hora.allreduce(new Float32Array(1))).then(() => console.log('no error'),
+      (e) => { console.log('code ' + e.code); console.log(e.message); }).finally(() => hora.shutdown());`;
+  const r = await hora(['run', '-np', '2', '--min-np', '1', NODE, '-e', script]);
+  t.equal(r.code, 0, r.stderr);
+  t.match(r.stdout, /\[0\] code ERR_INVALID_ARGUMENT/);
+  t.match(r.stdout, /hora\.allreduce: this is an elastic job \(hora run --min-np\): collectives run inside hora\.elastic\.run/);
+  t.notMatch(r.stdout, /no error/);
+});
+
+t.test('when the launcher dies, the elastic workers leave too', async (t) => {
+  const tag = `${process.pid}-launcher`;
+  const shmBefore = new Set(shmLeft());
+  const child = spawn(NODE, [HORA, 'run', '-np', '3', '--min-np', '2', NODE, WORKER],
+    { env: { ...process.env, ELASTIC_STEPS: '100000', ELASTIC_TAG: tag }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  const deadline = Date.now() + 60000;
+  while (!/step 10 /.test(stdout) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  t.match(stdout, /step 10 /, 'training started');
+  child.kill('SIGKILL');
+  const gone = Date.now() + 15000;
+  while (workersAlive(tag).length > 0 && Date.now() < gone) await new Promise((r) => setTimeout(r, 200));
+  t.same(workersAlive(tag), [], 'every worker exited');
+  t.same(shmLeft().filter((n) => !shmBefore.has(n)), [], 'no /dev/shm/hora-* segment is left');
+});
