@@ -608,7 +608,12 @@ function blockRange(count: number, size: number, block: number): [number, number
 // In an elastic job the world may re-form under any collective; only hora.elastic.run can roll the
 // state back and go on, so collectives outside it would be lost in a re-forming.
 function requireElasticRun(w: Scope, call: string): void {
-  if (elasticParams === null || elasticRunning) return;
+  if (elasticParams === null) return;
+  if (w.dispatcher && closedComms.has(w.dispatcher.comm)) {
+    throw new HoraError('ERR_PEER_LOST', `hora.${w.prefix}${call}: this ${w.members ? 'group' : 'world'} belongs to a world that has ` +
+      're-formed since; make process groups again in a state.onReset callback', w.self);
+  }
+  if (elasticRunning) return;
   throw new HoraError('ERR_INVALID_ARGUMENT', `hora.${w.prefix}${call}: this is an elastic job (hora run --min-np): collectives run ` +
     'inside hora.elastic.run(state, fn), which restores the state and re-forms the world when a worker is lost; call it there', w.self);
 }
