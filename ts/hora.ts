@@ -294,8 +294,8 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
     const table = await tableWait;
     const peers = table.peers.map((q) => ({ rank: q.rank, hostId: q.hostId, addr: q.dataAddr, port: q.dataPort, localRank: q.localRank }));
     const connecting = dispatcher.track((r: NativeResult) => r, new CallSite(join), (id) => comm.connect(id, peers, table.jobId));
-    // The native connect cannot be interrupted: when the world ends meanwhile (a peer died), leave it to
-    // fail at its deadline and close it then, and go on to the next world now.
+    // When the world ends meanwhile (a peer died), the abort makes the native connect give up within a
+    // second; the communicator is closed once it has, while this process goes on to the next world.
     const endedNow = new Promise<never>((_, reject) => {
       endedWhileConnecting = (m) => reject(endedError(m));
       if (p.control.endedGeneration >= a.generation) reject(endedError({ reason: 'a worker was lost' } as Membership));

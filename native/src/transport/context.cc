@@ -122,6 +122,7 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   for (int r = 0; r < size_; ++r) mesh.peers[r] = {peers[r].addr, peers[r].port};
   mesh.jobTag = fnv1a64(jobId);
   mesh.secret = secret;
+  mesh.aborted = &aborted_;
   std::vector<int> fds;
   HORA_RETURN_IF_ERROR(tcp::connectMesh(listenFd_, mesh, deadline, &fds));
   // A second mesh for point-to-point messages (engine/p2p.h). Every rank must be done with the first

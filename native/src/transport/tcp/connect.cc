@@ -320,6 +320,9 @@ class MeshBuilder {
     std::vector<pollfd> pfds;
     while (!complete()) {
       if (!fatal_.isOk()) return fatal_;
+      if (o_.aborted != nullptr && o_.aborted->load(std::memory_order_acquire)) {
+        return Status(Code::kPeerLost, "connecting to the peers was aborted");
+      }
       if (deadline_.expired()) return timeoutStatus();
       Clock::time_point now = Clock::now();
       Clock::time_point wake = now + std::chrono::milliseconds(deadline_.remainingMs(1000));

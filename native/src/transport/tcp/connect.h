@@ -26,6 +26,7 @@
 // refused by the kernel.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ struct MeshOptions {
   std::vector<PeerAddress> peers;  // indexed by rank; peers[rank] is unused
   uint64_t jobTag = 0;             // derived from the job id; tells another job's ranks apart in the logs
   std::string secret;              // the per-job secret; the HMAC key is these bytes
+  // Set by another thread to give up (Context::abort): a peer died while the mesh formed. Checked at least
+  // once a second; null: never.
+  const std::atomic<bool>* aborted = nullptr;
 };
 
 // Connects the full mesh; on success (*fds)[peer] is a connected, authenticated, non-blocking socket for
