@@ -265,11 +265,13 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
   if (a.size === 1) {
     const table = p.control.next(({ membership, table }) => {
       if (membership && ended(membership)) throw endedError(membership);
-      return table && (table.generation ?? 0) === a.generation ? table : undefined;
+      if (!table || (table.generation ?? 0) !== a.generation) return undefined;
+      // A GROW for this world can only come after its table: what came before was for an older one.
+      p.control.growPending = false;
+      return table;
     });
     p.control.report(ElasticEvent.Listening, a.generation, { dataAddr: p.dataAddr, dataPort: 0 });
     await table;
-    p.control.growPending = false;
     return { rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, dispatcher: null, ...scope };
   }
   const grid = p.settings.topology.reduce((x, y) => x * y, 1) === a.size ? p.settings.topology : [];
@@ -287,7 +289,10 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
   try {
     const tableWait = p.control.next<PeerTable>(({ membership, table }) => {
       if (membership && ended(membership)) throw endedError(membership);
-      return table && (table.generation ?? 0) === a.generation ? table : undefined;
+      if (!table || (table.generation ?? 0) !== a.generation) return undefined;
+      // A GROW for this world can only come after its table: what came before was for an older one.
+      p.control.growPending = false;
+      return table;
     });
     const port = comm.listen();
     p.control.report(ElasticEvent.Listening, a.generation, { dataAddr: p.dataAddr, dataPort: port });
@@ -309,7 +314,6 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
     }
     const self = table.peers[a.rank];
     dispatcher.peerPlaces = table.peers.map((q) => `host ${q.hostId}, pid ${q.pid}`);
-    p.control.growPending = false;
     const w: World = {
       rank: a.rank, size: a.size, localRank: self.localRank, localSize: self.localSize, crossRank: self.crossRank, crossSize: self.crossSize,
       dispatcher, ...scope,
