@@ -244,7 +244,8 @@ export class ElasticMembership {
     const first = this.generation < 0;
     const need = first ? this.opts.initialSize : this.opts.minSize;
     if (this.waiting.size < need) {
-      this.startWaiting(this.waiting.size, need, first);
+      // With no worker left at all (they all ended) there is nothing to wait with until one registers.
+      if (this.members.size > 0) this.startWaiting(this.waiting.size, need, first);
       return;
     }
     this.stopWaiting();
