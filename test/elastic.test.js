@@ -217,3 +217,10 @@ t.test('when the launcher dies, the elastic workers leave too', async (t) => {
   t.same(workersAlive(tag), [], 'every worker exited');
   t.same(shmLeft().filter((n) => !shmBefore.has(n)), [], 'no /dev/shm/hora-* segment is left');
 });
+
+t.test('every worker lost: the job fails rather than reporting success', async (t) => {
+  const r = await hora(['run', '-np', '2', '--min-np', '1', NODE, WORKER], { ELASTIC_KILL: '0:13:SIGKILL,1:13:SIGKILL', ELASTIC_NO_REFILL: '2' });
+  t.equal(r.code, 1, 'the job fails');
+  t.match(r.stderr, /the job ended before any worker's training function returned \(2 worker\(s\) lost\)/);
+  checkClean(t, r);
+});

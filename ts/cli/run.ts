@@ -795,6 +795,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     resolveAll = resolve;
   });
   let remaining = 0;
+  let lostWorkers = 0;
   const startWorker = (spec: Omit<WorkerSpec, 'command' | 'args'>) => {
     const workerId = nextWorkerId++;
     const env: Record<string, string> = {
@@ -832,6 +833,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
       const membership = server.elastic;
       if (elastic && membership && membership.hasEntered(workerId) && !membership.isFinishing) {
         // A worker lost inside hora.elastic.run: the others re-form the world without it.
+        lostWorkers++;
         process.stderr.write(`hora run: ${what}; the job goes on without it\n`);
         membership.workerExited(workerId, description);
         // The slot is refilled: the new worker joins the world at the ranks' next commit.
@@ -886,6 +888,11 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
 
   if (failure) return failure.exitCode;
   if (interrupted) return signalExitCode(interrupted);
+  if (lostWorkers > 0 && !server.elastic?.isFinishing) {
+    // Every worker ended, some of them lost, and no training function returned: the training did not finish.
+    process.stderr.write(`hora run: the job ended before any worker's training function returned (${lostWorkers} worker(s) lost)\n`);
+    return 1;
+  }
   return 0;
 }
 
