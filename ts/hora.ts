@@ -382,9 +382,14 @@ export async function reformElasticWorld(generation: number, reason: string): Pr
   for (;;) {
     const assigned = p.control.next<Membership>(({ membership }) => (membership?.event === MembershipEvent.Assign ? membership : undefined));
     p.control.report(ElasticEvent.Rejoin, generation, { reason });
+    // The wait may be long (below --min-np the launcher waits for workers): say so now and then.
+    const since = Date.now();
+    const log = makeLogger('elastic', p.settings.debug);
+    const waiting = setInterval(() => log('WARN', `worker ${p.settings.workerId ?? 0}: still waiting, after ` +
+      `${Math.round((Date.now() - since) / 1000)} s, for the launcher to form the world after world ${generation} (its log says why)`), 10_000);
     const a = await assigned.catch((e: Error & { code?: string }) => {
       throw new HoraError(e.code ?? 'ERR_PEER_LOST', `hora.elastic: waiting for the next world: ${e.message}`);
-    });
+    }).finally(() => clearInterval(waiting));
     try {
       world = await openElasticWorld(p, a);
       return world;
