@@ -61,6 +61,20 @@ t.test('a stall names the ranks that have not submitted the oldest waiting colle
   t.same(m.stalls(60000, now + 2000), [], 'everyone has submitted: waiting, but no stall');
 });
 
+t.test('reset: what the ranks of a world that re-formed had pending is no stall of the next one', async (t) => {
+  const m = new JobMonitor(3);
+  const now = 5_000_000;
+  m.record(0, report({ timeMs: now, submitted: 300, completed: 299, pending: [{ seq: 300, kind: 'allreduce', name: 'step', ageMs: 61000 }] }), now);
+  m.record(1, report({ timeMs: now, submitted: 299, completed: 299 }), now);
+  m.record(2, report({ timeMs: now, submitted: 300, completed: 299 }), now);
+  t.equal(m.stalls(60000, now).length, 1, 'before the reset: rank 1 holds collective 300 up');
+  m.reset();
+  m.record(0, report({ timeMs: now + 1000, submitted: 3, completed: 3 }), now + 1000);
+  m.record(1, report({ timeMs: now + 1000, submitted: 3, completed: 3 }), now + 1000);
+  t.same(m.stalls(60000, now + 1000), [], 'after it: no stall from the old reports');
+  t.equal(m.snapshot(2, 60000, now + 1000).ranks[2].reportAgeMs, null, 'the rank the new world does not have is forgotten');
+});
+
 t.test('rank lists', async (t) => {
   t.equal(formatRanks([2]), 'rank 2');
   t.equal(formatRanks([0, 1]), 'ranks 0, 1');

@@ -192,6 +192,14 @@ export class JobMonitor {
     }
   }
 
+  /**
+   * Forgets every rank's reports: an elastic job's new world numbers its ranks and its collectives
+   * afresh, and what the old world's ranks had pending would read as a stall of the new one.
+   */
+  reset(): void {
+    for (let i = 0; i < this.ranks.length; i++) this.ranks[i] = { lost: false, history: [], recent: [] };
+  }
+
   /** The rank's connection is gone. */
   markLost(rank: number): void {
     const r = this.ranks[rank];

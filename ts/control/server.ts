@@ -137,6 +137,13 @@ export class RendezvousServer extends EventEmitter {
     this.monitor = new JobMonitor(opts.elastic ? Math.max(this.size, opts.elastic.maxSize) : this.size);
     if (opts.elastic) {
       this.elastic = new ElasticMembership({ ...opts.elastic, initialSize: this.size, jobId: this.jobId }, this, this.log);
+      this.on('formed', () => {
+        this.monitor.reset();
+        if (this.stallWarnMs > 0 && !this.stallTimer) {
+          this.stallTimer = setInterval(() => this.inspectStalls(), Math.min(1000, this.stallWarnMs / 2));
+          this.stallTimer.unref();
+        }
+      });
     }
     this.server = net.createServer((socket) => this.accept(socket));
     this.server.on('error', (err) => this.log('WARN', `rendezvous server error: ${err.message}`));
