@@ -8,3 +8,5 @@ export type { LearningRateWarmupOptions } from './callbacks';
 export { floatToHalf, halfToFloat, floatToBFloat16, bfloat16ToFloat } from './half';
 export { pipeline, Pipeline, microBatchSizes } from './pipeline/pipeline';
 export type { PipelineOptions, PipelinePlan, PipelineStats, BatchStats, PipelineFitArgs, PipelineCallback, PipelineHistory } from './pipeline/pipeline';
+export { ElasticState, ElasticCallback, DEFAULT_COMMIT_EVERY } from './elastic';
+export type { ElasticModel, ElasticFitArgs, ElasticCallbackOptions } from './elastic';

@@ -1,0 +1,451 @@
+/**
+ * Elastic training with tfjs: ElasticState keeps a model and its optimizer in a hora.elastic.State, and
+ * ElasticCallback commits it from model.fit and lets a fit resume at the committed epoch and batch.
+ *
+ * What a commit holds. The model's weights (trainable or not), the optimizer's slots (its getWeights():
+ * Adam's moments, momentum's accumulations...), its iteration count, and the scalar variables some
+ * optimizers keep outside getWeights() (Adam's running beta powers: its setWeights() recomputes them with
+ * pow(), which can differ in the last bit from the running product, so a restore through setWeights alone
+ * would not continue bit-identically). Each tensor is copied into a typed array kept from one commit to
+ * the next, so a commit costs one memory copy per tensor and no allocation while the shapes stay the same.
+ * restore() writes the copies back into the same variables; sync(root) broadcasts root's tensors, and
+ * gives the optimizer of a rank that has not stepped yet (no slots) the slots of root's.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import { Callback, Logs } from '@tensorflow/tfjs-layers';
+import * as hora from '../../ts/index';
+import { HoraError, describeValue } from '../../ts/errors';
+import { broadcast, current } from '../../ts/hora';
+import { DistributedOptimizer } from './optimizer';
+
+const WHERE = 'hora/tfjs';
+
+/** What ElasticState needs of a model: tf.LayersModel's `weights` (LayerVariables) and, if no optimizer is given, its optimizer. */
+export interface ElasticModel {
+  weights: Array<{ name: string; shape: number[]; dtype: string; read(): tf.Tensor; write(value: tf.Tensor): unknown }>;
+  optimizer?: tf.Optimizer;
+}
+
+type Buffer32 = Float32Array | Int32Array;
+
+/** One tensor's committed copy. */
+interface Saved {
+  name: string;
+  shape: number[];
+  dtype: 'float32' | 'int32';
+  data: Buffer32;
+}
+
+/** What root sends before the tensors' bytes in sync(). */
+interface TensorHeader {
+  iterations: number;
+  model: Array<[name: string, shape: number[], dtype: string]>;
+  slots: Array<[name: string, shape: number[], dtype: string]>;
+  hidden: Array<[name: string, shape: number[], dtype: string]>;
+}
+
+/** Names ElasticState takes for itself; a user field may not use them. */
+const OWN = new Set(['model', 'optimizer', 'fit']);
+
+function invalid(fn: string, argument: string, expected: string, received: unknown): HoraError {
+  return new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ${fn}: argument '${argument}' must be ${expected}; received ${describeValue(received)}`);
+}
+
+function dtypeOf(t: tf.Tensor, what: string): 'float32' | 'int32' {
+  if (t.dtype === 'float32' || t.dtype === 'int32') return t.dtype;
+  throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticState: ${what} has dtype ${t.dtype}; only float32 and int32 tensors can be kept`);
+}
+
+function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((d, i) => d === b[i]);
+}
+
+/** Copies t's values into `into` when it fits (no allocation), else into a new array. */
+function copyInto(t: tf.Tensor, name: string, into: Saved | undefined, what: string): Saved {
+  const dtype = dtypeOf(t, what);
+  const values = t.dataSync() as Buffer32;
+  if (into && into.dtype === dtype && into.data.length === values.length) {
+    into.data.set(values);
+    into.name = name;
+    if (!sameShape(into.shape, t.shape)) into.shape = t.shape.slice();
+    return into;
+  }
+  return { name, shape: t.shape.slice(), dtype, data: dtype === 'float32' ? Float32Array.from(values as Float32Array) : Int32Array.from(values as Int32Array) };
+}
+
+/** A new tensor holding a copy of `s` (a copy, so that no tensor ever shares the committed arrays). */
+function tensorOf(s: Saved): tf.Tensor {
+  return tf.tensor(s.data.slice(), s.shape, s.dtype);
+}
+
+/** The optimizer that owns the slots and the iteration count (a DistributedOptimizer wraps one). */
+function innermost(optimizer: tf.Optimizer): tf.Optimizer {
+  let o = optimizer;
+  // Not instanceof: tf.Optimizer answers instanceof by duck typing, so every optimizer would pass.
+  while (DistributedOptimizer.prototype.isPrototypeOf(o)) o = (o as DistributedOptimizer).optimizer;
+  return o;
+}
+
+/** The scalar variables an optimizer keeps outside getWeights() (Adam's accBeta1/accBeta2...), by property name. */
+function hiddenVariables(optimizer: tf.Optimizer): Array<[string, tf.Variable]> {
+  const inner = innermost(optimizer) as unknown as Record<string, unknown>;
+  return Object.keys(inner).sort().filter((k) => inner[k] instanceof tf.Variable).map((k) => [k, inner[k] as tf.Variable]);
+}
+
+/** getWeights() without its first entry, the iteration count, which it makes as a new tensor (disposed here). */
+async function slotsOf(optimizer: tf.Optimizer): Promise<Array<{ name: string; tensor: tf.Tensor }>> {
+  const named = await optimizer.getWeights();
+  if (named.length > 0 && named[0].name === 'iter') {
+    named[0].tensor.dispose();
+    return named.slice(1);
+  }
+  return named;
+}
+
+function setIterations(optimizer: tf.Optimizer, n: number): void {
+  (innermost(optimizer) as unknown as { iterations_: number }).iterations_ = n;
+}
+
+/** Which of the fields given to ElasticState are its own; epoch and batch default to 0. */
+function stateFields(fields: Record<string, unknown>): Record<string, unknown> {
+  if (fields === null || typeof fields !== 'object' || Array.isArray(fields)) throw invalid('ElasticState', 'fields', 'an object of named values', fields);
+  for (const name of Object.keys(fields)) {
+    if (OWN.has(name)) throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticState: field '${name}' has the name of an ElasticState property; rename it`);
+  }
+  const out = { epoch: 0, batch: 0, ...fields };
+  for (const name of ['epoch', 'batch']) {
+    const v = out[name as 'epoch' | 'batch'];
+    if (!Number.isSafeInteger(v) || (v as number) < 0) throw invalid('ElasticState', `fields.${name}`, 'an integer >= 0', v);
+  }
+  return out;
+}
+
+export interface ElasticFitArgs {
+  /** Per-rank samples per batch, as model.fit takes it; default 32 (model.fit's default). */
+  batchSize?: number;
+  /** Epochs to reach in all (not more epochs from where the state is). */
+  epochs?: number;
+  [option: string]: unknown;
+}
+
+/**
+ * A hora.elastic.State that also holds a tfjs model and its optimizer. Fields `epoch` and `batch` (both 0
+ * unless given) say where training is: `batch` batches of epoch `epoch` are done. Other fields are the
+ * user's, as hora.elastic.State takes them.
+ */
+export class ElasticState extends hora.elastic.State {
+  declare epoch: number;
+  declare batch: number;
+  declare readonly model: ElasticModel;
+  readonly #optimizer: tf.Optimizer | null;
+  #weights: Saved[] = [];
+  #slots: Saved[] = [];
+  #hidden: Saved[] = [];
+  #iterations = 0;
+
+  /**
+   * `optimizer` defaults to model.optimizer (set by model.compile), read at each commit, restore and sync.
+   * The model and optimizer are committed as they are now: this is the first rollback point.
+   */
+  constructor(model: ElasticModel, optimizer?: tf.Optimizer | null, fields: Record<string, unknown> = {}) {
+    super(stateFields(fields));
+    if (model === null || typeof model !== 'object' || !Array.isArray((model as ElasticModel).weights)) {
+      throw invalid('ElasticState', 'model', 'a tf.LayersModel (an object with weights)', model);
+    }
+    if (optimizer !== undefined && optimizer !== null && !(optimizer instanceof tf.Optimizer)) {
+      throw invalid('ElasticState', 'optimizer', 'a tf.train optimizer, or omitted to use model.optimizer', optimizer);
+    }
+    Object.defineProperty(this, 'model', { value: model, enumerable: false });
+    this.#optimizer = optimizer ?? null;
+    this.#saveWeights();
+    this.#saveOptimizerSync();
+  }
+
+  /** The optimizer given, or model.optimizer; null when there is none yet (the model is not compiled). */
+  get optimizer(): tf.Optimizer | null {
+    return this.#optimizer ?? this.model.optimizer ?? null;
+  }
+
+  #saveWeights(): void {
+    const weights = this.model.weights;
+    if (this.#weights.length !== weights.length) this.#weights.length = weights.length;
+    weights.forEach((w, i) => { this.#weights[i] = copyInto(w.read(), w.name, this.#weights[i], `weight '${w.name}'`); });
+  }
+
+  /** The iteration count and hidden variables; the slots need the asynchronous getWeights(), see #saveSlots. */
+  #saveOptimizerSync(): void {
+    const opt = this.optimizer;
+    if (!opt) return;
+    this.#iterations = opt.iterations ?? 0;
+    const hidden = hiddenVariables(opt);
+    if (this.#hidden.length !== hidden.length) this.#hidden.length = hidden.length;
+    hidden.forEach(([name, v], i) => { this.#hidden[i] = copyInto(v, name, this.#hidden[i], `optimizer variable '${name}'`); });
+  }
+
+  async #saveSlots(): Promise<void> {
+    const opt = this.optimizer;
+    const slots = opt ? await slotsOf(opt) : [];
+    if (this.#slots.length !== slots.length) this.#slots.length = slots.length;
+    slots.forEach((s, i) => { this.#slots[i] = copyInto(s.tensor, s.name, this.#slots[i], `optimizer weight '${s.name}'`); });
+  }
+
+  /** Copies the model and optimizer, then commits the other fields (where the membership check runs). */
+  async commit(): Promise<void> {
+    this.#saveWeights();
+    this.#saveOptimizerSync();
+    await this.#saveSlots();
+    await super.commit();
+  }
+
+  /**
+   * Goes back to the last commit: the weights, slots and hidden variables are written back into the same
+   * variables; slots that did not exist at the commit are removed, and ones made since are replaced. The
+   * weights are back on return; the optimizer's part goes through its asynchronous getWeights(), so await
+   * restored() before the next step (sync, ElasticState.fit and ElasticCallback do).
+   */
+  restore(): void {
+    super.restore();
+    this.#restoreWeights();
+  }
+
+  #restoreWeights(): void {
+    const weights = this.model.weights;
+    if (weights.length !== this.#weights.length) {
+      throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticState.restore: the model has ${weights.length} weights but ${this.#weights.length} were committed`);
+    }
+    weights.forEach((w, i) => {
+      const t = tensorOf(this.#weights[i]);
+      w.write(t);
+      t.dispose();
+    });
+    const pending = this.#restoreOptimizer();
+    // Awaited through restored(); kept from becoming an unhandled rejection if nothing awaits it.
+    pending.catch(() => undefined);
+    this.#pendingOptimizer = pending;
+  }
+
+  #pendingOptimizer: Promise<void> | null = null;
+
+  /** Resolves once the last restore() has written the optimizer back; fit through ElasticCallback awaits it. */
+  async restored(): Promise<void> {
+    const p = this.#pendingOptimizer;
+    this.#pendingOptimizer = null;
+    if (p) await p;
+  }
+
+  async #restoreOptimizer(): Promise<void> {
+    const opt = this.optimizer;
+    if (!opt) return;
+    const current = await slotsOf(opt);
+    const same = current.length === this.#slots.length &&
+      current.every((s, i) => sameShape(s.tensor.shape, this.#slots[i].shape) && s.tensor.dtype === this.#slots[i].dtype);
+    if (same) {
+      current.forEach((s, i) => {
+        const t = tensorOf(this.#slots[i]);
+        (s.tensor as tf.Variable).assign(t);
+        t.dispose();
+      });
+      setIterations(opt, this.#iterations);
+    } else {
+      // The slots were made or dropped since the commit: give the optimizer the committed set through its
+      // own setWeights (which makes new variables from what it is given), and free the ones it drops.
+      const iter = tf.scalar(this.#iterations, 'int32');
+      const given = this.#slots.map((s) => ({ name: s.name, tensor: tensorOf(s) }));
+      await opt.setWeights([{ name: 'iter', tensor: iter }, ...given]);
+      iter.dispose();
+      given.forEach((g) => g.tensor.dispose());
+      current.forEach((s) => s.tensor.dispose());
+      setIterations(opt, this.#iterations);
+    }
+    const hidden = hiddenVariables(opt);
+    hidden.forEach(([name, v]) => {
+      const s = this.#hidden.find((h) => h.name === name);
+      if (!s || !sameShape(s.shape, v.shape)) return;
+      const t = tensorOf(s);
+      v.assign(t);
+      t.dispose();
+    });
+  }
+
+  /**
+   * Gives every rank root's model, optimizer and fields, and makes them the rollback point everywhere. A
+   * rank whose optimizer has no slots yet (a new worker, or one that never stepped) gets root's.
+   */
+  async sync(root = 0): Promise<void> {
+    await this.restored();
+    await super.sync(root);
+    const w = current('elastic.ElasticState.sync');
+    this.#saveWeights();
+    this.#saveOptimizerSync();
+    await this.#saveSlots();
+    if (w.size === 1) return;
+    const isRoot = w.rank === root;
+    const header = await this.#broadcastHeader(root, isRoot);
+    await this.#checkModel(header, root, w.rank);
+    if (!isRoot) {
+      this.#iterations = header.iterations;
+      this.#slots = this.#layout(header.slots, this.#slots);
+      this.#hidden = this.#layout(header.hidden, this.#hidden);
+    }
+    const all = [...this.#weights, ...this.#slots, ...this.#hidden].filter((s) => s.data.length > 0);
+    await Promise.all(all.map((s) => broadcast(s.data, { root, inplace: true, name: `elastic.ElasticState.sync ${s.name}` })));
+    if (!isRoot) {
+      this.#restoreWeights();
+      await this.restored();
+    }
+  }
+
+  /** Buffers shaped as root's list, reusing ours where they fit. */
+  #layout(list: TensorHeader['slots'], have: Saved[]): Saved[] {
+    return list.map(([name, shape, dtype], i) => {
+      const n = shape.reduce((a, b) => a * b, 1);
+      const old = have[i];
+      if (old && old.dtype === dtype && old.data.length === n) return { name, shape, dtype: old.dtype, data: old.data };
+      return { name, shape, dtype: dtype as Saved['dtype'], data: dtype === 'int32' ? new Int32Array(n) : new Float32Array(n) };
+    });
+  }
+
+  async #broadcastHeader(root: number, isRoot: boolean): Promise<TensorHeader> {
+    let bytes = new Uint8Array(0);
+    if (isRoot) {
+      const list = (xs: Saved[]) => xs.map((s): [string, number[], string] => [s.name, s.shape, s.dtype]);
+      const header: TensorHeader = { iterations: this.#iterations, model: list(this.#weights), slots: list(this.#slots), hidden: list(this.#hidden) };
+      bytes = new Uint8Array(Buffer.from(JSON.stringify(header), 'utf8'));
+    }
+    const length = await broadcast(new Float64Array([bytes.length]), { root, name: 'elastic.ElasticState.sync header length' });
+    if (!isRoot) bytes = new Uint8Array(length[0]);
+    await broadcast(bytes, { root, inplace: true, name: 'elastic.ElasticState.sync header' });
+    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8')) as TensorHeader;
+  }
+
+  /** Every rank learns whether all models match root's (weights' number, shapes, dtypes), so all fail together. */
+  async #checkModel(header: TensorHeader, root: number, rank: number): Promise<void> {
+    let why = '';
+    if (header.model.length !== this.#weights.length) why = `${this.#weights.length} weights here, ${header.model.length} on rank ${root}`;
+    else {
+      const i = header.model.findIndex(([, shape, dtype], k) => !sameShape(shape, this.#weights[k].shape) || dtype !== this.#weights[k].dtype);
+      if (i >= 0) why = `weight ${i} ('${this.#weights[i].name}') is ${this.#weights[i].dtype}[${this.#weights[i].shape}] here, ${header.model[i][2]}[${header.model[i][1]}] on rank ${root}`;
+    }
+    const flags = await hora.allgather(new Int32Array([why ? 0 : 1]), { name: 'elastic.ElasticState.sync check' });
+    const bad = [...flags].flatMap((ok, r) => (ok ? [] : [r]));
+    if (bad.length === 0) return;
+    throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState.sync: the model of rank${bad.length > 1 ? 's' : ''} ${bad.join(', ')} ` +
+      `differs from root ${root}'s` + (why ? `: ${why}` : ''), rank);
+  }
+
+  /**
+   * model.fit that starts where the state is: at epoch `epoch`, after its first `batch` batches. When
+   * batch > 0 it first fits the rest of that epoch (the samples after the batches done, in data order),
+   * then the following epochs on all of x and y. `args.callbacks` must hold an ElasticCallback of this
+   * state. Returns the last fit's History. validationSplit is refused (it would split the rest of the
+   * epoch differently from the whole); pass validationData instead.
+   */
+  async fit(x: tf.Tensor | tf.Tensor[], y: tf.Tensor | tf.Tensor[], args: ElasticFitArgs = {}): Promise<unknown> {
+    if (args === null || typeof args !== 'object') throw invalid('ElasticState.fit', 'args', 'an object of model.fit options', args);
+    const model = this.model as unknown as { fit(x: unknown, y: unknown, a: unknown): Promise<unknown> };
+    if (typeof model.fit !== 'function') throw invalid('ElasticState.fit', 'this.model', 'a tf.LayersModel', this.model);
+    const callbacks = Array.isArray(args.callbacks) ? args.callbacks : args.callbacks === undefined ? [] : [args.callbacks];
+    if (!callbacks.some((c) => c instanceof ElasticCallback && c.state === this)) {
+      throw invalid('ElasticState.fit', 'args.callbacks', 'a list holding an ElasticCallback of this state', args.callbacks);
+    }
+    if (args.validationSplit !== undefined && args.validationSplit !== 0) {
+      throw invalid('ElasticState.fit', 'args.validationSplit', '0 or absent (pass validationData)', args.validationSplit);
+    }
+    if (args.initialEpoch !== undefined) throw invalid('ElasticState.fit', 'args.initialEpoch', 'absent (the state says where to start)', args.initialEpoch);
+    const batchSize = args.batchSize ?? 32;
+    const epochs = args.epochs ?? 1;
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw invalid('ElasticState.fit', 'args.batchSize', 'a positive integer', batchSize);
+    if (!Number.isSafeInteger(epochs) || epochs < 1) throw invalid('ElasticState.fit', 'args.epochs', 'a positive integer', epochs);
+    await this.restored();
+    let history: unknown;
+    if (this.batch > 0 && this.epoch < epochs) {
+      const from = this.batch * batchSize;
+      const tail = (v: tf.Tensor | tf.Tensor[]) => (Array.isArray(v) ? v.map((t) => tf.slice(t, from)) : tf.slice(v, from));
+      const xs = tail(x);
+      const ys = tail(y);
+      try {
+        history = await model.fit(xs, ys, { ...args, initialEpoch: this.epoch, epochs: this.epoch + 1 });
+      } finally {
+        tf.dispose([xs, ys] as unknown as tf.Tensor[]);
+      }
+    }
+    if (this.epoch < epochs) history = await model.fit(x, y, { ...args, initialEpoch: this.epoch, epochs });
+    return history;
+  }
+}
+
+export interface ElasticCallbackOptions {
+  /** Commit after every commitEvery-th batch of an epoch (and at every epoch's end); a positive integer. Default 10. */
+  commitEvery?: number;
+}
+
+/** Default commitEvery: see docs/tfjs.md (Elastic training) for why. */
+export const DEFAULT_COMMIT_EVERY = 10;
+
+/**
+ * For model.fit inside hora.elastic.run: keeps state.epoch and state.batch current, commits the state
+ * after every commitEvery-th batch of an epoch and at the end of every epoch. Batches are counted within
+ * the epoch, from its first batch, so a fit resumed mid-epoch (ElasticState.fit) commits at the same
+ * points as one that was never interrupted.
+ */
+export class ElasticCallback extends Callback {
+  readonly state: ElasticState;
+  readonly commitEvery: number;
+  /** Commits made by this callback, for tests and logs. */
+  commits = 0;
+  /** Batches of the current epoch done before this fit started (a resumed epoch). */
+  private offset = 0;
+  private stepsInEpoch: number | undefined;
+
+  constructor(state: ElasticState, options: ElasticCallbackOptions = {}) {
+    super();
+    if (!(state instanceof ElasticState)) throw invalid('ElasticCallback', 'state', 'an ElasticState', state);
+    if (options === null || typeof options !== 'object') throw invalid('ElasticCallback', 'options', 'an object', options);
+    const { commitEvery = DEFAULT_COMMIT_EVERY } = options;
+    if (typeof commitEvery !== 'number' || !Number.isSafeInteger(commitEvery) || commitEvery < 1) {
+      throw invalid('ElasticCallback', 'options.commitEvery', 'a positive integer', commitEvery);
+    }
+    this.state = state;
+    this.commitEvery = commitEvery;
+  }
+
+  async onTrainBegin(): Promise<void> {
+    await this.state.restored();
+  }
+
+  async onEpochBegin(epoch: number): Promise<void> {
+    this.offset = epoch === this.state.epoch ? this.state.batch : 0;
+    this.state.epoch = epoch;
+    this.state.batch = this.offset;
+    const steps = stepsOf(this.params);
+    this.stepsInEpoch = steps === undefined ? undefined : this.offset + steps;
+  }
+
+  async onBatchEnd(batch: number, _logs?: Logs): Promise<void> {
+    const done = this.offset + batch + 1;
+    this.state.batch = done;
+    // The last batch of an epoch is committed by onEpochEnd, as the start of the next epoch.
+    if (done % this.commitEvery === 0 && (this.stepsInEpoch === undefined || done < this.stepsInEpoch)) await this.#commit();
+  }
+
+  async onEpochEnd(epoch: number): Promise<void> {
+    this.state.epoch = epoch + 1;
+    this.state.batch = 0;
+    this.offset = 0;
+    await this.#commit();
+  }
+
+  async #commit(): Promise<void> {
+    await this.state.commit();
+    this.commits++;
+  }
+}
+
+function stepsOf(params: Record<string, unknown> | undefined): number | undefined {
+  if (!params) return undefined;
+  if (typeof params.steps === 'number' && params.steps > 0) return params.steps;
+  if (typeof params.samples === 'number' && typeof params.batchSize === 'number' && params.batchSize > 0) {
+    return Math.ceil(params.samples / params.batchSize);
+  }
+  return undefined;
+}

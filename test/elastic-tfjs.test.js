@@ -1,0 +1,88 @@
+'use strict';
+// hora/tfjs ElasticState and ElasticCallback under hora run (2 and 3 ranks, without failures): commit and
+// restore, sync from a root that has stepped to ranks that never did, the callback's commit points, a fit
+// interrupted and resumed from the committed epoch and batch, bad options, tensor leaks.
+const t = require('tap');
+const path = require('node:path');
+const { runScenario } = require('./support/hora-job');
+
+const WORKER = path.join(__dirname, 'workers', 'elastic-tfjs-worker.js');
+
+t.test('commit, step on, restore: weights, slots, iterations and beta powers back bit for bit, no leak', async (t) => {
+  const { results } = await runScenario(t, 2, WORKER, 'commitRestore');
+  for (const [r, res] of results.entries()) {
+    t.not(res.firstTime.weights[0], res.committed.weights[0], `rank ${r}: the steps after the commit changed the weights`);
+    t.same(res.restored, res.committed, `rank ${r}: restore gives back the committed weights, slots, iterations and hidden variables`);
+    t.equal(res.committed.iterations, 3);
+    t.equal(res.committed.slots.length, 8, 'Adam has two moments per weight');
+    t.equal(res.stepRestored, 3, 'the user field is restored too');
+    t.same(res.secondTime, res.firstTime, `rank ${r}: the steps redone from the restored point end bit-identical`);
+    t.same(res.back0, res.fresh0, `rank ${r}: restoring a commit taken before the first step removes the slots and zeroes the iterations`);
+    const n = res.tensors;
+    t.equal(n.tensorsAfterCommit, n.tensorsBeforeCommit, 'commit makes no tensor');
+    t.equal(n.tensorsAfterRestore, n.tensorsBeforeCommit, 'restore leaves as many tensors as at the commit');
+    t.equal(n.tensorsBack0, n.tensors0, 'restoring to no slots frees the slots');
+  }
+});
+
+t.test('sync gives every rank root\'s model and optimizer, including ranks that never stepped', async (t) => {
+  const { results } = await runScenario(t, 3, WORKER, 'sync');
+  t.equal(results[1].before.slots.length, 8, 'root has stepped');
+  t.equal(results[0].before.slots.length, 0, 'rank 0 never stepped');
+  t.not(results[0].before.weights[0], results[1].before.weights[0], 'the ranks started apart');
+  for (const [r, res] of results.entries()) {
+    t.same(res.after, results[1].before, `rank ${r} holds root's weights, slots, iterations and beta powers`);
+    t.same(res.fields, { epoch: 1, batch: 0, note: 'rank 1' }, `rank ${r} has root's fields`);
+    t.same(res.restored, res.after, `rank ${r}: the synced values are the rollback point`);
+    t.same(res.trained, results[0].trained, `rank ${r} trains on bit-identical with rank 0`);
+    t.equal(res.tensorsAfterSecondSync, res.tensorsBeforeSecondSync, `rank ${r}: a sync whose layout matches makes no tensor`);
+  }
+  t.equal(results[0].tensorsAfterSync, results[2].tensorsAfterSync, 'the ranks that got slots hold as many tensors');
+});
+
+t.test('ElasticCallback commits after every commitEvery-th batch of an epoch and at each epoch end', async (t) => {
+  const { results } = await runScenario(t, 2, WORKER, 'callback');
+  for (const [r, res] of results.entries()) {
+    t.same(res.points, [[0, 3], [0, 6], [0, 9], [1, 0], [1, 3], [1, 6], [1, 9], [2, 0]], `rank ${r}: (epoch, batch) of each commit`);
+    t.equal(res.commits, 8);
+    t.same([res.epoch, res.batch], [2, 0], 'the state ends at the start of the epoch after the last');
+    t.equal(res.defaultEvery, 10, 'commitEvery defaults to 10');
+  }
+});
+
+t.test('a fit interrupted mid-epoch, restored and resumed with ElasticState.fit ends bit-identical', async (t) => {
+  const { results } = await runScenario(t, 3, WORKER, 'resume');
+  for (const [r, res] of results.entries()) {
+    t.equal(res.caught, 'ERR_PEER_LOST', `rank ${r}: the interruption reached the script`);
+    t.same(res.at, { epoch: 1, batch: 5 }, 'interrupted after batch 5 of epoch 1');
+    t.same(res.resumedFrom, { epoch: 1, batch: 3 }, 'restore goes back to the commit after batch 3');
+    t.equal(res.stepsA, 30, '3 epochs of 10 batches uninterrupted');
+    t.equal(res.stepsB, 32, 'the 2 batches after the commit were redone, no other');
+    t.same(res.final, { epoch: 3, batch: 0 });
+    t.equal(res.resumed.iterations, 30, 'the optimizer counted each batch once');
+    t.same(res.resumed, res.uninterrupted, `rank ${r}: weights, slots and iterations equal the uninterrupted fit's`);
+  }
+});
+
+t.test('bad arguments: ERR_INVALID_ARGUMENT naming the argument', async (t) => {
+  const { results } = await runScenario(t, 2, WORKER, 'badOptions');
+  const res = results[0];
+  const expect = {
+    commitEvery0: /'options.commitEvery' must be a positive integer; received number 0/,
+    'commitEvery1.5': /'options.commitEvery' must be a positive integer; received number 1.5/,
+    commitEveryString: /'options.commitEvery' must be a positive integer; received the string "3"/,
+    callbackState: /ElasticCallback: argument 'state' must be an ElasticState/,
+    stateModel: /ElasticState: argument 'model' must be a tf.LayersModel/,
+    stateOptimizer: /argument 'optimizer' must be a tf.train optimizer/,
+    stateEpoch: /'fields.epoch' must be an integer >= 0; received number -1/,
+    stateReserved: /field 'model' has the name of an ElasticState property/,
+    stateField: /field 'f' must be a JSON value/,
+    fitNoCallback: /'args.callbacks' must be a list holding an ElasticCallback of this state/,
+    fitSplit: /'args.validationSplit' must be 0 or absent/,
+    fitInitialEpoch: /'args.initialEpoch' must be absent/,
+  };
+  for (const [name, re] of Object.entries(expect)) {
+    t.equal(res[name].code, 'ERR_INVALID_ARGUMENT', name);
+    t.match(res[name].message, re, name);
+  }
+});
