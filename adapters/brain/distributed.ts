@@ -25,7 +25,7 @@ import { describeValue } from '../../ts/errors';
 import { steps as stepClock } from '../../ts/stats';
 import { StepFailure } from '../step-failure';
 import {
-  ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, activationOf, hasAdamState, isBrain2, layerDeltas,
+  ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, activationOf, ensureAdamState, isBrain2, layerDeltas,
   layerGradientLength, logStatus, outputError, stateArrays,
 } from './net';
 import { applyAdam, applyMomentum } from './update';
@@ -214,7 +214,7 @@ class Trainer {
       // brain sets runInput from the activation only when the net is initialized; an activation passed in
       // these options must reach the forward pass too, since layerDeltas differentiates that activation.
       net.setActivation?.();
-      if (this.net.trainOpts.praxis === 'adam') this.ensureAdamState();
+      if (this.net.trainOpts.praxis === 'adam') ensureAdamState(net);
     } catch (e) {
       local = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e));
     }
@@ -241,24 +241,6 @@ class Trainer {
     }
     await this.broadcastState(adam);
     return samples;
-  }
-
-  /** Adam's moments, as brain's _setupAdam makes them, when the net was initialized without praxis 'adam'. */
-  private ensureAdamState(): void {
-    const net = this.net;
-    if (hasAdamState(net)) return;
-    const sizes = net.sizes as number[];
-    net.changesLow = [];
-    net.changesHigh = [];
-    net.biasChangesLow = [];
-    net.biasChangesHigh = [];
-    for (let layer = 1; layer < sizes.length; layer++) {
-      net.biasChangesLow[layer] = new Float32Array(sizes[layer]);
-      net.biasChangesHigh[layer] = new Float32Array(sizes[layer]);
-      net.changesLow[layer] = Array.from({ length: sizes[layer] }, () => new Float32Array(sizes[layer - 1]));
-      net.changesHigh[layer] = Array.from({ length: sizes[layer] }, () => new Float32Array(sizes[layer - 1]));
-    }
-    net.iterations = 0;
   }
 
   /** Rank 0's weights, biases and update-rule state, copied into every rank's net. */

@@ -177,6 +177,23 @@ export function hasAdamState(net: BrainNeuralNetwork): boolean {
   return true;
 }
 
+/** Adam's moments, as brain's _setupAdam makes them, when the net was initialized without praxis 'adam'. */
+export function ensureAdamState(net: BrainNeuralNetwork): void {
+  if (hasAdamState(net)) return;
+  const sizes = net.sizes as number[];
+  net.changesLow = [];
+  net.changesHigh = [];
+  net.biasChangesLow = [];
+  net.biasChangesHigh = [];
+  for (let layer = 1; layer < sizes.length; layer++) {
+    net.biasChangesLow[layer] = new Float32Array(sizes[layer]);
+    net.biasChangesHigh[layer] = new Float32Array(sizes[layer]);
+    net.changesLow[layer] = Array.from({ length: sizes[layer] }, () => new Float32Array(sizes[layer - 1]));
+    net.changesHigh[layer] = Array.from({ length: sizes[layer] }, () => new Float32Array(sizes[layer - 1]));
+  }
+  net.iterations = 0;
+}
+
 /**
  * Every array that must be equal on all ranks before training: weights and biases, and the update rule's
  * state (momentum changes; Adam's moments) so that a net trained before joins with the same history.
