@@ -2,3 +2,4 @@
 export { distributed } from './distributed';
 export type { DistributedNet, DistributedOptions, TrainOptions, TrainStatus, TraceEvent } from './distributed';
 export type { BrainNeuralNetwork, Sample } from './net';
+export { ElasticState } from './elastic';
