@@ -64,6 +64,16 @@ t.test('a fit interrupted mid-epoch, restored and resumed with ElasticState.fit 
   }
 });
 
+t.test('with backwardPassesPerStep 2, restore forgets the passes summed after the commit', async (t) => {
+  const { results } = await runScenario(t, 2, WORKER, 'accumulation');
+  for (const [r, res] of results.entries()) {
+    t.equal(res.straight.iterations, 2, 'four passes are two updates');
+    t.same(res.restored, res.straight, `rank ${r}: a lost pass restored away changes nothing`);
+    t.equal(res.refused.code, 'ERR_INVALID_ARGUMENT', 'commitEvery not a multiple of backwardPassesPerStep is refused');
+    t.match(res.refused.message, /option 'commitEvery' must be a multiple of the DistributedOptimizer's backwardPassesPerStep \(2\); received number 3/);
+  }
+});
+
 t.test('bad arguments: ERR_INVALID_ARGUMENT naming the argument', async (t) => {
   const { results } = await runScenario(t, 2, WORKER, 'badOptions');
   const res = results[0];

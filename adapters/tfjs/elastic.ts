@@ -102,6 +102,17 @@ async function slotsOf(optimizer: tf.Optimizer): Promise<Array<{ name: string; t
   return named;
 }
 
+/** Every DistributedOptimizer in the chain down to the innermost optimizer. */
+function distributedLayers(optimizer: tf.Optimizer): DistributedOptimizer[] {
+  const out: DistributedOptimizer[] = [];
+  let o = optimizer;
+  while (DistributedOptimizer.prototype.isPrototypeOf(o)) {
+    out.push(o as DistributedOptimizer);
+    o = (o as DistributedOptimizer).optimizer;
+  }
+  return out;
+}
+
 function setIterations(optimizer: tf.Optimizer, n: number): void {
   (innermost(optimizer) as unknown as { iterations_: number }).iterations_ = n;
 }
@@ -205,6 +216,9 @@ export class ElasticState extends hora.elastic.State {
    */
   restore(): void {
     super.restore();
+    const opt = this.optimizer;
+    // Passes summed since the commit (backwardPassesPerStep > 1) belong to the lost work.
+    if (opt) for (const d of distributedLayers(opt)) d.discardPartialStep();
     this.#restoreWeights();
   }
 
@@ -411,6 +425,14 @@ export class ElasticCallback extends Callback {
 
   async onTrainBegin(): Promise<void> {
     await this.state.restored();
+    // A commit between the backward passes of one step would not hold their partial sums.
+    const opt = this.state.optimizer;
+    for (const d of opt ? distributedLayers(opt) : []) {
+      if (this.commitEvery % d.backwardPassesPerStep !== 0) {
+        throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticCallback: option 'commitEvery' must be a multiple of the ` +
+          `DistributedOptimizer's backwardPassesPerStep (${d.backwardPassesPerStep}); received number ${this.commitEvery}`);
+      }
+    }
   }
 
   async onEpochBegin(epoch: number): Promise<void> {

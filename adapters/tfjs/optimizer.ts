@@ -385,6 +385,16 @@ export class DistributedOptimizer extends tf.Optimizer {
     return this.optimizer.getClassName();
   }
 
+  /**
+   * @internal Forgets the backward passes of a step not yet applied (their sums, and buckets in flight):
+   * an elastic restore goes back to a commit taken between steps, so the passes after it are lost work.
+   */
+  discardPartialStep(): void {
+    this.accumulated = null;
+    this.passes = 0;
+    this.inFlight = null;
+  }
+
   dispose(): void {
     this.accumulated = null;
     this.inFlight = null;

@@ -191,6 +191,40 @@ runScenarios(hora, {
     return { uninterrupted, resumed, stepsA, stepsB, caught, at, resumedFrom, tensorsBeforeResume, final: { epoch: stateB.epoch, batch: stateB.batch } };
   },
 
+  // backwardPassesPerStep = 2: a pass summed after the commit is lost work, and restore forgets it.
+  async accumulation() {
+    const run = async (interrupt) => {
+      const optimizer = new DistributedOptimizer(tf.train.sgd(0.1), { backwardPassesPerStep: 2 });
+      const model = buildModel(8, optimizer);
+      const state = new ElasticState(model);
+      await step(model, 0);
+      await step(model, 1);
+      await state.commit();
+      if (interrupt) {
+        await step(model, 2);
+        state.restore();
+        await state.restored();
+      }
+      await step(model, 2);
+      await step(model, 3);
+      return snapshot(model, optimizer);
+    };
+    const straight = await run(false);
+    const restored = await run(true);
+    let refused = null;
+    const optimizer = new DistributedOptimizer(tf.train.sgd(0.1), { backwardPassesPerStep: 2 });
+    const model = buildModel(8, optimizer);
+    const state = new ElasticState(model);
+    const g = data(8, 1);
+    try {
+      await state.fit(g.x, g.y, { batchSize: 2, verbose: 0, callbacks: [new ElasticCallback(state, { commitEvery: 3 })] });
+    } catch (e) {
+      refused = describeError(e);
+    }
+    tf.dispose([g.x, g.y]);
+    return { straight, restored, refused };
+  },
+
   // Bad arguments: ERR_INVALID_ARGUMENT naming the argument.
   async badOptions() {
     const model = buildModel(1, tf.train.sgd(0.1));
