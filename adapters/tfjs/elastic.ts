@@ -156,7 +156,8 @@ export class ElasticState extends hora.elastic.State {
 
   /**
    * `optimizer` defaults to model.optimizer (set by model.compile), read at each commit, restore and sync.
-   * The model and optimizer are committed as they are now: this is the first rollback point.
+   * The model, the iteration count and the fields as they are now are the first rollback point; the
+   * optimizer's slots enter it at the first commit() or sync(), since reading them is asynchronous.
    */
   constructor(model: ElasticModel, optimizer?: tf.Optimizer | null, fields: Record<string, unknown> = {}) {
     super(stateFields(fields));
