@@ -96,3 +96,89 @@ t.test('bad arguments: ERR_INVALID_ARGUMENT naming the argument', async (t) => {
     t.match(res[name].message, re, name);
   }
 });
+
+// --- An elastic job (hora run --min-np) that loses a worker in the middle of model.fit. ---
+
+const fs = require('node:fs');
+const { spawn, execFileSync } = require('node:child_process');
+
+const FIT_WORKER = path.join(__dirname, 'workers', 'elastic-tfjs-fit-worker.js');
+const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
+
+function shmLeft() {
+  try {
+    return fs.readdirSync('/dev/shm').filter((n) => n.startsWith('hora-'));
+  } catch {
+    return [];
+  }
+}
+
+/** Worker processes of this run still alive (their environment holds this run's tag). */
+function workersAlive(tag) {
+  let out = '';
+  try {
+    out = execFileSync('pgrep', ['-f', FIT_WORKER], { encoding: 'utf8' });
+  } catch {
+    return [];
+  }
+  return out.split('\n').filter(Boolean).map(Number).filter((pid) => {
+    try {
+      return fs.readFileSync(`/proc/${pid}/environ`, 'utf8').includes(`ELASTIC_TFJS_TAG=${tag}`);
+    } catch {
+      return false;
+    }
+  });
+}
+
+function elasticJob(args, env, timeoutMs = 240000) {
+  const tag = `${process.pid}-${Date.now()}`;
+  const shmBefore = new Set(shmLeft());
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [HORA, 'run', ...args, process.execPath, FIT_WORKER], {
+      env: { ...process.env, HORA_ELASTIC_SETTLE_S: '2', ELASTIC_TFJS_TAG: tag, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', async (code) => {
+      clearTimeout(timer);
+      await new Promise((r) => setTimeout(r, 300));
+      const results = stdout.split('\n').map((l) => /^\[(\d+)\] result (.*)$/.exec(l)).filter(Boolean).map((m) => JSON.parse(m[2]));
+      resolve({ code, stdout, stderr, results, orphans: workersAlive(tag), leaked: shmLeft().filter((n) => !shmBefore.has(n)) });
+    });
+  });
+}
+
+const floats = (b64) => new Float32Array(Uint8Array.from(Buffer.from(b64, 'base64')).buffer);
+
+t.test('3 ranks, --min-np 2, one SIGKILLed mid-epoch: the two finish the fit bit-identical, redoing the rolled-back batches', async (t) => {
+  const straight = await elasticJob(['-np', '3'], {});
+  t.equal(straight.code, 0, `the job without a failure succeeds\n${straight.stderr.slice(-2000)}`);
+  t.equal(straight.results.length, 3);
+  const r = await elasticJob(['-np', '3', '--min-np', '2'], { ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
+  t.equal(r.code, 0, `the job succeeds\n${r.stderr.slice(-3000)}`);
+  t.match(r.stderr, /worker 1 was killed by SIGKILL; the job goes on without it/);
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 finish');
+  for (const x of r.results) {
+    t.equal(x.size, 2, `worker ${x.workerId}: the world re-formed with 2 ranks`);
+    t.equal(x.resets, 1, 'one reset');
+    t.equal(x.epoch, 3, 'all 3 epochs done');
+    // Committed after batch 3 of epoch 1, killed after batch 5: batches 4 and 5 ran twice.
+    t.equal(x.executed, 32, `worker ${x.workerId} ran 30 batches and redid the 2 rolled back`);
+    t.equal(x.iterations, 30, 'the optimizer counted each of the 30 batches once');
+  }
+  if (r.results.length === 2) t.equal(r.results[0].weights, r.results[1].weights, 'the survivors end bit-identical');
+  if (r.results.length && straight.results.length) {
+    // The same global batches, summed over 2 ranks instead of 3 after the failure: float rounding only.
+    const a = floats(r.results[0].weights);
+    const b = floats(straight.results[0].weights);
+    const worst = Math.max(...Array.from(a, (v, i) => Math.abs(v - b[i]) / Math.max(1e-3, Math.abs(b[i]))));
+    t.ok(worst < 1e-4, `within float rounding of the run without a failure (worst relative difference ${worst})`);
+  }
+  for (const job of [straight, r]) {
+    t.same(job.orphans, [], 'no worker process is left');
+    t.same(job.leaked, [], 'no /dev/shm/hora-* segment is left');
+  }
+});
