@@ -483,7 +483,6 @@ export class Pipeline {
     const t0 = performance.now();
     const tracing = timelineOn();
     const stash = new Map<number, { input: tf.Tensor; record: ForwardRecord | null; bytes: number }>();
-    const outgoing = new Map<number, tf.Tensor | null>();
     const sends: Array<PromiseLike<void>> = [];
     const outputs: tf.Tensor[] = [];
     let busy = 0;
@@ -512,8 +511,7 @@ export class Pipeline {
       return tf.tensor(data, shape, 'float32');
     };
     const now = () => Number(process.hrtime.bigint());
-    const span = (name: string, k: number, startNs: number) => {
-      const endNs = now();
+    const span = (name: string, k: number, startNs: number, endNs = now()) => {
       busy += (endNs - startNs) / 1e6;
       if (tracing) timelineSpan(`${name} ${k}`, startNs, endNs, { stage: s, microBatch: k, batch: batchNo });
     };
@@ -542,12 +540,20 @@ export class Pipeline {
               lossSum += r.loss * sizes[k];
               if (metricSums.length === 0) metricSums = r.metrics.map(() => 0);
               r.metrics.forEach((v, i) => { metricSums[i] += v * sizes[k]; });
-              // The last stage holds the input's gradient until its backward sends it (at once with 1F1B).
-              outgoing.set(k, r.dx);
-              stashBytes += r.dx ? r.dx.size * BYTES_PER_FLOAT : 0;
-              batchPeak = Math.max(batchPeak, stashBytes);
-              this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, stashBytes);
-              this.stats.peakStashMicroBatches = Math.max(this.stats.peakStashMicroBatches, outgoing.size);
+              // The last stage's forward and backward are one gradient call, so its input's gradient
+              // leaves at once, in both schedules: holding it for the schedule's backward slot would
+              // only keep the previous stage waiting (with GPipe, until every forward here had run),
+              // and the order of messages on the link is the schedule's either way. Nothing is
+              // stashed here; the schedule's backward slot on this stage has nothing left to do.
+              span('forward', k, start, r.forwardEndNs);
+              if (r.dx) {
+                send(Float32Array.from(r.dx.dataSync() as Float32Array), s - 1, this.tags.gradient);
+                r.dx.dispose();
+              }
+              span('backward', k, r.forwardEndNs);
+              yk?.dispose();
+              input.dispose();
+              continue;
             } else {
               const out = this.stageOf.forward(input, null);
               if (yk) {
@@ -586,23 +592,16 @@ export class Pipeline {
           }
           span('forward', k, start);
         } else {
-          let dx: tf.Tensor | null;
-          let start: number;
-          if (last) {
-            start = now();
-            dx = outgoing.get(k) ?? null;
-            outgoing.delete(k);
-            stashBytes -= dx ? dx.size * BYTES_PER_FLOAT : 0;
-          } else {
-            const dy = await receive(s + 1, this.tags.gradient, [sizes[k], ...this.inputShapes[s + 1].slice(1)] as number[]);
-            start = now();
-            const { input, record, bytes } = stash.get(k) as { input: tf.Tensor; record: ForwardRecord | null; bytes: number };
-            stash.delete(k);
-            stashBytes -= bytes;
-            dx = record ? this.stageOf.backwardRecorded(record, input, dy) : this.stageOf.backward(input, dy, seedOf(k));
-            input.dispose();
-            dy.dispose();
-          }
+          // The last stage ran its backward with its forward (above).
+          if (last) continue;
+          const dy = await receive(s + 1, this.tags.gradient, [sizes[k], ...this.inputShapes[s + 1].slice(1)] as number[]);
+          const start = now();
+          const { input, record, bytes } = stash.get(k) as { input: tf.Tensor; record: ForwardRecord | null; bytes: number };
+          stash.delete(k);
+          stashBytes -= bytes;
+          const dx = record ? this.stageOf.backwardRecorded(record, input, dy) : this.stageOf.backward(input, dy, seedOf(k));
+          input.dispose();
+          dy.dispose();
           if (dx) {
             send(Float32Array.from(dx.dataSync() as Float32Array), s - 1, this.tags.gradient);
             dx.dispose();
@@ -627,7 +626,6 @@ export class Pipeline {
       return { reports, output: keepOutput && last ? tf.concat(outputs) : null, grads, busyMs: busy, wallMs, stashBytes: batchPeak };
     } catch (e) {
       stash.forEach(({ input, record }) => { input.dispose(); if (record) disposeRecord(record); });
-      outgoing.forEach((t) => t?.dispose());
       outputs.forEach((t) => t.dispose());
       this.stageOf.resetGradients();
       this.broken = round.abort(this.rank, s, e);

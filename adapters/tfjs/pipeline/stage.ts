@@ -208,10 +208,13 @@ export class Stage {
    * batch, accumulated gradients, and the gradient of its input (null on a stage that is also the first).
    * Returns the unweighted loss and metric values of the micro-batch.
    */
-  lossAndBackward(x: tf.Tensor, y: tf.Tensor, share: number, seed: number): { loss: number; metrics: number[]; dx: tf.Tensor | null } {
+  lossAndBackward(x: tf.Tensor, y: tf.Tensor, share: number, seed: number): { loss: number; metrics: number[]; dx: tf.Tensor | null; forwardEndNs: number } {
     const lossFn = this.lossFn as LossFn;
     let loss = 0;
     let metrics: number[] = [];
+    // Where the forward ends and the backward begins inside the one gradient call (the cpu backend
+    // computes as it goes: reading the loss has waited for the forward).
+    let forwardEndNs = 0;
     const [dx = null] = tf.tidy(() => {
       const xs: tf.Tensor[] = this.first ? [...this.variables] : [x, ...this.variables];
       const { value, grads } = tf.engine().gradients(() => withSeed(seed, () => {
@@ -223,6 +226,7 @@ export class Stage {
         const p = this.penalty();
         if (p) total = tf.add(total, tf.mul(p, share)) as tf.Scalar;
         loss = (p ? tf.add(mean, p) : mean).dataSync()[0];
+        forwardEndNs = Number(process.hrtime.bigint());
         return total;
       }), xs, undefined, true);
       value.dispose();
@@ -230,7 +234,7 @@ export class Stage {
       this.accumulate(grads.slice(first));
       return this.first ? [] : [grads[0]];
     });
-    return { loss, metrics, dx };
+    return { loss, metrics, dx, forwardEndNs };
   }
 
   /** A middle or first stage's backward: runs the forward again under the gradient call, given dy. */
