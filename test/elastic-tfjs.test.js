@@ -4,7 +4,7 @@
 // interrupted and resumed from the committed epoch and batch, bad options, tensor leaks.
 const t = require('tap');
 const path = require('node:path');
-const { runScenario } = require('./support/hora-job');
+const { runScenario, shmLeft, processesAlive } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'elastic-tfjs-worker.js');
 
@@ -99,36 +99,12 @@ t.test('bad arguments: ERR_INVALID_ARGUMENT naming the argument', async (t) => {
 
 // --- An elastic job (hora run --min-np) that loses a worker in the middle of model.fit. ---
 
-const fs = require('node:fs');
-const { spawn, execFileSync } = require('node:child_process');
+const { spawn } = require('node:child_process');
 
 const FIT_WORKER = path.join(__dirname, 'workers', 'elastic-tfjs-fit-worker.js');
 const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
 
-function shmLeft() {
-  try {
-    return fs.readdirSync('/dev/shm').filter((n) => n.startsWith('hora-'));
-  } catch {
-    return [];
-  }
-}
-
-/** Worker processes of this run still alive (their environment holds this run's tag). */
-function workersAlive(tag) {
-  let out = '';
-  try {
-    out = execFileSync('pgrep', ['-f', FIT_WORKER], { encoding: 'utf8' });
-  } catch {
-    return [];
-  }
-  return out.split('\n').filter(Boolean).map(Number).filter((pid) => {
-    try {
-      return fs.readFileSync(`/proc/${pid}/environ`, 'utf8').includes(`ELASTIC_TFJS_TAG=${tag}`);
-    } catch {
-      return false;
-    }
-  });
-}
+const workersAlive = (tag) => processesAlive(FIT_WORKER, `ELASTIC_TFJS_TAG=${tag}`);
 
 function elasticJob(args, env, timeoutMs = 240000) {
   const tag = `${process.pid}-${Date.now()}`;

@@ -4,9 +4,9 @@
 // must end with the weights of a run without failures, bit for bit.
 const t = require('tap');
 const crypto = require('node:crypto');
-const fs = require('node:fs');
 const path = require('node:path');
-const { spawn, execFileSync } = require('node:child_process');
+const { spawn } = require('node:child_process');
+const { shmLeft, processesAlive } = require('./support/hora-job');
 
 const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
 const WORKER = path.join(__dirname, 'workers', 'elastic-worker.js');
@@ -25,30 +25,7 @@ function expectedChecksum() {
 }
 const EXPECTED = expectedChecksum();
 
-function shmLeft() {
-  try {
-    return fs.readdirSync('/dev/shm').filter((n) => n.startsWith('hora-'));
-  } catch {
-    return [];
-  }
-}
-
-// Processes whose command line names the worker script and whose environment has this run's tag.
-function workersAlive(tag) {
-  let out = '';
-  try {
-    out = execFileSync('pgrep', ['-f', WORKER], { encoding: 'utf8' });
-  } catch {
-    return [];
-  }
-  return out.split('\n').filter(Boolean).map(Number).filter((pid) => {
-    try {
-      return fs.readFileSync(`/proc/${pid}/environ`, 'utf8').includes(`ELASTIC_TAG=${tag}`);
-    } catch {
-      return false;
-    }
-  });
-}
+const workersAlive = (tag) => processesAlive(WORKER, `ELASTIC_TAG=${tag}`);
 
 let runs = 0;
 function hora(args, env = {}, timeoutMs = 90000) {

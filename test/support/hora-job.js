@@ -90,4 +90,30 @@ function cleanEnv(extra) {
   return { ...env, ...extra };
 }
 
-module.exports = { runJob, runProcess, runScenario, tail, freePort, cleanEnv, ROOT, HORA, NODE };
+/** The hora shared-memory segments in /dev/shm now (names only). */
+function shmLeft() {
+  try {
+    return fs.readdirSync('/dev/shm').filter((n) => n.startsWith('hora-'));
+  } catch {
+    return [];
+  }
+}
+
+/** Live processes whose command line names `script` and whose environment holds `marker` (NAME=value). */
+function processesAlive(script, marker) {
+  let out = '';
+  try {
+    out = require('node:child_process').execFileSync('pgrep', ['-f', script], { encoding: 'utf8' });
+  } catch {
+    return [];
+  }
+  return out.split('\n').filter(Boolean).map(Number).filter((pid) => {
+    try {
+      return fs.readFileSync(`/proc/${pid}/environ`, 'utf8').includes(marker);
+    } catch {
+      return false;
+    }
+  });
+}
+
+module.exports = { runJob, runProcess, runScenario, tail, freePort, cleanEnv, shmLeft, processesAlive, ROOT, HORA, NODE };
