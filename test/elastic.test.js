@@ -1,68 +1,12 @@
 'use strict';
 // Elastic jobs (hora run --min-np, hora.elastic.run): workers lost and refilled while the others train on.
 // The training (test/workers/elastic-worker.js) is deterministic whatever the world size, so every run
-// must end with the weights of a run without failures, bit for bit.
+// must end with the weights of a run without failures, bit for bit (support/elastic-job.js).
 const t = require('tap');
-const crypto = require('node:crypto');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
-const { shmLeft, processesAlive } = require('./support/hora-job');
-
-const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
-const WORKER = path.join(__dirname, 'workers', 'elastic-worker.js');
-const NODE = process.execPath;
-const STEPS = 60;
-
-// The weights after STEPS steps without hora: what every run must end with.
-function expectedChecksum() {
-  let w = new Float64Array(1024);
-  for (let step = 0; step < STEPS; step++) {
-    const g = new Float64Array(w.length);
-    for (let i = 0; i < w.length; i++) g[i] = (w[i] * 31 + step + i) % 1000003;
-    w = g;
-  }
-  return crypto.createHash('sha256').update(Buffer.from(w.buffer)).digest('hex');
-}
-const EXPECTED = expectedChecksum();
-
-const workersAlive = (tag) => processesAlive(WORKER, `ELASTIC_TAG=${tag}`);
-
-let runs = 0;
-function hora(args, env = {}, timeoutMs = 90000) {
-  const tag = `${process.pid}-${++runs}`;
-  const shmBefore = new Set(shmLeft());
-  return new Promise((resolve) => {
-    const child = spawn(NODE, [HORA, ...args], {
-      env: { ...process.env, HORA_ELASTIC_SETTLE_S: '2', ELASTIC_STEPS: String(STEPS), ELASTIC_TAG: tag, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', async (code, signal) => {
-      clearTimeout(timer);
-      await new Promise((r) => setTimeout(r, 300));
-      const results = stdout.split('\n').map((l) => /^\[(\d+)\] result (.*)$/.exec(l)).filter(Boolean).map((m) => JSON.parse(m[2]));
-      resolve({ code, signal, stdout, stderr, results, orphans: workersAlive(tag), leaked: shmLeft().filter((n) => !shmBefore.has(n)) });
-    });
-  });
-}
-
-function checkClean(t, r) {
-  t.same(r.orphans, [], 'no worker process is left');
-  t.same(r.leaked, [], 'no /dev/shm/hora-* segment is left');
-}
-
-function checkFinished(t, r, survivors) {
-  t.equal(r.code, 0, `the job succeeds\n${r.stderr}`);
-  t.equal(r.results.length, survivors, `${survivors} workers finish`);
-  for (const x of r.results) {
-    t.equal(x.step, STEPS, `worker ${x.workerId} trained every step`);
-    t.equal(x.checksum, EXPECTED, `worker ${x.workerId} ends bit-identical to a run without failures`);
-  }
-}
+const { shmLeft } = require('./support/hora-job');
+const { HORA, WORKER, NODE, STEPS, workersAlive, hora, checkClean, checkFinished } = require('./support/elastic-job');
 
 // Milliseconds from the signal to the first step completed at the smaller size.
 function recoveryMs(stdout, size) {

@@ -2,7 +2,7 @@
 // same update from the step and the weights, and the ranks agree on it with an allreduce (max), so a run
 // that lost workers must end bit-identical to one that did not (test/elastic.test.js checks it).
 //
-// ELASTIC_STEPS      steps to train (default 60); ELASTIC_COMMIT_EVERY (default 5)
+// ELASTIC_STEPS      steps to train (default 60); ELASTIC_COMMIT_EVERY (default 5); ELASTIC_STEP_MS pause per step (15)
 // ELASTIC_KILL       "WORKER:STEP:SIGNAL[,...]": that worker sends itself SIGNAL when it reaches STEP
 // ELASTIC_KILL_ON_LOSS  worker id that SIGKILLs itself 30 ms after its first lost collective (during the re-forming)
 // ELASTIC_IDLE_REFILL   a worker started in a refilled slot (id >= this) never joins: it sleeps
@@ -13,6 +13,7 @@ const hora = require('../../dist/ts/index.js');
 const N = 1024;
 const steps = Number(process.env.ELASTIC_STEPS || 60);
 const commitEvery = Number(process.env.ELASTIC_COMMIT_EVERY || 5);
+const stepMs = Number(process.env.ELASTIC_STEP_MS || 15);
 const workerId = Number(process.env.HORA_WORKER_ID);
 const kills = (process.env.ELASTIC_KILL || '').split(',').filter(Boolean).map((k) => k.split(':'))
   .filter(([w]) => Number(w) === workerId).map(([, s, sig]) => ({ step: Number(s), signal: sig }));
@@ -63,7 +64,7 @@ function update(w, step) {
       s.step++;
       executed++;
       console.log(`step ${s.step} size ${hora.size()} t=${Date.now()}`);
-      await sleep(15);
+      await sleep(stepMs);
       if (s.step % commitEvery === 0) await s.commit();
     }
     return { step: s.step, executed, resets, rank: hora.rank(), size: hora.size(), checksum: checksum(s.w) };

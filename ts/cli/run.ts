@@ -25,6 +25,7 @@ import {
 import { RendezvousServer } from '../control/server';
 import { mergeTimelines, rankTimelinePath } from '../timeline';
 import { trackChild } from './child';
+import { DiscoveredHost, discoverHosts, discoverHostsSync, DiscoveryError, DISCOVERY_INTERVAL_MS } from './discovery';
 import { Dashboard, startDashboard } from './dashboard';
 import { formatStatus, StatusLine } from './status-line';
 import { ifaceSubnetWarning } from './iface-check';
@@ -98,6 +99,8 @@ export interface ElasticOptions {
   timeoutS: number;
   /** HORA_ELASTIC_SETTLE_S: seconds survivors have to re-register after a loss before they are killed and left out. */
   settleS: number;
+  /** --host-discovery-script: run every second; its "host:slots" lines are where workers may run. */
+  discoveryScript?: string;
 }
 
 export const RUN_USAGE = `Usage: hora run -np N [options] [--] command [args...]
@@ -167,6 +170,14 @@ Elastic training (the training function runs in hora.elastic.run, see docs/elast
                               ranks' next commit
   --elastic-timeout S         seconds the job may wait with fewer than A workers before
                               it fails (default 600)
+  --host-discovery-script S   instead of -H: the executable S prints the hosts that may run
+                              workers now, one "host[:slots]" a line; it runs once before
+                              the start (a failure or a bad line is an error) and then every
+                              second: new hosts and slots get workers up to --max-np, which
+                              join at the next commit; a host that leaves the list has its
+                              workers stopped; a failed run is retried and its stderr shown
+  A host where a worker fails is blacklisted: no new worker starts there (in a -H job this
+  machine's own entries are exempt unless --simulate-hosts is given).
   HORA_ELASTIC_SETTLE_S (default 10) gives the survivors of a loss that long to
   re-register; one that has not (a stopped process) is killed and left out. A worker
   that fails before it enters hora.elastic.run (a syntax error) still ends the job.
@@ -209,6 +220,7 @@ const VALUE_FLAGS: Record<string, string> = {
   '--fusion-mb': '--fusion-mb', '--algo': '--algo', '--transport': '--transport', '--iface': '--iface',
   '--debug': '--debug', '--timeline': '--timeline', '--topology': '--topology',
   '--min-np': '--min-np', '--max-np': '--max-np', '--elastic-timeout': '--elastic-timeout',
+  '--host-discovery-script': '--host-discovery-script',
 };
 
 const TUNING_FLAGS: Record<string, string> = {
@@ -279,7 +291,14 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   }
   if (hostsText !== undefined) hosts = parseHosts(hostsText);
   if (hostfile !== undefined) hosts = readHostfile(hostfile);
-  const hostsFlag = hostfile !== undefined ? `--hostfile ${hostfile}` : `-H ${hostsText}`;
+  const discovery = values.get('--host-discovery-script');
+  if (discovery !== undefined) {
+    const other = hostfile !== undefined ? '--hostfile' : hostsText !== undefined ? '-H' : undefined;
+    if (other !== undefined) throw new UsageError('--host-discovery-script', discovery, `either ${other} or a discovery script, not both (the script lists the hosts)`);
+    if (!values.has('--min-np')) throw new UsageError('--host-discovery-script', discovery, 'to come with --min-np (hosts come and go only in an elastic job)');
+    hosts = usageFromDiscovery(() => discoverHostsSync(discovery)).map((h) => ({ ...h, remote: !isLocalHost(h.host) }));
+  }
+  const hostsFlag = discovery !== undefined ? `the hosts that --host-discovery-script ${discovery} lists` : hostfile !== undefined ? `--hostfile ${hostfile}` : `-H ${hostsText}`;
 
   const npText = values.get('-np');
   let np: number;
@@ -290,6 +309,9 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     np = Number(npText);
   } else if (hosts !== undefined) {
     np = hosts.reduce((n, h) => n + h.slots, 0);
+    // A discovery job starts with what is there, up to --max-np.
+    const maxText = values.get('--max-np');
+    if (discovery !== undefined && maxText !== undefined && /^\d+$/.test(maxText.trim()) && Number(maxText) >= 1) np = Math.min(np, Number(maxText));
   } else {
     throw new UsageError('-np', undefined, 'missing: say how many workers to start, e.g. hora run -np 2 node train.js');
   }
@@ -356,6 +378,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   }
 
   const elastic = parseElastic(values, np, env);
+  if (elastic && discovery !== undefined) elastic.discoveryScript = discovery;
 
   if (command === undefined || command === '') {
     throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
@@ -394,6 +417,16 @@ function usageFrom<T>(flag: string, parse: () => T): T {
     return parse();
   } catch (e) {
     if (e instanceof HoraConfigError) throw new UsageError(flag, e.value, e.expected);
+    throw e;
+  }
+}
+
+// Runs discover; a DiscoveryError from it becomes a UsageError naming the script (or its output line).
+function usageFromDiscovery<T>(discover: () => T): T {
+  try {
+    return discover();
+  } catch (e) {
+    if (e instanceof DiscoveryError) throw new UsageError(e.where, e.received, e.expected);
     throw e;
   }
 }
@@ -796,6 +829,19 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   });
   let remaining = 0;
   let lostWorkers = 0;
+  // Where an elastic job may place workers: the -H entries, or the discovery script's last good answer.
+  let hostList: HostSlots[] = opts.hosts;
+  const hostOf = new Map<WorkerHandle, string>();
+  const blacklist = new Set<string>();
+  // Workers stopped because the discovery script no longer lists their host (not a fault of the host).
+  const delisted = new Set<WorkerHandle>();
+  const discovery = elastic?.discoveryScript;
+  // A host is blacklisted after a failure there, unless it is the launcher's own machine in a -H job
+  // (a crashed process says nothing about the machine, and its slot is refilled in place).
+  const blacklistable = (h: HostSlots) => discovery !== undefined || h.remote || opts.simulateHosts;
+  const runningOn = (host: string) => [...running].filter((w) => hostOf.get(w) === host).length;
+  const freeHost = () => hostList.find((h) => !blacklist.has(h.host) && runningOn(h.host) < h.slots);
+  const refusesNewWorkers = () => stopping || failure !== undefined || interrupted !== undefined || server.elastic?.isFinishing === true;
   const startWorker = (spec: Omit<WorkerSpec, 'command' | 'args'>) => {
     const workerId = nextWorkerId++;
     const env: Record<string, string> = {
@@ -816,6 +862,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     remaining++;
     workers.push(w);
     running.add(w);
+    hostOf.set(w, spec.host);
     byWorkerId.set(workerId, w);
     // In an elastic job ranks change as the world re-forms: output is labelled with the worker id.
     const label = elastic ? workerId : w.rank;
@@ -824,6 +871,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     outputs.push(prefixLines(w.stderr, status ? status.streamTo(process.stderr) : process.stderr, prefix));
     w.onExit((code, signal) => {
       running.delete(w);
+      const wasDelisted = delisted.delete(w);
       if ((code === 0 && signal === null) || failure || interrupted) return;
       const exitCode = signal ? signalExitCode(signal) : (code ?? 1);
       const who = elastic ? `worker ${workerId}` : multiHost ? `rank ${w.rank} on ${spec.host}` : `rank ${w.rank}`;
@@ -831,22 +879,25 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
       const description = cause ?? (signal ? `was killed by ${signal}` : `exited with code ${code}`);
       const what = cause ? `${who}: ${cause}` : `${who} ${description}`;
       const membership = server.elastic;
-      if (elastic && membership && membership.hasEntered(workerId) && !membership.isFinishing) {
+      const entered = membership?.hasEntered(workerId) === true;
+      // A worker started after the job began (a refill or a discovered slot) that fails before it joins
+      // costs the job nothing: it goes on without it.
+      const late = workerId >= opts.np && !entered;
+      if (elastic && membership && (entered || late) && !membership.isFinishing) {
         // A worker lost inside hora.elastic.run: the others re-form the world without it.
-        lostWorkers++;
-        process.stderr.write(`hora run: ${what}; the job goes on without it\n`);
+        if (entered) lostWorkers++;
+        const why = late ? ' before it joined' : '';
+        process.stderr.write(`hora run: ${what}${why}; the job goes on without it\n`);
         membership.workerExited(workerId, description);
-        // The slot is refilled: the new worker joins the world at the ranks' next commit.
-        if (running.size < opts.np && running.size < elastic.maxNp) {
-          if (refillsLeft > 0) {
-            refillsLeft--;
-            const below = running.size < elastic.minNp ? `, fewer than --min-np ${elastic.minNp}` : '';
-            process.stderr.write(`hora run: ${running.size} worker(s) left${below}: starting worker ${nextWorkerId} in the slot of worker ${workerId}\n`);
-            startWorker(spec);
-          } else {
-            log('WARN', `not refilling worker ${workerId}'s slot: ${2 * elastic.maxNp} workers were already started in place of lost ones`);
-          }
+        const h = hostList.find((x) => x.host === spec.host) ?? { host: spec.host, slots: 1, remote: spec.remote };
+        if (wasDelisted) {
+          // Its host left the discovery script's list: nothing to blacklist or refill.
+        } else if (blacklistable(h) && !blacklist.has(h.host)) {
+          blacklist.add(h.host);
+          process.stderr.write(`hora run: host ${h.host} is blacklisted after worker ${workerId}'s failure: no new worker starts there\n`);
         }
+        if (discovery !== undefined) reconcileHosts();
+        else if (entered) refill(workerId, spec);
         return;
       }
       failure = { rank: w.rank, exitCode, description };
@@ -857,6 +908,81 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
       if (--remaining === 0) resolveAll();
     });
   };
+  // The slot of a lost worker gets a new worker (it joins at the ranks' next commit): on the same host,
+  // or, when that host is blacklisted, on another with a free slot.
+  const refill = (lostId: number, spec: Omit<WorkerSpec, 'command' | 'args'>) => {
+    if (!elastic || running.size >= opts.np || running.size >= elastic.maxNp || refusesNewWorkers()) return;
+    if (refillsLeft <= 0) {
+      log('WARN', `not refilling worker ${lostId}'s slot: ${2 * elastic.maxNp} workers were already started in place of lost ones`);
+      return;
+    }
+    const other = blacklist.has(spec.host) ? freeHost() : undefined;
+    if (blacklist.has(spec.host) && other === undefined) {
+      process.stderr.write(`hora run: no free slot on a host that is not blacklisted; the job goes on with ${running.size} worker(s)\n`);
+      return;
+    }
+    refillsLeft--;
+    const below = running.size < elastic.minNp ? `, fewer than --min-np ${elastic.minNp}` : '';
+    const where = other ? ` on ${other.host}` : '';
+    process.stderr.write(`hora run: ${running.size} worker(s) left${below}: starting worker ${nextWorkerId} in the slot of worker ${lostId}${where}\n`);
+    startWorker(other ? elasticSpec(opts, other, baseHostId, running.size) : spec);
+  };
+
+  // Discovery jobs: workers follow the script's list. A host that leaves it has its workers stopped (the
+  // others roll back to their last commit, as for any loss); free slots on listed hosts that are not
+  // blacklisted get new workers, up to --max-np, and these join at the ranks' next commit.
+  const reconcileHosts = () => {
+    if (!elastic || refusesNewWorkers()) return;
+    // The newest workers go first: the oldest stay, and with them rank 0.
+    for (const w of [...running].reverse()) {
+      const host = hostOf.get(w) as string;
+      const listed = hostList.find((h) => h.host === host);
+      if (delisted.has(w) || (listed && runningOn(host) - [...delisted].filter((d) => hostOf.get(d) === host).length <= listed.slots)) continue;
+      delisted.add(w);
+      const why = listed ? `now lists ${listed.slots} slot(s) on ${host}` : `no longer lists ${host}`;
+      process.stderr.write(`hora run: the discovery script ${why}: stopping a worker there\n`);
+      w.kill('SIGTERM');
+    }
+    const usable = hostList.filter((h) => !blacklist.has(h.host)).reduce((n, h) => n + h.slots, 0);
+    const target = Math.min(elastic.maxNp, usable);
+    while (running.size - delisted.size < target) {
+      const h = freeHost();
+      if (h === undefined) break;
+      process.stderr.write(`hora run: starting worker ${nextWorkerId} on ${h.host} (a free slot the discovery script lists)\n`);
+      startWorker(elasticSpec(opts, h, baseHostId, running.size));
+    }
+  };
+  let discoveryTimer: NodeJS.Timeout | undefined;
+  if (discovery !== undefined) {
+    let failures = 0;
+    let busy = false;
+    const poll = async () => {
+      if (busy || refusesNewWorkers()) return;
+      busy = true;
+      try {
+        const found: DiscoveredHost[] = await discoverHosts(discovery);
+        if (failures > 0) process.stderr.write(`hora run: --host-discovery-script ${discovery} works again after ${failures} failed run(s)\n`);
+        failures = 0;
+        const next = found.map((h) => ({ ...h, remote: !isLocalHost(h.host) }));
+        for (const h of next) {
+          const before = hostList.find((x) => x.host === h.host);
+          if (!before) log('INFO', `the discovery script lists a new host ${h.host} (${h.slots} slot(s))${blacklist.has(h.host) ? ', blacklisted' : ''}`);
+        }
+        hostList = next;
+        reconcileHosts();
+      } catch (e) {
+        failures++;
+        // Warn at the first failure and then every 30th, with what the script said; the job keeps its hosts.
+        if (failures === 1 || failures % 30 === 0) {
+          const text = e instanceof DiscoveryError ? e.message : String(e);
+          process.stderr.write(`hora run: ${text} (failed ${failures} time(s) in a row; retrying every ${DISCOVERY_INTERVAL_MS / 1000} s, keeping the hosts it listed last)\n`);
+        }
+      } finally {
+        busy = false;
+      }
+    };
+    discoveryTimer = setInterval(() => void poll(), DISCOVERY_INTERVAL_MS);
+  }
   if (elastic) {
     server.on('evict', (workerId: number, _pid: number, reason: string) => {
       process.stderr.write(`hora run: ${reason}: killing it\n`);
@@ -875,6 +1001,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   for (const spec of placement) startWorker(spec);
 
   await allDone;
+  if (discoveryTimer) clearInterval(discoveryTimer);
   await Promise.all(outputs);
   status?.stop();
   await dashboard?.close();
@@ -913,16 +1040,41 @@ async function finishTimeline(file: string, np: number): Promise<void> {
   }
 }
 
+/**
+ * A host's HORA_HOST_ID. A remote host is its host name (entries naming it twice are one host). Every
+ * local entry is this machine, unless --simulate-hosts makes each one a host of its own: named by its
+ * -H position, or by its name when a discovery script lists the hosts.
+ */
+function hostIdFor(opts: RunOptions, h: HostSlots, baseHostId: string): string {
+  if (h.remote) return hostPart(h.host);
+  if (!opts.simulateHosts) return baseHostId;
+  return opts.elastic?.discoveryScript !== undefined ? `${baseHostId}#${h.host}` : `${baseHostId}#${opts.hosts.indexOf(h)}`;
+}
+
+/**
+ * The spec of a worker started on `h` after the job began (a refill on another host, a discovered slot).
+ * Its HORA_RANK and sizes are placeholders: an elastic worker's rank comes from the world it joins.
+ */
+function elasticSpec(opts: RunOptions, h: HostSlots, baseHostId: string, index: number): Omit<WorkerSpec, 'command' | 'args'> {
+  const size = Math.max(opts.elastic?.maxNp ?? opts.np, index + 1);
+  const hostId = hostIdFor(opts, h, baseHostId);
+  return {
+    rank: index,
+    host: h.host,
+    remote: h.remote,
+    env: {
+      HORA_RANK: String(index), HORA_SIZE: String(size), HORA_LOCAL_RANK: '0', HORA_LOCAL_SIZE: '1',
+      HORA_CROSS_RANK: '0', HORA_CROSS_SIZE: '1', HORA_HOST_ID: hostId,
+    },
+  };
+}
+
 /** Worker specs (without rendezvous variables): ranks fill -H entries in order. */
 function place(opts: RunOptions, baseHostId: string): Omit<WorkerSpec, 'command' | 'args'>[] {
-  // A remote host is its host name (entries naming it twice are one host; its HORA_HOST_ID is that name).
-  // Every local -H entry is this machine, unless --simulate-hosts makes each one a host of its own.
-  const hostIdOf = (h: HostSlots, index: number) =>
-    h.remote ? hostPart(h.host) : opts.simulateHosts ? `${baseHostId}#${index}` : baseHostId;
   const entries: { host: string; remote: boolean; key: string }[] = [];
-  opts.hosts.forEach((h, index) => {
-    for (let s = 0; s < h.slots && entries.length < opts.np; s++) entries.push({ host: h.host, remote: h.remote, key: hostIdOf(h, index) });
-  });
+  for (const h of opts.hosts) {
+    for (let s = 0; s < h.slots && entries.length < opts.np; s++) entries.push({ host: h.host, remote: h.remote, key: hostIdFor(opts, h, baseHostId) });
+  }
   const keys = [...new Set(entries.map((e) => e.key))];
   const localSize = new Map<string, number>();
   for (const e of entries) localSize.set(e.key, (localSize.get(e.key) ?? 0) + 1);
