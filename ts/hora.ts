@@ -216,6 +216,10 @@ interface ElasticParams {
   control: RendezvousConnection;
 }
 
+/** An elastic worker's heartbeat to the launcher, and the silence after which it takes the launcher as lost. */
+const ELASTIC_HEARTBEAT_MS = 2000;
+const ELASTIC_LAUNCHER_SILENT_MS = 15_000;
+
 let elasticParams: ElasticParams | null = null;
 /** Inside hora.elastic.run: collectives are allowed. */
 let elasticRunning = false;
@@ -245,6 +249,7 @@ async function joinElastic(options: InitOptions, launch: LaunchInfo, settings: H
   };
   elasticParams = params;
   watchElasticControl(params.control);
+  params.control.startHeartbeat(ELASTIC_HEARTBEAT_MS, ELASTIC_LAUNCHER_SILENT_MS);
   try {
     world = await openElasticWorld(params, reg.assignment);
   } catch (e) {
@@ -356,9 +361,10 @@ function watchElasticControl(control: RendezvousConnection): void {
   control.onAbort((a) => {
     abortQuietly(world?.dispatcher?.comm, a.code || 'ERR_PEER_LOST', `the job was aborted${a.rank >= 0 ? ` because of rank ${a.rank}` : ''}: ${a.reason}`);
   });
-  control.onClose(() => {
+  control.onClose((err) => {
     abortQuietly(world?.dispatcher?.comm, 'ERR_PEER_LOST', 'lost the connection to the hora launcher');
-    process.stderr.write(`hora: elastic worker: lost the connection to the hora launcher (it exited or was killed); exiting\n`);
+    const why = err?.message ?? 'it exited or was killed';
+    process.stderr.write(`hora: elastic worker: lost the connection to the hora launcher (${why}); exiting\n`);
     setTimeout(() => process.exit(1), 1000).unref();
   });
 }

@@ -100,9 +100,13 @@ export class RendezvousConnection extends EventEmitter {
   /** Elastic: the server announced new workers waiting to join (reset at each new world). */
   growPending = false;
 
+  private lastHeard = Date.now();
+  private heartbeat: NodeJS.Timeout | undefined;
+
   constructor(private readonly conn: ControlConnection) {
     super();
     conn.on('message', (msg: ControlMessage) => {
+      this.lastHeard = Date.now();
       if (msg.kind === 'abort') {
         const { kind: _kind, ...abort } = msg;
         this.lastAbort = abort;
@@ -118,9 +122,40 @@ export class RendezvousConnection extends EventEmitter {
       }
     });
     conn.on('close', (err) => {
+      this.stopHeartbeat();
       if (!this.closedByUs) this.emit('close', err);
     });
     conn.socket.unref();
+  }
+
+  /**
+   * Sends a Heartbeat every intervalMs, which the server answers, and takes silence from the server for
+   * silentMs as the launcher lost: 'close' with the reason. A worker whose host is cut off from the
+   * network sees no error on its control connection (nothing is sent to it), so without this it would
+   * wait for the next world for ever. Elastic workers use it; the timer does not keep the process up.
+   */
+  startHeartbeat(intervalMs: number, silentMs: number): void {
+    if (this.heartbeat) return;
+    let seq = 0;
+    this.lastHeard = Date.now();
+    this.heartbeat = setInterval(() => {
+      const silent = Date.now() - this.lastHeard;
+      if (silent > silentMs) {
+        this.stopHeartbeat();
+        const reason = new Error(`the hora launcher has not answered for ${Math.round(silent / 1000)} s (its host, or the network to it, is down)`);
+        if (!this.closedByUs) this.emit('close', reason);
+        this.closedByUs = true;
+        this.conn.close();
+        return;
+      }
+      this.conn.send({ kind: 'heartbeat', seq: seq++, timeMs: Date.now() });
+    }, intervalMs);
+    this.heartbeat.unref();
+  }
+
+  private stopHeartbeat(): void {
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.heartbeat = undefined;
   }
 
   /** Sends a message to the server (a Stats report); false when the connection is closed. */
@@ -198,6 +233,7 @@ export class RendezvousConnection extends EventEmitter {
   }
 
   close(): void {
+    this.stopHeartbeat();
     this.closedByUs = true;
     this.conn.close();
   }

@@ -1,0 +1,67 @@
+'use strict';
+// Elastic jobs across hosts: a simulated cluster (network namespaces with real sshds, test/cluster/cluster.sh),
+// 2 hosts x 2 workers, --min-np 2. One host's link is cut mid-training: its workers leave, the host is
+// blacklisted, and the other host's workers go on from their last commit. Needs root; skipped otherwise.
+const t = require('tap');
+const { spawnSync } = require('node:child_process');
+const cluster = require('./cluster/cluster');
+const { WORKER, NODE, expectedChecksum, hora, checkFinished } = require('./support/elastic-job');
+
+// Its own name and subnet: never takes down, nor collides with, a cluster somebody else brought up.
+const NAME = 'hel';
+const SUBNET = 55;
+
+const reason = cluster.canRun();
+if (reason) {
+  t.comment(`skipping elastic multi-host tests: ${reason}`);
+  t.plan(0, reason);
+  return;
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const esc = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+let c;
+t.before(async () => {
+  c = await cluster.up(2, { name: NAME, subnet: SUBNET });
+});
+t.teardown(async () => {
+  spawnSync('ip', ['-n', `${NAME}1`, 'link', 'set', 'eth0', 'up']);
+  await cluster.down(NAME);
+});
+
+// Elastic workers still running in host i.
+const workersIn = (i) => c.processes(i).filter((p) => p.cmdline.includes(WORKER));
+
+t.test("a host's link cut mid-training: its workers leave, the host is blacklisted, the other host goes on", async (t) => {
+  const steps = 400;
+  const [h0, h1] = c.hosts;
+  let cutAt;
+  const r = await hora(['run', '-H', `${h0}:2,${h1}:2`, '--min-np', '2', '--ssh-opts', `-F ${c.sshConfig}`,
+    '-x', 'ELASTIC_STEPS', '-x', 'ELASTIC_STEP_MS', '-x', 'ELASTIC_TAG', NODE, WORKER],
+  { ELASTIC_STEPS: String(steps), ELASTIC_STEP_MS: '20' }, {
+    timeoutMs: 150000,
+    onLine: (line) => {
+      if (cutAt !== undefined || !new RegExp(`^\\[0@${esc(h0)}\\] step 30 size 4 `).test(line)) return;
+      cutAt = Date.now();
+      const ip = spawnSync('ip', ['-n', `${NAME}1`, 'link', 'set', 'eth0', 'down'], { encoding: 'utf8' });
+      t.equal(ip.status, 0, `the link of ${h1} is cut ${ip.stderr}`);
+    },
+  });
+  t.ok(cutAt, 'the link was cut mid-training');
+  checkFinished(t, r, 2, { steps, expected: expectedChecksum(steps) });
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 1], `the workers of ${h0} finish`);
+  for (const x of r.results) {
+    t.equal(x.size, 2, `worker ${x.workerId} ends in a world of 2`);
+    t.equal(x.resets, 1, `worker ${x.workerId} rolled back once`);
+  }
+  t.match(r.stderr, new RegExp(`host ${esc(h1)} is blacklisted after worker [23]'s failure`));
+  t.match(r.stderr, /no free slot on a host that is not blacklisted; the job goes on with 2 worker\(s\)/);
+  t.match(r.stderr, /the world re-formed with 2 rank\(s\)/);
+  // The cut-off workers hear nothing more from the launcher: they leave on their own, with the link still down.
+  const deadline = Date.now() + 40000;
+  while (workersIn(1).length > 0 && Date.now() < deadline) await sleep(500);
+  t.same(workersIn(1), [], `no worker is left on ${h1}, although its link is still down`);
+  t.same(workersIn(0), [], `no worker is left on ${h0}`);
+  t.same(r.leaked, [], 'no /dev/shm/hora-* segment is left');
+});
