@@ -129,32 +129,55 @@ function elasticJob(args, env, timeoutMs = 240000) {
 
 const floats = (b64) => new Float32Array(Uint8Array.from(Buffer.from(b64, 'base64')).buffer);
 
-t.test('3 ranks, --min-np 2, one SIGKILLed mid-epoch: the two finish the fit bit-identical, redoing the rolled-back batches', async (t) => {
-  const straight = await elasticJob(['-np', '3'], {});
-  t.equal(straight.code, 0, `the job without a failure succeeds\n${straight.stderr.slice(-2000)}`);
-  t.equal(straight.results.length, 3);
-  const r = await elasticJob(['-np', '3', '--min-np', '2'], { ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
+// The same fit without a failure, for comparison; run once.
+let straight;
+async function straightJob(t) {
+  if (!straight) {
+    straight = await elasticJob(['-np', '3'], {});
+    t.equal(straight.code, 0, `the job without a failure succeeds\n${straight.stderr.slice(-2000)}`);
+    t.equal(straight.results.length, 3);
+    t.same(straight.orphans, [], 'no worker process is left');
+    t.same(straight.leaked, [], 'no /dev/shm/hora-* segment is left');
+  }
+  return straight;
+}
+
+// Worker 1 lost after batch 5 of epoch 1: workers 0 and 2 finish the fit from the commit after batch 3.
+function checkSurvivors(t, r, base) {
   t.equal(r.code, 0, `the job succeeds\n${r.stderr.slice(-3000)}`);
-  t.match(r.stderr, /worker 1 was killed by SIGKILL; the job goes on without it/);
   t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 finish');
   for (const x of r.results) {
     t.equal(x.size, 2, `worker ${x.workerId}: the world re-formed with 2 ranks`);
     t.equal(x.resets, 1, 'one reset');
     t.equal(x.epoch, 3, 'all 3 epochs done');
-    // Committed after batch 3 of epoch 1, killed after batch 5: batches 4 and 5 ran twice.
+    // Committed after batch 3 of epoch 1, lost after batch 5: batches 4 and 5 ran twice.
     t.equal(x.executed, 32, `worker ${x.workerId} ran 30 batches and redid the 2 rolled back`);
     t.equal(x.iterations, 30, 'the optimizer counted each of the 30 batches once');
   }
   if (r.results.length === 2) t.equal(r.results[0].weights, r.results[1].weights, 'the survivors end bit-identical');
-  if (r.results.length && straight.results.length) {
+  if (r.results.length && base.results.length) {
     // The same global batches, summed over 2 ranks instead of 3 after the failure: float rounding only.
     const a = floats(r.results[0].weights);
-    const b = floats(straight.results[0].weights);
+    const b = floats(base.results[0].weights);
     const worst = Math.max(...Array.from(a, (v, i) => Math.abs(v - b[i]) / Math.max(1e-3, Math.abs(b[i]))));
     t.ok(worst < 1e-4, `within float rounding of the run without a failure (worst relative difference ${worst})`);
   }
-  for (const job of [straight, r]) {
-    t.same(job.orphans, [], 'no worker process is left');
-    t.same(job.leaked, [], 'no /dev/shm/hora-* segment is left');
-  }
+  t.same(r.orphans, [], 'no worker process is left');
+  t.same(r.leaked, [], 'no /dev/shm/hora-* segment is left');
+}
+
+t.test('3 ranks, --min-np 2, one SIGKILLed mid-epoch: the two finish the fit bit-identical, redoing the rolled-back batches', async (t) => {
+  const base = await straightJob(t);
+  const r = await elasticJob(['-np', '3', '--min-np', '2'], { ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
+  t.match(r.stderr, /worker 1 was killed by SIGKILL; the job goes on without it/);
+  checkSurvivors(t, r, base);
+});
+
+t.test('3 ranks, --min-np 2, one SIGSTOPped mid-epoch: the others time out, it is killed and left out, the two finish bit-identical', async (t) => {
+  const base = await straightJob(t);
+  const r = await elasticJob(['-np', '3', '--min-np', '2'],
+    { ELASTIC_KILL_AT: '1:1:5', ELASTIC_KILL_SIGNAL: 'SIGSTOP', ELASTIC_NO_REFILL: '3', HORA_TIMEOUT_S: '3' });
+  t.match(r.stdout, /\[1\] signal SIGSTOP/);
+  t.match(r.stderr, /worker 1 .*did not re-register within 2 s \(HORA_ELASTIC_SETTLE_S\); leaving it out: killing it/);
+  checkSurvivors(t, r, base);
 });

@@ -2,7 +2,7 @@
 // model.fit inside hora.elastic.run through ElasticState.fit and ElasticCallback. The global batch is the
 // same whatever the world size (strided shards, per-rank batch = 12 / size), so a world that shrinks goes
 // on with the same batches. ELASTIC_KILL_AT "WORKER:EPOCH:BATCH": that worker SIGKILLs itself after that
-// many batches of that epoch; workers with HORA_WORKER_ID >= ELASTIC_NO_REFILL exit at once (no refill).
+// many batches of that epoch (ELASTIC_KILL_SIGNAL, e.g. SIGSTOP, sends that signal instead); workers with HORA_WORKER_ID >= ELASTIC_NO_REFILL exit at once (no refill).
 // Each worker prints "result {json}": its weights' bytes as base64, and the batches it ran.
 const tf = require('@tensorflow/tfjs');
 const hora = require('../../dist/ts/index.js');
@@ -14,6 +14,7 @@ const BATCHES = 10;
 const EPOCHS = 3;
 const workerId = Number(process.env.HORA_WORKER_ID);
 const [killWorker, killEpoch, killBatch] = (process.env.ELASTIC_KILL_AT || '-1:-1:-1').split(':').map(Number);
+const signal = process.env.ELASTIC_KILL_SIGNAL || 'SIGKILL';
 
 (async () => {
   if (process.env.ELASTIC_NO_REFILL !== undefined && workerId >= Number(process.env.ELASTIC_NO_REFILL)) return;
@@ -37,8 +38,8 @@ const [killWorker, killEpoch, killBatch] = (process.env.ELASTIC_KILL_AT || '-1:-
       onBatchEnd: () => {
         executed++;
         if (workerId === killWorker && s.epoch === killEpoch && s.batch === killBatch) {
-          console.log(`signal SIGKILL t=${Date.now()}`);
-          process.kill(process.pid, 'SIGKILL');
+          console.log(`signal ${signal} t=${Date.now()}`);
+          process.kill(process.pid, signal);
         }
       },
     });
