@@ -60,6 +60,8 @@ t.test('a failed host is blacklisted; below --min-np the job waits until the scr
   const d = discovery('127.0.0.2:1\n127.0.0.3:1\n');
   // Worker 1 runs on 127.0.0.3 and dies; the script keeps listing that host, and later adds 127.0.0.4.
   const steps = [when(/host 127\.0\.0\.3 is blacklisted/, () => setTimeout(() => d.set('127.0.0.2:1\n127.0.0.3:1\n127.0.0.4:1\n'), 2500))];
+  // Later 127.0.0.3 leaves the list (it comes back as a new machine after that).
+  steps.push(when(/^\[0\] step 200 size 2 /, () => d.set('127.0.0.2:1\n127.0.0.4:1\n')));
   const r = await hora(['run', '--min-np', '2', '--simulate-hosts', '--host-discovery-script', d.script, NODE, WORKER],
     { ...env, ELASTIC_KILL: '1:23:SIGKILL' }, { onLine: (line, child) => steps.forEach((s) => s(line, child)) });
   checkFinished(t, r, 2, { steps: STEPS, expected: EXPECTED });
@@ -69,6 +71,7 @@ t.test('a failed host is blacklisted; below --min-np the job waits until the scr
   t.notMatch(r.stderr, /starting worker \d+ on 127\.0\.0\.3/, 'no worker went to the blacklisted host');
   t.match(r.stderr, /starting worker 2 on 127\.0\.0\.4/);
   t.match(r.stderr, /the world re-formed with 2 rank\(s\)/);
+  t.match(r.stderr, /blacklisted host 127\.0\.0\.3 left the discovery script's list; if it comes back it gets workers again/);
   checkClean(t, r);
 });
 

@@ -964,6 +964,13 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
         if (failures > 0) process.stderr.write(`hora run: --host-discovery-script ${discovery} works again after ${failures} failed run(s)\n`);
         failures = 0;
         const next = found.map((h) => ({ ...h, remote: !isLocalHost(h.host) }));
+        // A blacklisted host that leaves the list and comes back is taken as a new machine (a replaced
+        // instance, a pod restarted under the same name).
+        for (const host of blacklist) {
+          if (next.some((h) => h.host === host)) continue;
+          blacklist.delete(host);
+          process.stderr.write(`hora run: blacklisted host ${host} left the discovery script's list; if it comes back it gets workers again\n`);
+        }
         for (const h of next) {
           const before = hostList.find((x) => x.host === h.host);
           if (!before) log('INFO', `the discovery script lists a new host ${h.host} (${h.slots} slot(s))${blacklist.has(h.host) ? ', blacklisted' : ''}`);
