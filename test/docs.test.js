@@ -39,6 +39,7 @@ const { spawn, spawnSync } = require('node:child_process');
 const { ROOT, HORA, NODE } = require('./support/hora-job');
 
 const { parseRunArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'run.js'));
+const { parseRendezvousArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'rendezvous.js'));
 const bench = require(path.join(ROOT, 'dist', 'ts', 'cli', 'bench.js'));
 
 const DOCS = ['README.md', ...fs.readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)];
@@ -73,6 +74,12 @@ const STAND_INS = {
   '-i': (dir) => write(dir, 'ssh-key', ''), // the same for the private key
   '--ssh-identity': (dir) => write(dir, 'ssh-key', ''),
   '--iface': () => 'lo', // checked against this machine's interfaces, which the docs cannot know
+  // The reader's discovery script, run once when the command is parsed: one that lists this machine.
+  '--host-discovery-script': (dir) => {
+    const file = write(dir, 'discover-hosts.sh', '#!/bin/sh\necho localhost:64\n');
+    fs.chmodSync(file, 0o755);
+    return file;
+  },
 };
 
 /**
@@ -384,6 +391,13 @@ t.test('every hora command in a ```sh block is one hora accepts; the cheap ones 
         const worker = horaArgs([opts.command, ...opts.args]);
         return worker ? check(worker) : problems;
       }
+      case 'rendezvous':
+        try {
+          parseRendezvousArgs(rest, { HORA_SECRET: 'the reader\'s secret', ...env });
+        } catch (e) {
+          problems.push(`hora rendezvous rejects it: ${e.message}`);
+        }
+        return problems;
       case 'bench':
         try {
           bench.parseArgs(rest);

@@ -54,7 +54,7 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
   { name: 'HORA_CROSS_RANK', group: 'launch', help: 'Index of this host among the hosts of the job.' },
   { name: 'HORA_CROSS_SIZE', group: 'launch', help: 'Number of hosts in the job.' },
   { name: 'HORA_JOB_ID', group: 'launch', help: 'Job id chosen by the launcher; names shared-memory segments (/dev/shm/hora-<id>*).' },
-  { name: 'HORA_ELASTIC', group: 'launch', help: 'Set to 1 by `hora run --min-np`: the job goes on when a worker is lost; ranks come from the launcher at each re-forming of the world (hora.elastic.run).' },
+  { name: 'HORA_ELASTIC', group: 'launch', help: 'Set to 1 by `hora run --min-np`: the job goes on when a worker is lost; ranks come from the launcher at each re-forming of the world (hora.elastic.run). Set it by hand, with HORA_RENDEZVOUS_ADDR and HORA_SECRET, in workers that a `hora rendezvous` service forms into worlds (Kubernetes pods, docs/cluster.md).' },
   { name: 'HORA_WORKER_ID', group: 'launch', help: 'Set by `hora run --min-np`: the worker\'s number in start order. The oldest surviving worker becomes rank 0 when the world re-forms.' },
   {
     name: 'HORA_RUN_EXPORT',
@@ -442,6 +442,11 @@ export interface LaunchInfo {
   rendezvousAddrSource?: string;
   /** True when the launcher (`hora run`) hosts the rendezvous server and had it listening before any worker started. */
   launcherHostsServer: boolean;
+  /**
+   * True for a worker of an elastic job whose rendezvous is a `hora rendezvous` service (HORA_ELASTIC=1
+   * without `hora run`, e.g. a Kubernetes pod): rank and size come from the service at each world.
+   */
+  elasticService?: boolean;
   /** Address the rendezvous host binds: rendezvousAddr when it is an IP address, else 0.0.0.0. */
   rendezvousBindAddr?: string;
   /** HMAC key for registration; undefined only for source 'single'. */
@@ -701,6 +706,27 @@ export function connectTimeoutS(settings: HoraSettings, launch: LaunchInfo, time
 
 const HORA_RUN_CONNECT_TIMEOUT_S = 30;
 
+/** Port of `hora rendezvous` when neither side names one. */
+export const ELASTIC_SERVICE_PORT = 29500;
+
+// A worker of an elastic job whose rendezvous is a `hora rendezvous` service: it is started by others (a
+// Kubernetes Job's pods), has no rank or size of its own, and must be told where the service is and the
+// job's secret. Rank and size placeholders (0 of 1) stand until the service assigns the first world.
+function elasticServiceLaunch(env: Env): LaunchInfo {
+  const why = 'HORA_ELASTIC=1 without `hora run`: the worker of a `hora rendezvous` service';
+  const addr = env.HORA_RENDEZVOUS_ADDR?.trim();
+  if (!addr) throw new HoraConfigError('HORA_RENDEZVOUS_ADDR', env.HORA_RENDEZVOUS_ADDR, `the address of the hora rendezvous service (${why})`);
+  const secret = env.HORA_SECRET?.trim();
+  if (!secret) throw new HoraConfigError('HORA_SECRET', env.HORA_SECRET, `the job's secret, the same as the service's (${why})`);
+  return {
+    source: 'hora', rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1,
+    rendezvousAddr: addr === 'localhost' ? '127.0.0.1' : addr,
+    rendezvousPort: parsePort(env, 'HORA_RENDEZVOUS_PORT') ?? ELASTIC_SERVICE_PORT,
+    rendezvousAddrSource: 'HORA_RENDEZVOUS_ADDR, the hora rendezvous service named in this worker\'s environment',
+    secret, secretDerived: false, isRendezvousHost: false, launcherHostsServer: false, elasticService: true,
+  };
+}
+
 /**
  * Who is this process in the job? Reads, in order of precedence, HORA_*,
  * Open MPI, PMI, Slurm, torchrun and Kubernetes Indexed Job variables; with
@@ -708,6 +734,7 @@ const HORA_RUN_CONNECT_TIMEOUT_S = 30;
  * variable for bad values. docs/cluster.md tells what each launcher sets.
  */
 export function resolveLaunch(env: Env = process.env): LaunchInfo {
+  if (env.HORA_ELASTIC?.trim() === '1' && !isSet(env, 'HORA_JOB_ID')) return elasticServiceLaunch(env);
   const layout = readLayout(env);
   if (layout === undefined) {
     return { source: 'single', rank: 0, size: 1, localRank: 0, localSize: 1, crossRank: 0, crossSize: 1, secretDerived: false, isRendezvousHost: false, launcherHostsServer: false };

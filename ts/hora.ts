@@ -225,8 +225,8 @@ let elasticParams: ElasticParams | null = null;
 let elasticRunning = false;
 
 async function joinElastic(options: InitOptions, launch: LaunchInfo, settings: HoraSettings): Promise<void> {
-  if (launch.source !== 'hora' || !launch.launcherHostsServer) {
-    throw new HoraError('ERR_INVALID_ARGUMENT', 'hora.init: HORA_ELASTIC=1 needs a job started by `hora run --min-np`, whose launcher re-forms the world');
+  if (launch.source !== 'hora' || !(launch.launcherHostsServer || launch.elasticService)) {
+    throw new HoraError('ERR_INVALID_ARGUMENT', 'hora.init: HORA_ELASTIC=1 needs a job started by `hora run --min-np`, or a `hora rendezvous` service, to re-form the world');
   }
   const timeoutMs = Math.round(1000 * (options.timeoutSeconds ?? settings.timeoutS));
   const transportName = options.transport ?? settings.transport;
@@ -423,6 +423,10 @@ function worldScope(self: number): Pick<Scope, 'self' | 'group' | 'members' | 'p
 
 /** What the user can change when the rendezvous server cannot be reached; who chose its address differs. */
 function unreachableHint(launch: LaunchInfo): string {
+  if (launch.elasticService) {
+    return 'Check that `hora rendezvous` runs and that HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT name its service ' +
+      '(in Kubernetes, the Service in front of its pod); raise HORA_CONNECT_TIMEOUT_S if it starts much later than the workers.';
+  }
   if (launch.launcherHostsServer) {
     return 'If the launcher\'s address is on a network this host is not on, start `hora run` with --iface naming the launcher\'s ' +
       'interface on the hosts\' network.';

@@ -8,6 +8,9 @@ export const MAIN_USAGE = `Usage: hora <command> [options]
 
 Commands:
   run     start a distributed job:  hora run -np 4 node train.js
+  rendezvous
+          host the rendezvous of an elastic job whose workers others start
+          (Kubernetes pods):  hora rendezvous --min-np 2 --max-np 8
   env     show every HORA_* variable, its value and meaning
   bench   measure collective bandwidth (run it under hora run)
   timeline FILE -np N
@@ -44,6 +47,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   switch (command) {
     case 'run':
       return (require('./run') as typeof import('./run')).runMain(rest);
+    case 'rendezvous':
+      return (require('./rendezvous') as typeof import('./rendezvous')).rendezvousMain(rest);
     case 'env':
       return (require('./env') as typeof import('./env')).envMain(rest);
     case 'bench': {

@@ -37,6 +37,11 @@ export interface ElasticMembershipOptions {
   waitMs: number;
   /** The job's id; generation g's data plane is named `${jobId}-g${g}`. */
   jobId: string;
+  /**
+   * Number workers in the order they register, whatever id they send (`hora rendezvous`, whose workers
+   * are started by others: pods). hora run numbers its workers itself, in start order.
+   */
+  assignWorkerIds?: boolean;
 }
 
 /** One registered worker of an elastic job. */
@@ -109,6 +114,12 @@ export class ElasticMembership {
   }
 
   private readonly enteredGone = new Set<number>();
+  private nextWorkerId = 0;
+
+  /** Workers registered and still connected, in a world or waiting for one. */
+  get memberCount(): number {
+    return this.members.size;
+  }
 
   /** Whether some worker's training function returned: the job is ending. */
   get isFinishing(): boolean {
@@ -119,7 +130,8 @@ export class ElasticMembership {
   onRegister(conn: ControlConnection, reg: Register): string | undefined {
     if (!reg.elastic) return 'this job is elastic (hora run --min-np) but the worker did not register as elastic; use the same hora version everywhere';
     if (this.finishing) return 'the job is ending (a worker\'s training function has returned); no new workers join now';
-    const member: Member = { conn, reg, workerId: reg.workerId ?? 0, rank: -1, entered: false, dataAddr: reg.dataAddr, dataPort: 0, listening: false };
+    const workerId = this.opts.assignWorkerIds ? this.nextWorkerId++ : reg.workerId ?? 0;
+    const member: Member = { conn, reg, workerId, rank: -1, entered: false, dataAddr: reg.dataAddr, dataPort: 0, listening: false };
     this.members.set(conn, member);
     this.waiting.add(member);
     this.log('INFO', `worker ${member.workerId} (pid ${reg.pid}, host ${reg.hostId}) registered; ${this.waiting.size} waiting for the next world`);
