@@ -145,3 +145,27 @@ t.test('every worker lost: the job fails rather than reporting success', async (
   t.match(r.stderr, /the job ended before any worker's training function returned \(2 worker\(s\) lost\)/);
   checkClean(t, r);
 });
+
+t.test('HORA_TIMELINE in an elastic job: one file per worker across its worlds, merged when the job ends', async (t) => {
+  const fs = require('node:fs');
+  const os = require('node:os');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-elastic-timeline-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, 'trace.json');
+  const r = await hora(['run', '-np', '3', '--min-np', '2', '--timeline', file, NODE, WORKER], { ELASTIC_KILL: '1:23:SIGKILL', ELASTIC_NO_REFILL: '3' });
+  checkFinished(t, r, 2);
+  t.match(r.stderr, /hora run: timeline of 3 worker\(s\), \d+ events, written to .*trace\.json; no file from worker\(s\) 3 here/);
+  const events = JSON.parse(fs.readFileSync(file, 'utf8')).traceEvents;
+  const names = events.filter((e) => e.name === 'process_name').map((e) => e.args.name.replace(/ \(.*/, '')).sort();
+  t.same(names, ['worker 0', 'worker 1', 'worker 2'], 'one process per worker');
+  for (const pid of [0, 2]) {
+    const worlds = events.filter((e) => e.pid === pid && e.cat === 'elastic').map((e) => e.name);
+    t.same(worlds, [`world 0: rank ${pid} of 3`, `world 1: rank ${pid / 2} of 2`], `worker ${pid} marks each world it was in`);
+    const steps = events.filter((e) => e.pid === pid && e.ph === 'X' && e.cat === 'collective' && /step/.test(e.name));
+    const mark = events.find((e) => e.pid === pid && e.name.startsWith('world 1'));
+    t.ok(steps.some((e) => e.ts < mark.ts), `worker ${pid}: collectives of the first world`);
+    t.ok(steps.some((e) => e.ts > mark.ts), `worker ${pid}: collectives of the second world`);
+  }
+  t.ok(events.filter((e) => e.pid === 1 && e.cat === 'collective').length > 0, 'the lost worker\'s collectives up to its loss are there');
+  checkClean(t, r);
+});

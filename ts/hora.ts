@@ -28,7 +28,7 @@ import type {
   RecvOptions, ReduceScatterOptions, SendOptions, Tensor,
 } from './types';
 import { startReporting, stopReporting } from './stats';
-import { openTimeline } from './timeline';
+import { openTimeline, TimelineWriter } from './timeline';
 import { Dispatcher, Work } from './work';
 
 export interface Topology {
@@ -214,6 +214,8 @@ interface ElasticParams {
   dataAddr: string;
   secret: string;
   control: RendezvousConnection;
+  /** HORA_TIMELINE: one file per worker (named by its worker id), across the worlds it is in. */
+  timeline: TimelineWriter | null;
 }
 
 /** An elastic worker's heartbeat to the launcher, and the silence after which it takes the launcher as lost. */
@@ -241,8 +243,12 @@ async function joinElastic(options: InitOptions, launch: LaunchInfo, settings: H
   }).catch((e: Error & { code?: string }) => {
     throw new HoraError(e.code ?? 'ERR_INTERNAL', `hora.init (elastic worker ${settings.workerId ?? 0}): ${e.message}`);
   });
+  const worker = settings.workerId ?? process.pid;
   const params: ElasticParams = {
     addon, settings, timeoutMs, dataAddr, secret: launch.secret as string, control: reg.connection,
+    timeline: settings.timeline
+      ? openTimeline(settings.timeline, worker, addon.clocks(), () => ({ rows: new Float64Array(0), strings: [] }), `worker ${worker}`)
+      : null,
     fusionBytes: Math.round((options.fusionMB ?? settings.fusionMb) * 1024 * 1024),
     algorithm: ALGORITHMS[options.algorithm ?? settings.algo],
     transport: transportName === 'tcp' ? NativeTransport.Tcp : NativeTransport.Auto,
@@ -283,9 +289,13 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
   const dispatcher = new Dispatcher(p.addon, (onComplete) => new p.addon.Communicator({
     rank: a.rank, size: a.size, timeoutMs: p.timeoutMs, fusionBytes: p.fusionBytes, algorithm: p.algorithm, transport: p.transport,
     bindHost: p.dataAddr, secret: p.secret, logLevel: LOG_LEVELS[p.settings.debug] ?? 0,
-    grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: false,
+    grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: p.timeline !== null,
   }, onComplete), a.rank, p.fusionBytes);
   const comm = dispatcher.comm;
+  if (p.timeline) {
+    dispatcher.timeline = p.timeline;
+    p.timeline.nextWorld(() => comm.takeTimeline(), { generation: a.generation, rank: a.rank, size: a.size });
+  }
   let endedWhileConnecting: ((m: Membership) => void) | null = null;
   const onMembership = (m: Membership) => {
     if (ended(m)) endedWhileConnecting?.(m);
@@ -383,6 +393,8 @@ export async function reformElasticWorld(generation: number, reason: string): Pr
     abortQuietly(old.dispatcher.comm, 'ERR_PEER_LOST', `the world re-forms: ${reason}`);
     // Outstanding works settle (rejected) before the communicator goes: their completions touch it.
     await old.dispatcher.drain();
+    // What the engine completed in this world goes to the timeline before its communicator closes.
+    old.dispatcher.timeline?.flush();
     closeQuietly(old.dispatcher.comm);
   }
   for (;;) {
@@ -501,6 +513,8 @@ export async function shutdown(): Promise<void> {
   stopReporting();
   w.control?.close();
   if (w.server) await w.server.close();
+  // An elastic worker's timeline outlives its worlds (the last may have had no communicator).
+  elasticParams?.timeline?.close();
   elasticParams = null;
 }
 

@@ -100,12 +100,12 @@ export function rankTimelinePath(file: string, rank: number): string {
  * Starts this rank's timeline file for HORA_TIMELINE=file, or says why it cannot and returns null: a
  * training job goes on without its trace rather than fail.
  */
-export function openTimeline(file: string, rank: number, clocks: [number, number], take: TakeTimeline): TimelineWriter | null {
+export function openTimeline(file: string, rank: number, clocks: [number, number], take: TakeTimeline, who = `rank ${rank}`): TimelineWriter | null {
   const target = rankTimelinePath(file, rank);
   try {
-    return new TimelineWriter(target, rank, os.hostname(), clocks, take);
+    return new TimelineWriter(target, rank, os.hostname(), clocks, take, who);
   } catch (e) {
-    process.stderr.write(`hora: rank ${rank}: cannot write the timeline to ${target}: ${(e as Error).message}; going on without it\n`);
+    process.stderr.write(`hora: ${who}: cannot write the timeline to ${target}: ${(e as Error).message}; going on without it\n`);
     return null;
   }
 }
@@ -136,13 +136,13 @@ export class TimelineWriter {
    * [monotonic nanoseconds now, wall clock minus monotonic in microseconds]; take collects completed works.
    */
   constructor(readonly file: string, private readonly rank: number, host: string, clocks: [number, number],
-    private readonly take: TakeTimeline) {
+    private take: TakeTimeline, private readonly who = `rank ${rank}`) {
     const [monotonicNs, wallMinusMonotonicUs] = clocks;
     const base = Math.floor((monotonicNs / 1000 + wallMinusMonotonicUs) / BASE_GRID_US) * BASE_GRID_US;
     this.toBaseUs = wallMinusMonotonicUs - base;
     this.fd = fs.openSync(file, 'w');
     fs.writeSync(this.fd, '[\n');
-    this.emit({ name: 'process_name', ph: 'M', pid: rank, tid: 0, args: { name: `rank ${rank} (${host})`, clock_base_us: base } });
+    this.emit({ name: 'process_name', ph: 'M', pid: rank, tid: 0, args: { name: `${who} (${host})`, clock_base_us: base } });
     this.emit({ name: 'process_sort_index', ph: 'M', pid: rank, tid: 0, args: { sort_index: rank } });
     this.nameThread(0, 'engine');
     this.writeOut();
@@ -171,6 +171,23 @@ export class TimelineWriter {
       this.trainingLaneNamed = true;
     }
     this.slice(TRAINING_TID, name, 'training', startNs, endNs, args);
+  }
+
+  /**
+   * Elastic jobs: one file per worker across the worlds it is in. Called when the worker's new world has
+   * its communicator: calls of the last world still open (their world ended under them) become slices up
+   * to now, an instant marks the new world, and completed works are taken from the new communicator.
+   * The last world's completed works must have been flushed before its communicator closed.
+   */
+  nextWorld(take: TakeTimeline, world: { generation: number; rank: number; size: number }): void {
+    if (this.fd === null) return;
+    this.endOpenCalls('the world ended under it');
+    this.take = take;
+    const now = Number(process.hrtime.bigint());
+    this.buffer += `${this.wroteEvent ? ',' : ''}{"name":"world ${world.generation}: rank ${world.rank} of ${world.size}","cat":"elastic",` +
+      `"ph":"i","s":"p","pid":${this.rank},"tid":0,"ts":${this.us(now).toFixed(3)},"args":${JSON.stringify(world)}}\n`;
+    this.wroteEvent = true;
+    this.writeOut();
   }
 
   /** Collects what the engine completed, formats it and writes it to the file. */
@@ -202,16 +219,21 @@ export class TimelineWriter {
   close(): void {
     if (this.fd === null) return;
     this.flush();
+    this.endOpenCalls('not completed when the timeline closed');
+    this.buffer += '\n]\n';
+    this.writeOut();
+    this.stop();
+  }
+
+  // Calls noted but not completed: slices from the call to now, with why they end there.
+  private endOpenCalls(status: string): void {
     this.endGroup();
     const now = Number(process.hrtime.bigint());
     for (const call of this.calls.values()) {
       const tid = this.lane(call.calledNs, now);
-      this.slice(tid, sliceName(call), 'collective', call.calledNs, now, { ...this.callArgs(call), status: 'not completed when the timeline closed' });
+      this.slice(tid, sliceName(call), 'collective', call.calledNs, now, { ...this.callArgs(call), status });
     }
     this.calls.clear();
-    this.buffer += '\n]\n';
-    this.writeOut();
-    this.stop();
   }
 
   private writeOut(): void {
@@ -221,7 +243,7 @@ export class TimelineWriter {
     try {
       fs.writeSync(this.fd, text);
     } catch (e) {
-      process.stderr.write(`hora: rank ${this.rank}: stopped writing the timeline ${this.file}: ${(e as Error).message}\n`);
+      process.stderr.write(`hora: ${this.who}: stopped writing the timeline ${this.file}: ${(e as Error).message}\n`);
       this.stop();
     }
   }

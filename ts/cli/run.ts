@@ -781,6 +781,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   // --timeline or HORA_TIMELINE: every rank writes its own file next to FILE; they are merged at the end.
   const timelineText = (opts.workerEnv.HORA_TIMELINE ?? process.env.HORA_TIMELINE)?.trim();
   const timeline = timelineText ? path.resolve(timelineText) : undefined;
+  // (An elastic job's files are named by worker id; each is removed as its worker starts.)
   if (timeline) for (let r = 0; r < opts.np; r++) fs.rmSync(rankTimelinePath(timeline, r), { force: true });
 
   const placement = place(opts, baseHostId);
@@ -858,6 +859,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     };
     // Local workers of a multi-host job must advertise an address the remote hosts reach, not loopback.
     if (multiHost && !spec.remote && opts.iface === undefined) env.HORA_IFACE = rvAddr;
+    if (timeline && elastic) fs.rmSync(rankTimelinePath(timeline, workerId), { force: true });
     const w = spawner.spawn({ ...spec, env, command: opts.command, args: opts.args });
     remaining++;
     workers.push(w);
@@ -1018,7 +1020,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   process.stderr.off('error', ignoreOutputError);
   await server.close();
   removeSharedMemory(jobId, log);
-  if (timeline && !opts.elastic) await finishTimeline(timeline, opts.np);
+  if (timeline) await finishTimeline(timeline, opts.elastic ? nextWorkerId : opts.np, opts.elastic ? 'worker' : 'rank');
 
   if (failure) return failure.exitCode;
   if (interrupted) return signalExitCode(interrupted);
@@ -1031,16 +1033,16 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
 }
 
 /** Merges the ranks' timeline files into `file`, whether the job succeeded or not, and says what it did. */
-async function finishTimeline(file: string, np: number): Promise<void> {
+async function finishTimeline(file: string, np: number, who: 'rank' | 'worker'): Promise<void> {
   try {
     const m = await mergeTimelines(file, np);
     if (m.merged.length === 0) {
-      process.stderr.write(`hora run: no rank wrote a timeline file (looked for ${rankTimelinePath(file, 0)} and the like)\n`);
+      process.stderr.write(`hora run: no ${who} wrote a timeline file (looked for ${rankTimelinePath(file, 0)} and the like)\n`);
       return;
     }
     const missing = m.missing.length === 0 ? ''
-      : `; no file from rank(s) ${m.missing.join(', ')} here (a rank on another host writes ${rankTimelinePath(file, m.missing[0])} there)`;
-    process.stderr.write(`hora run: timeline of ${m.merged.length} rank(s), ${m.events} events, written to ${file}${missing}\n`);
+      : `; no file from ${who}(s) ${m.missing.join(', ')} here (a ${who} on another host writes ${rankTimelinePath(file, m.missing[0])} there)`;
+    process.stderr.write(`hora run: timeline of ${m.merged.length} ${who}(s), ${m.events} events, written to ${file}${missing}\n`);
   } catch (e) {
     process.stderr.write(`hora run: could not merge the timeline into ${file}: ${(e as Error).message}; ` +
       `the rank files (${rankTimelinePath(file, 0)} ...) are left as they are\n`);
