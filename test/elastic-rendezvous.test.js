@@ -3,24 +3,13 @@
 // Here the test plays the Job controller: it starts each "pod" (a worker process with its own host id, so
 // ranks talk over TCP as pods do) and restarts one that died.
 const t = require('tap');
-const net = require('node:net');
 const { spawn } = require('node:child_process');
+const { freePort } = require('./support/hora-job');
 const { HORA, WORKER, NODE, expectedChecksum, workersAlive } = require('./support/elastic-job');
 
 const STEPS = 400;
 const EXPECTED = expectedChecksum(STEPS);
 const SECRET = 'a-test-secret-for-the-rendezvous-service';
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** Starts a process; `done` resolves with {code, signal, stdout, stderr}. */
 function start(args, env, timeoutMs = 120000) {
