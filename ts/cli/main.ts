@@ -8,14 +8,14 @@ export const MAIN_USAGE = `Usage: hora <command> [options]
 
 Commands:
   run     start a distributed job:  hora run -np 4 node train.js
-  rendezvous
-          host the rendezvous of an elastic job whose workers others start
-          (Kubernetes pods):  hora rendezvous --min-np 2 --max-np 8
   env     show every HORA_* variable, its value and meaning
   bench   measure collective bandwidth (run it under hora run)
   timeline FILE -np N
           merge the rank files of HORA_TIMELINE=FILE (FILE.rank0 ...) into FILE
           (hora run does it by itself; this is for jobs started by mpirun, Slurm, ...)
+  rendezvous
+          host the rendezvous of an elastic job whose workers others start
+          (Kubernetes pods):  hora rendezvous --min-np 2 --max-np 8
 
 Options:
   -h, --help      show this help (hora <command> --help for a command's options)
