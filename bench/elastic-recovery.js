@@ -3,14 +3,15 @@
 // from a checkpoint (torchrun's way), and what ElasticState.commit() costs in steady state.
 //
 //   node bench/elastic-recovery.js [--part recovery|commit|all] [--rounds 5] [--cases shm2,shm3,hosts4]
-//                                  [--commit-steps 31] [--backends cpu,wasm]
+//                                  [--commit-steps 31] [--backends cpu,wasm] [--refill 0|1]
 //
 // Recovery (bench/elastic-recovery-worker.js, a small tfjs MLP on the cpu backend). Recovery time = from
 // the SIGKILL of one worker (not rank 0) to the first training step completed at the smaller size, both
 // stamped with Date.now() on this machine (the simulated hosts are namespaces of this machine: one clock).
 //   elastic: `hora run -np N --min-np N-1`, ElasticState committed every 10 steps; the survivors roll back
 //            to the last commit in memory and train on. The launcher refills the lost slot; the refilled
-//            worker exits at once, so the world stays at N-1 (see the worker).
+//            worker exits at once, so the world stays at N-1 (see the worker). With --refill 1 it stays:
+//            it loads tfjs while the survivors recover, and the world grows back to N at a later commit.
 //   restart: `hora run -np N` (no --min-np), rank 0 writes a checkpoint file every 10 steps; the kill ends
 //            the job, and as soon as its launcher has exited `hora run -np N-1` starts from the checkpoint.
 // Cases: shm2 (2 -> 1) and shm3 (3 -> 2) on this machine (shared memory); hosts4 (4 -> 3), one worker on
@@ -41,7 +42,7 @@ const JOB_TIMEOUT_MS = 120_000;
 const STEPS_AFTER_KILL = 25;
 
 function parseArgs(argv) {
-  const opts = { part: 'all', rounds: 5, cases: ['shm2', 'shm3', 'hosts4'], commitSteps: 31, backends: ['cpu', 'wasm'] };
+  const opts = { part: 'all', refill: false, rounds: 5, cases: ['shm2', 'shm3', 'hosts4'], commitSteps: 31, backends: ['cpu', 'wasm'] };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     if (value === undefined) throw new Error(`${flag} needs a value`);
@@ -50,6 +51,7 @@ function parseArgs(argv) {
     else if (flag === '--cases') opts.cases = value.split(',');
     else if (flag === '--commit-steps' && Number(value) >= 11) opts.commitSteps = Number(value);
     else if (flag === '--backends') opts.backends = value.split(',');
+    else if (flag === '--refill' && ['0', '1'].includes(value)) opts.refill = value === '1';
     else throw new Error(`unknown flag or bad value: ${flag} ${value}`);
   }
   for (const c of opts.cases) if (!CASES[c]) throw new Error(`--cases: unknown case ${c} (shm2, shm3, hosts4)`);
@@ -181,14 +183,31 @@ async function job(c, np, workerArgs, { minNp, killAt } = {}) {
   return { ...run, steps, kill, pids: [...pids.values()] };
 }
 
-/** Recovery time and steps lost from the steps before the kill and the first one after it. */
-function measure(kill, before, after) {
+/**
+ * Recovery time and steps lost. `before` holds the steps of the world that lost a worker, `after` those of
+ * the one that goes on (the same job's list for elastic: the old world's steps are those before the first
+ * step at the smaller size; with a refill the world may grow back to np later).
+ */
+function measure(kill, np, before, after) {
   if (!kill) return { error: 'no kill happened' };
-  const first = after.find((s) => s.t >= kill.t && s.size < before.size);
-  if (!first) return { error: 'no step at the smaller size' };
-  const lastBefore = before.steps.filter((s) => s.size === before.size).reduce((m, s) => Math.max(m, s.step), 0);
-  const caughtUp = after.find((s) => s.t >= kill.t && s.size < before.size && s.step > lastBefore);
-  return { recoveryMs: first.t - kill.t, caughtUpMs: caughtUp ? caughtUp.t - kill.t : NaN, stepsLost: lastBefore - (first.step - 1), resumedAt: first.step, lastBefore, killAtStep: kill.atStep };
+  const i = after.findIndex((s) => s.t >= kill.t && s.size < np);
+  if (i < 0) return { error: 'no step at the smaller size' };
+  const first = after[i];
+  const old = before === after ? before.slice(0, i) : before;
+  const lastBefore = old.filter((s) => s.size === np).reduce((m, s) => Math.max(m, s.step), 0);
+  const caughtUp = after.slice(i).find((s) => s.step > lastBefore);
+  return { recoveryMs: first.t - kill.t, caughtUpMs: caughtUp ? caughtUp.t - kill.t : NaN,
+    stepsLost: lastBefore - (first.step - 1), resumedAt: first.step, lastBefore, killAtStep: kill.atStep };
+}
+
+/** The world sizes rank 0 trained at, in order, as [size, steps] runs. */
+function worlds(steps) {
+  const out = [];
+  for (const s of steps) {
+    if (out.length && out[out.length - 1][0] === s.size) out[out.length - 1][1]++;
+    else out.push([s.size, 1]);
+  }
+  return out;
 }
 
 /** Median interval between rank 0's consecutive steps at `size`, in ms. */
@@ -199,13 +218,15 @@ function stepMs(steps, size) {
   return median(d);
 }
 
-async function elasticRound(c, killAt) {
+async function elasticRound(c, killAt, refill) {
   const np = c.np;
   const steps = killAt + STEPS_AFTER_KILL;
-  const r = await job(c, np, ['elastic', String(np), String(steps)], { minNp: np - 1, killAt });
-  const m = measure(r.kill, { size: np, steps: r.steps }, r.steps);
+  // The worker's NP argument: workers with a higher id (refills) exit at once. Past any id: refills stay.
+  const keep = refill ? 1_000_000 : np;
+  const r = await job(c, np, ['elastic', String(keep), String(steps)], { minNp: np - 1, killAt });
+  const m = measure(r.kill, np, r.steps, r.steps);
   const tail = r.output.filter((l) => !STEP_LINE.test(l)).slice(-15);
-  return { way: 'elastic', code: r.code, ...m, stepMsBefore: stepMs(r.steps, np), stepMsAfter: stepMs(r.steps, np - 1),
+  return { way: 'elastic', code: r.code, ...m, worlds: worlds(r.steps), stepMsBefore: stepMs(r.steps, np), stepMsAfter: stepMs(r.steps, np - 1),
     lastStep: r.steps.length ? r.steps[r.steps.length - 1].step : 0, pids: r.pids, log: m.error || r.code !== 0 ? tail : undefined };
 }
 
@@ -217,7 +238,7 @@ async function restartRound(c, killAt, checkpoint) {
   const second = await job(c, np - 1, ['restart', String(np - 1), String(steps), checkpoint]);
   fs.rmSync(checkpoint, { force: true });
   fs.rmSync(`${checkpoint}.tmp`, { force: true });
-  const m = measure(first.kill, { size: np, steps: first.steps }, second.steps);
+  const m = measure(first.kill, np, first.steps, second.steps);
   const tail = [...first.output, '--- restarted job ---', ...second.output].filter((l) => !STEP_LINE.test(l)).slice(-20);
   return { way: 'restart', code: first.code, restartCode: second.code, ...m, stepMsBefore: stepMs(first.steps, np),
     stepMsAfter: stepMs(second.steps, np - 1), lastStep: second.steps.length ? second.steps[second.steps.length - 1].step : 0,
@@ -271,7 +292,7 @@ async function recoveryPart(opts, out, say) {
         const checkpoint = path.join(out, `checkpoint-${name}.bin`);
         const order = round % 2 === 0 ? ['elastic', 'restart'] : ['restart', 'elastic'];
         const res = {};
-        for (const way of order) res[way] = way === 'elastic' ? await elasticRound(c, killAt) : await restartRound(c, killAt, checkpoint);
+        for (const way of order) res[way] = way === 'elastic' ? await elasticRound(c, killAt, opts.refill) : await restartRound(c, killAt, checkpoint);
         const stray = [...res.elastic.pids, ...res.restart.pids].filter(alive);
         for (const pid of stray) process.kill(pid, 'SIGKILL');
         const row = { round, killAt, order, ...res, ratio: res.restart.recoveryMs / res.elastic.recoveryMs, strayWorkers: stray.length };
@@ -286,8 +307,8 @@ async function recoveryPart(opts, out, say) {
     }
   }
   const lines = ['', '## Recovery: SIGKILL of one worker to the first step completed at the smaller size (ms)', '',
-    '| case | rounds | hora elastic median (min-max) | restart from checkpoint median (min-max) | median of restart/elastic | steps lost elastic / restart (median) | step ms before / after, elastic |',
-    '|---|---:|---:|---:|---:|---:|---:|'];
+    '| case | rounds | hora elastic median (min-max) | restart from checkpoint median (min-max) | median of restart/elastic | steps lost elastic / restart (median) | caught up elastic / restart (median) | step ms before / after, elastic |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|'];
   for (const [name, rs] of Object.entries(rows)) {
     const c = CASES[name];
     const e = rs.map((r) => r.elastic.recoveryMs);
@@ -295,7 +316,8 @@ async function recoveryPart(opts, out, say) {
     const range = (xs) => `${fmt(Math.min(...xs.filter(Number.isFinite)))}-${fmt(Math.max(...xs.filter(Number.isFinite)))}`;
     lines.push(`| ${name} ${c.np} -> ${c.np - 1}${c.hosts ? ', simulated hosts' : ', shared memory'} | ${rs.length} | ${fmt(median(e))} (${range(e)}) | ` +
       `${fmt(median(s))} (${range(s)}) | ${fmt(median(rs.map((r) => r.ratio)), 2)}x | ${fmt(median(rs.map((r) => r.elastic.stepsLost)), 1)} / ` +
-      `${fmt(median(rs.map((r) => r.restart.stepsLost)), 1)} | ${fmt(median(rs.map((r) => r.elastic.stepMsBefore)))} / ${fmt(median(rs.map((r) => r.elastic.stepMsAfter)))} |`);
+      `${fmt(median(rs.map((r) => r.restart.stepsLost)), 1)} | ${fmt(median(rs.map((r) => r.elastic.caughtUpMs)))} / ` +
+      `${fmt(median(rs.map((r) => r.restart.caughtUpMs)))} | ${fmt(median(rs.map((r) => r.elastic.stepMsBefore)))} / ${fmt(median(rs.map((r) => r.elastic.stepMsAfter)))} |`);
   }
   for (const [name, rs] of Object.entries(rows)) {
     lines.push('', `${name} per round: kill step, elastic ms (steps lost), restart ms (steps lost), restart/elastic`);
@@ -336,7 +358,7 @@ async function commitPart(opts, out, say) {
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
   const stamp = new Date().toISOString().slice(0, 16).replace(/:/g, '') + 'Z';
-  const out = path.join(ROOT, 'docs', 'bench-results', `elastic-recovery-${stamp}`);
+  const out = path.join(ROOT, 'docs', 'bench-results', `elastic-recovery${opts.refill ? '-refill' : ''}-${stamp}`);
   fs.mkdirSync(out, { recursive: true });
   const summary = [];
   const say = (line) => {
@@ -344,7 +366,7 @@ async function main() {
     summary.push(line);
   };
   const shmBefore = new Set(shmSegments());
-  say(`# elastic recovery benchmark, ${require('node:os').cpus().length} CPUs, Node ${process.version}, ` +
+  say(`# elastic recovery benchmark${opts.refill ? ' (refilled workers stay)' : ''}, ${require('node:os').cpus().length} CPUs, Node ${process.version}, ` +
     `${new Date().toISOString().slice(0, 16)}Z, load ${fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`);
   let lines = [];
   if (opts.part !== 'commit') lines = lines.concat(await recoveryPart(opts, out, say));
