@@ -5,7 +5,8 @@
 //   hora run -np 2 --min-np 1 node bench/elastic-commit-worker.js BACKEND STEPS
 //
 // BACKEND cpu or wasm (@tensorflow/tfjs-backend-wasm). Inside hora.elastic.run each rank trains STEPS
-// steps of a batch of 32 random samples and commits after every 10th; rank 0 prints
+// steps of a batch of 32 random samples and commits after every 10th, the ranks starting each commit
+// together; rank 0 prints
 // `result {params, stepMs: [...], commitMs: [...]}` (each step's and each commit's wall time).
 const tf = require('@tensorflow/tfjs');
 const hora = require('../dist/ts/index.js');
@@ -43,6 +44,9 @@ const COMMIT_EVERY = 10;
       stepMs.push(performance.now() - t);
       s.step++;
       if (s.step % COMMIT_EVERY === 0) {
+        // commit() ends with an allreduce, which would also time the wait for a slower peer to finish its
+        // step (a wait the next step's gradient allreduce has anyway): start the ranks together first.
+        await hora.allreduce(new Int32Array(1), { name: 'bench barrier' });
         t = performance.now();
         await s.commit();
         commitMs.push(performance.now() - t);

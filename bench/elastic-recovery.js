@@ -3,7 +3,7 @@
 // from a checkpoint (torchrun's way), and what ElasticState.commit() costs in steady state.
 //
 //   node bench/elastic-recovery.js [--part recovery|commit|all] [--rounds 5] [--cases shm2,shm3,hosts4]
-//                                  [--commit-steps 31] [--backends cpu,wasm] [--refill 0|1]
+//                                  [--commit-steps 51] [--backends cpu,wasm] [--refill 0|1]
 //
 // Recovery (bench/elastic-recovery-worker.js, a small tfjs MLP on the cpu backend). Recovery time = from
 // the SIGKILL of one worker (not rank 0) to the first training step completed at the smaller size, both
@@ -42,7 +42,7 @@ const JOB_TIMEOUT_MS = 120_000;
 const STEPS_AFTER_KILL = 25;
 
 function parseArgs(argv) {
-  const opts = { part: 'all', refill: false, rounds: 5, cases: ['shm2', 'shm3', 'hosts4'], commitSteps: 31, backends: ['cpu', 'wasm'] };
+  const opts = { part: 'all', refill: false, rounds: 5, cases: ['shm2', 'shm3', 'hosts4'], commitSteps: 51, backends: ['cpu', 'wasm'] };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     if (value === undefined) throw new Error(`${flag} needs a value`);
