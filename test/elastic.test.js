@@ -80,6 +80,15 @@ t.test('a refilled worker joins a running world at the next commit', async (t) =
   checkClean(t, r);
 });
 
+t.test('a world of one rank whose steps never yield to the event loop still takes in a refilled worker', async (t) => {
+  const r = await hora(['run', '-np', '2', '--min-np', '1', NODE, WORKER], { ELASTIC_KILL: '1:13:SIGKILL', ELASTIC_STEPS: '200', ELASTIC_BUSY: '1' });
+  t.equal(r.code, 0, r.stderr);
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'worker 2 took the slot of worker 1');
+  for (const x of r.results) t.equal(x.size, 2, 'the world grew back from 1 rank to 2');
+  t.same(new Set(r.results.map((x) => x.checksum)).size, 1, 'both end bit-identical');
+  checkClean(t, r);
+});
+
 t.test('--elastic-timeout expires below --min-np: the job fails saying how many ranks it had and needed', async (t) => {
   const r = await hora(['run', '-np', '2', '--min-np', '2', '--elastic-timeout', '3', '--grace', '1', NODE, WORKER],
     { ELASTIC_KILL: '1:23:SIGKILL', ELASTIC_IDLE_REFILL: '2' });

@@ -7,6 +7,8 @@
 // ELASTIC_KILL_ON_LOSS  worker id that SIGKILLs itself 30 ms after its first lost collective (during the re-forming)
 // ELASTIC_IDLE_REFILL   a worker started in a refilled slot (id >= this) never joins: it sleeps
 // ELASTIC_NO_REFILL     a worker started in a refilled slot (id >= this) exits at once (the world stays smaller)
+// ELASTIC_BUSY          each step computes for ELASTIC_STEP_MS without yielding to the event loop (as a tfjs
+//                       step does) instead of sleeping
 // Each completed step prints "step S size N t=MS"; the end prints "result {json}".
 const hora = require('../../dist/ts/index.js');
 
@@ -64,7 +66,11 @@ function update(w, step) {
       s.step++;
       executed++;
       console.log(`step ${s.step} size ${hora.size()} t=${Date.now()}`);
-      await sleep(stepMs);
+      if (process.env.ELASTIC_BUSY) {
+        for (const until = Date.now() + stepMs; Date.now() < until;);
+      } else {
+        await sleep(stepMs);
+      }
       if (s.step % commitEvery === 0) await s.commit();
     }
     return { step: s.step, executed, resets, rank: hora.rank(), size: hora.size(), checksum: checksum(s.w) };

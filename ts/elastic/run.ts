@@ -92,6 +92,9 @@ function generation(): number {
 async function membershipCheck(): Promise<void> {
   const e = elasticState();
   if (!e || e.world.size === 0) return;
+  // A world of one rank has no collective that waits for I/O: a training loop can run for good on
+  // promises alone, and the server's GROW would never be read. Let the event loop read it here.
+  if (e.world.size === 1) await new Promise((resolve) => setImmediate(resolve));
   const flag = new Int32Array([e.control.growPending ? 1 : 0]);
   const agreed = e.world.size > 1 ? await allreduce(flag, { op: 'max', name: 'elastic.commit membership' }) : flag;
   if (agreed[0] > 0) throw new GrowSignal();
