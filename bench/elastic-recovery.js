@@ -40,6 +40,7 @@ const CLUSTER_NAME = 'hrc';
 const CLUSTER_SUBNET = 57;
 const JOB_TIMEOUT_MS = 120_000;
 const STEPS_AFTER_KILL = 25;
+const REFILL_STEPS_AFTER_KILL = 60;
 
 function parseArgs(argv) {
   const opts = { part: 'all', refill: false, rounds: 5, cases: ['shm2', 'shm3', 'hosts4'], commitSteps: 51, backends: ['cpu', 'wasm'] };
@@ -220,7 +221,10 @@ function stepMs(steps, size) {
 
 async function elasticRound(c, killAt, refill) {
   const np = c.np;
-  const steps = killAt + STEPS_AFTER_KILL;
+  // A refilled worker needs a few seconds to start and register; one that registers after the training
+  // function returned is never let go (it waits in hora.init() until the deadline here): train long
+  // enough after the kill for it to join.
+  const steps = killAt + (refill ? REFILL_STEPS_AFTER_KILL : STEPS_AFTER_KILL);
   // The worker's NP argument: workers with a higher id (refills) exit at once. Past any id: refills stay.
   const keep = refill ? 1_000_000 : np;
   const r = await job(c, np, ['elastic', String(keep), String(steps)], { minNp: np - 1, killAt });
