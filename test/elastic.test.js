@@ -89,6 +89,14 @@ t.test('a world of one rank whose steps never yield to the event loop still take
   checkClean(t, r);
 });
 
+t.test('a refilled worker that comes after the training has finished is let go, and the job succeeds', async (t) => {
+  const r = await hora(['run', '-np', '2', '--min-np', '1', NODE, WORKER], { ELASTIC_KILL: '1:58:SIGKILL' });
+  checkFinished(t, r, 1);
+  t.match(r.stderr, /starting worker 2 in the slot of worker 1/);
+  t.match(r.stderr, /\[2\] hora: elastic worker 2: the job finished before this worker could join; exiting/);
+  checkClean(t, r);
+});
+
 t.test('--elastic-timeout expires below --min-np: the job fails saying how many ranks it had and needed', async (t) => {
   const r = await hora(['run', '-np', '2', '--min-np', '2', '--elastic-timeout', '3', '--grace', '1', NODE, WORKER],
     { ELASTIC_KILL: '1:23:SIGKILL', ELASTIC_IDLE_REFILL: '2' });

@@ -29,6 +29,7 @@ import type {
 } from './types';
 import { startReporting, stopReporting } from './stats';
 import { openTimeline, TimelineWriter } from './timeline';
+import { JOB_FINISHED_REFUSAL } from './control/membership';
 import { Dispatcher, Work } from './work';
 
 export interface Topology {
@@ -241,6 +242,11 @@ async function joinElastic(options: InitOptions, launch: LaunchInfo, settings: H
     addrSource: launch.rendezvousAddrSource, unreachableHint: unreachableHint(launch), log: makeLogger('init', settings.debug),
     elasticWorkerId: settings.workerId ?? 0,
   }).catch((e: Error & { code?: string }) => {
+    if (e.code === 'ERR_SHUTDOWN' && e.message.includes(JOB_FINISHED_REFUSAL)) {
+      // Started to refill a slot, but the training finished first: nothing is left to do.
+      process.stderr.write(`hora: elastic worker ${settings.workerId ?? 0}: the job finished before this worker could join; exiting\n`);
+      process.exit(0);
+    }
     throw new HoraError(e.code ?? 'ERR_INTERNAL', `hora.init (elastic worker ${settings.workerId ?? 0}): ${e.message}`);
   });
   const worker = settings.workerId ?? process.pid;

@@ -63,6 +63,12 @@ type Phase = 'forming' | 'connecting' | 'running';
 const WAIT_LOG_MS = 10_000;
 
 /**
+ * What a worker that comes too late hears: it registered (or waited to join) after a training function
+ * returned. Its hora.init() ends the process with status 0, as there is nothing left for it to do.
+ */
+export const JOB_FINISHED_REFUSAL = 'the job is ending (a worker\'s training function has returned); no new workers join now';
+
+/**
  * Events, emitted on the server:
  *  'evict'           (workerId, pid, reason)  a member did not rejoin in time: kill it
  *  'below-min'       (have, need)             the next world waits for workers (the launcher may refill slots)
@@ -129,7 +135,7 @@ export class ElasticMembership {
   /** Refusal text, or undefined when the registration is taken. */
   onRegister(conn: ControlConnection, reg: Register): string | undefined {
     if (!reg.elastic) return 'this job is elastic (hora run --min-np) but the worker did not register as elastic; use the same hora version everywhere';
-    if (this.finishing) return 'the job is ending (a worker\'s training function has returned); no new workers join now';
+    if (this.finishing) return JOB_FINISHED_REFUSAL;
     const workerId = this.opts.assignWorkerIds ? this.nextWorkerId++ : reg.workerId ?? 0;
     const member: Member = { conn, reg, workerId, rank: -1, entered: false, dataAddr: reg.dataAddr, dataPort: 0, listening: false };
     this.members.set(conn, member);
@@ -151,6 +157,14 @@ export class ElasticMembership {
         if (!this.finishing) this.log('INFO', `rank ${m.rank}'s training function returned; the job is ending`);
         this.finishing = true;
         this.clearTimers();
+        // Workers still waiting to join (a refill that came late) are let go rather than left waiting.
+        for (const w of [...this.waiting]) {
+          if (w.entered || w.rank >= 0 || this.world.includes(w)) continue;
+          this.log('INFO', `worker ${w.workerId} waited to join; the job is ending: letting it go`);
+          this.waiting.delete(w);
+          this.members.delete(w.conn);
+          w.conn.sendAndEnd({ kind: 'error', code: 'ERR_SHUTDOWN', message: JOB_FINISHED_REFUSAL });
+        }
         return;
       case ElasticEvent.Rejoin:
         if (this.finishing) return;

@@ -21,7 +21,7 @@ import * as net from 'node:net';
 import type { Logger } from '../config';
 import { ControlConnection } from './frame';
 import { ControlMessage, Peer, PeerTable, PROTOCOL_VERSION, Register } from './messages';
-import { ElasticMembership, ElasticMembershipOptions } from './membership';
+import { ElasticMembership, ElasticMembershipOptions, JOB_FINISHED_REFUSAL } from './membership';
 import { describeStall, JobMonitor, JobSnapshot, Stall } from './monitor';
 
 export interface RendezvousServerOptions {
@@ -326,7 +326,7 @@ export class RendezvousServer extends EventEmitter {
     const who = `${reg.hostname || reg.hostId} pid ${reg.pid}`;
     if (this.elastic) {
       const refusal = this.elastic.onRegister(conn, reg);
-      if (refusal !== undefined) this.reject(conn, 'ERR_INVALID_ARGUMENT', `${who}: ${refusal}`);
+      if (refusal !== undefined) this.reject(conn, refusal === JOB_FINISHED_REFUSAL ? 'ERR_SHUTDOWN' : 'ERR_INVALID_ARGUMENT', `${who}: ${refusal}`);
       else this.emit('registered', reg.rank, conn.remote);
       return refusal === undefined;
     }
