@@ -882,9 +882,9 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
       const what = cause ? `${who}: ${cause}` : `${who} ${description}`;
       const membership = server.elastic;
       const entered = membership?.hasEntered(workerId) === true;
-      // A worker started after the job began (a refill or a discovered slot) that fails before it joins
-      // costs the job nothing: it goes on without it.
-      const late = workerId >= opts.np && !entered;
+      // A worker started after the job began (a refill or a discovered slot) that fails before it joins,
+      // or one stopped because its host left the discovery script's list, costs the job nothing.
+      const late = (workerId >= opts.np || wasDelisted) && !entered;
       if (elastic && membership && (entered || late) && !membership.isFinishing) {
         // A worker lost inside hora.elastic.run: the others re-form the world without it.
         if (entered) lostWorkers++;
