@@ -7,7 +7,7 @@
 import * as crypto from 'node:crypto';
 import { HoraConfigError, makeLogger, readSettings, ELASTIC_SERVICE_PORT } from '../config';
 import { RendezvousServer } from '../control/server';
-import { UsageError } from './run';
+import { countFlag, parseCommand, UsageError } from './run';
 
 export const RENDEZVOUS_USAGE = `Usage: hora rendezvous --min-np A [options]
 
@@ -63,14 +63,7 @@ export function parseRendezvousArgs(argv: string[], env: NodeJS.ProcessEnv = pro
     if (value === undefined) throw new UsageError(name, undefined, 'missing value');
     values.set(name, value);
   }
-  const count = (flag: string): number | undefined => {
-    const text = values.get(flag);
-    if (text === undefined) return undefined;
-    if (!/^\d+$/.test(text.trim()) || Number(text) < 1 || !Number.isSafeInteger(Number(text))) {
-      throw new UsageError(flag, text, 'a whole number of workers >= 1');
-    }
-    return Number(text);
-  };
+  const count = (flag: string) => countFlag(values, flag);
   const minNp = count('--min-np');
   if (minNp === undefined) throw new UsageError('--min-np', undefined, 'missing: the fewest workers the job trains with, e.g. --min-np 2');
   const maxNp = count('--max-np') ?? DEFAULT_MAX_NP;
@@ -156,19 +149,6 @@ export async function serveRendezvous(opts: RendezvousOptions): Promise<number> 
 
 /** `hora rendezvous ...`: parses argv (after "rendezvous") and serves; resolves with the exit status. */
 export async function rendezvousMain(argv: string[]): Promise<number> {
-  let opts: RendezvousOptions | 'help';
-  try {
-    opts = parseRendezvousArgs(argv);
-  } catch (e) {
-    if (e instanceof UsageError) {
-      process.stderr.write(`hora rendezvous: ${e.message}\nRun 'hora rendezvous --help' for usage.\n`);
-      return 2;
-    }
-    throw e;
-  }
-  if (opts === 'help') {
-    process.stdout.write(RENDEZVOUS_USAGE);
-    return 0;
-  }
-  return serveRendezvous(opts);
+  const opts = parseCommand('rendezvous', RENDEZVOUS_USAGE, () => parseRendezvousArgs(argv));
+  return typeof opts === 'number' ? opts : serveRendezvous(opts);
 }

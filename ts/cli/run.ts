@@ -386,16 +386,19 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, exportEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, elastic, command, args };
 }
 
+/** The whole number >= 1 given for `flag` (a count of processes), undefined when not given. Throws UsageError. */
+export function countFlag(values: Map<string, string>, flag: string): number | undefined {
+  const text = values.get(flag);
+  if (text === undefined) return undefined;
+  if (!/^\d+$/.test(text.trim()) || Number(text) < 1 || !Number.isSafeInteger(Number(text))) {
+    throw new UsageError(flag, text, 'a whole number of processes >= 1');
+  }
+  return Number(text);
+}
+
 // --min-np, --max-np and --elastic-timeout; undefined without --min-np (the others then have no use).
 function parseElastic(values: Map<string, string>, np: number, env: NodeJS.ProcessEnv): ElasticOptions | undefined {
-  const count = (flag: string): number | undefined => {
-    const text = values.get(flag);
-    if (text === undefined) return undefined;
-    if (!/^\d+$/.test(text.trim()) || Number(text) < 1 || !Number.isSafeInteger(Number(text))) {
-      throw new UsageError(flag, text, 'a whole number of processes >= 1');
-    }
-    return Number(text);
-  };
+  const count = (flag: string) => countFlag(values, flag);
   const minNp = count('--min-np');
   const maxNp = count('--max-np');
   const timeoutText = values.get('--elastic-timeout');
@@ -1130,20 +1133,8 @@ export function removeSharedMemory(jobId: string, log: Logger, dir = '/dev/shm')
 
 /** `hora run ...`: parses argv (after "run") and runs the job; resolves with the exit status. */
 export async function runMain(argv: string[]): Promise<number> {
-  let opts: RunOptions | 'help';
-  try {
-    opts = parseRunArgs(argv);
-  } catch (e) {
-    if (e instanceof UsageError) {
-      process.stderr.write(`hora run: ${e.message}\nRun 'hora run --help' for usage.\n`);
-      return 2;
-    }
-    throw e;
-  }
-  if (opts === 'help') {
-    process.stdout.write(RUN_USAGE);
-    return 0;
-  }
+  const opts = parseCommand('run', RUN_USAGE, () => parseRunArgs(argv));
+  if (typeof opts === 'number') return opts;
   try {
     return await launch(opts);
   } catch (e) {
@@ -1153,4 +1144,26 @@ export async function runMain(argv: string[]): Promise<number> {
     }
     throw e;
   }
+}
+
+/**
+ * The options of `hora <command>` from parse(); or, having written the help or the usage error, the exit
+ * status (0 for --help, 2 for a UsageError).
+ */
+export function parseCommand<T>(command: string, usage: string, parse: () => T | 'help'): T | number {
+  let opts: T | 'help';
+  try {
+    opts = parse();
+  } catch (e) {
+    if (e instanceof UsageError) {
+      process.stderr.write(`hora ${command}: ${e.message}\nRun 'hora ${command} --help' for usage.\n`);
+      return 2;
+    }
+    throw e;
+  }
+  if (opts === 'help') {
+    process.stdout.write(usage);
+    return 0;
+  }
+  return opts;
 }
