@@ -474,3 +474,37 @@ t.test('config', async (t) => {
     }
   });
 });
+
+t.test('elastic heartbeat: a worker whose own event loop is held up does not take the launcher for gone', async (t) => {
+  const { registerElastic } = require(path.join(dist, 'control', 'client.js'));
+  // The launcher's server in a process of its own, so that it can be stopped (SIGSTOP): silent, connection open.
+  const script = `const { RendezvousServer } = require(${JSON.stringify(path.join(dist, 'control', 'server.js'))});
+    const s = new RendezvousServer({ size: 1, secret: ${JSON.stringify(SECRET)}, timeoutMs: 0,
+      elastic: { minSize: 1, maxSize: 1, settleMs: 1000, waitMs: 60000 } });
+    s.listen().then(({ port }) => console.log('port ' + port));`;
+  const launcher = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.teardown(() => launcher.kill('SIGKILL'));
+  const port = await new Promise((resolve) => launcher.stdout.on('data', (d) => {
+    const m = /port (\d+)/.exec(String(d));
+    if (m) resolve(Number(m[1]));
+  }));
+  const { connection } = await registerElastic({
+    addr: '127.0.0.1', port, secret: SECRET, rank: -1, hostId: 'h', dataAddr: '127.0.0.1', dataPort: 0, timeoutMs: 10000, elasticWorkerId: 0,
+  });
+  let closed;
+  connection.onClose((err) => (closed = err));
+  // Heartbeat every 50 ms; 400 ms without an answer would mean the launcher is gone.
+  connection.startHeartbeat(50, 400);
+  await new Promise((r) => setTimeout(r, 200));
+  // A training step that never yields, ten times longer than the silence allowed.
+  for (const until = Date.now() + 4000; Date.now() < until;);
+  await new Promise((r) => setTimeout(r, 600));
+  t.equal(closed, undefined, 'still connected: the answers were waiting in the socket');
+  // The launcher stops (its host hangs): no answer comes, and the worker gives up.
+  const stoppedAt = Date.now();
+  launcher.kill('SIGSTOP');
+  const deadline = Date.now() + 5000;
+  while (closed === undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  t.match(closed && closed.message, /the hora launcher has not answered for \d+ s/, `a silent launcher is taken for gone (after ${Date.now() - stoppedAt} ms; 5 s at most)`);
+  connection.close();
+});

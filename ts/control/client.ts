@@ -100,13 +100,14 @@ export class RendezvousConnection extends EventEmitter {
   /** Elastic: the server announced new workers waiting to join (reset at each new world). */
   growPending = false;
 
-  private lastHeard = Date.now();
+  /** Messages received from the server so far (the heartbeat's sign of life). */
+  private heard = 0;
   private heartbeat: NodeJS.Timeout | undefined;
 
   constructor(private readonly conn: ControlConnection) {
     super();
     conn.on('message', (msg: ControlMessage) => {
-      this.lastHeard = Date.now();
+      this.heard++;
       if (msg.kind === 'abort') {
         const { kind: _kind, ...abort } = msg;
         this.lastAbort = abort;
@@ -137,9 +138,18 @@ export class RendezvousConnection extends EventEmitter {
   startHeartbeat(intervalMs: number, silentMs: number): void {
     if (this.heartbeat) return;
     let seq = 0;
-    this.lastHeard = Date.now();
+    // Silence is counted in this process's own time: a tick adds at most one interval, however late it
+    // comes. A training step that holds the event loop for a minute leaves the launcher's answers unread
+    // in the socket; that is this process being busy, not the launcher being gone.
+    let silent = 0;
+    let heardAtTick = this.heard;
+    let lastTick = Date.now();
     this.heartbeat = setInterval(() => {
-      const silent = Date.now() - this.lastHeard;
+      const now = Date.now();
+      if (this.heard !== heardAtTick) silent = 0;
+      else silent += Math.min(now - lastTick, intervalMs);
+      heardAtTick = this.heard;
+      lastTick = now;
       if (silent > silentMs) {
         this.stopHeartbeat();
         const reason = new Error(`the hora launcher has not answered for ${Math.round(silent / 1000)} s (its host, or the network to it, is down)`);
