@@ -1,5 +1,5 @@
 'use strict';
-// The training job of bench/elastic-recovery.js: a small tfjs MLP (cpu backend) trained step by step.
+// The training job of bench/elastic-recovery.js: a tfjs MLP (cpu backend) trained step by step.
 //
 //   node bench/elastic-recovery-worker.js MODE NP STEPS [CHECKPOINT]
 //
@@ -21,8 +21,10 @@ const [mode, npText, stepsText, checkpoint] = process.argv.slice(2);
 const NP = Number(npText);
 const STEPS = Number(stepsText);
 const COMMIT_EVERY = 10;
-const IN = 64;
-const HIDDEN = 256;
+// ELASTIC_BENCH_MODEL=large: the 5.8M-parameter MLP 784-2048-2048-10 (bench/elastic-recovery.js --model large).
+const LARGE = process.env.ELASTIC_BENCH_MODEL === 'large';
+const IN = LARGE ? 784 : 64;
+const HIDDEN = LARGE ? 2048 : 256;
 const CLASSES = 10;
 const GLOBAL_BATCH = 96; // divisible by 1, 2, 3 and 4
 const DISTINCT_BATCHES = 16;

@@ -3,9 +3,10 @@
 // from a checkpoint (torchrun's way), and what ElasticState.commit() costs in steady state.
 //
 //   node bench/elastic-recovery.js [--part recovery|commit|all] [--rounds 5] [--cases shm2,shm3,hosts4]
-//                                  [--commit-steps 51] [--backends cpu,wasm] [--refill 0|1]
+//                                  [--commit-steps 51] [--backends cpu,wasm] [--refill 0|1] [--model small|large]
 //
-// Recovery (bench/elastic-recovery-worker.js, a small tfjs MLP on the cpu backend). Recovery time = from
+// Recovery (bench/elastic-recovery-worker.js, a tfjs MLP on the cpu backend: small, 64-256-256-10, or with
+// --model large the 5.8M-parameter 784-2048-2048-10 of the commit part, whose state the sync then carries). Recovery time = from
 // the SIGKILL of one worker (not rank 0) to the first training step completed at the smaller size, both
 // stamped with Date.now() on this machine (the simulated hosts are namespaces of this machine: one clock).
 //   elastic: `hora run -np N --min-np N-1`, ElasticState committed every 10 steps; the survivors roll back
@@ -38,12 +39,15 @@ const WORKER = path.join(__dirname, 'elastic-recovery-worker.js');
 const COMMIT_WORKER = path.join(__dirname, 'elastic-commit-worker.js');
 const CLUSTER_NAME = 'hrc';
 const CLUSTER_SUBNET = 57;
-const JOB_TIMEOUT_MS = 120_000;
-const STEPS_AFTER_KILL = 25;
+let JOB_TIMEOUT_MS = 120_000;
+let STEPS_AFTER_KILL = 25;
 const REFILL_STEPS_AFTER_KILL = 60;
+// The first step a worker is killed at (it moves by up to 9 over the rounds); lower for the large model,
+// whose steps take seconds.
+let FIRST_KILL_STEP = 25;
 
 function parseArgs(argv) {
-  const opts = { part: 'all', refill: false, rounds: 5, cases: ['shm2', 'shm3', 'hosts4'], commitSteps: 51, backends: ['cpu', 'wasm'] };
+  const opts = { part: 'all', refill: false, model: 'small', rounds: 5, cases: ['shm2', 'shm3', 'hosts4'], commitSteps: 51, backends: ['cpu', 'wasm'] };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     if (value === undefined) throw new Error(`${flag} needs a value`);
@@ -53,6 +57,7 @@ function parseArgs(argv) {
     else if (flag === '--commit-steps' && Number(value) >= 11) opts.commitSteps = Number(value);
     else if (flag === '--backends') opts.backends = value.split(',');
     else if (flag === '--refill' && ['0', '1'].includes(value)) opts.refill = value === '1';
+    else if (flag === '--model' && ['small', 'large'].includes(value)) opts.model = value;
     else throw new Error(`unknown flag or bad value: ${flag} ${value}`);
   }
   for (const c of opts.cases) if (!CASES[c]) throw new Error(`--cases: unknown case ${c} (shm2, shm3, hosts4)`);
@@ -292,7 +297,7 @@ async function recoveryPart(opts, out, say) {
     try {
       rows[name] = [];
       for (let round = 0; round < opts.rounds; round++) {
-        const killAt = 25 + ((round * 3) % 10);
+        const killAt = FIRST_KILL_STEP + ((round * 3) % 10);
         const checkpoint = path.join(out, `checkpoint-${name}.bin`);
         const order = round % 2 === 0 ? ['elastic', 'restart'] : ['restart', 'elastic'];
         const res = {};
@@ -361,8 +366,16 @@ async function commitPart(opts, out, say) {
 
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
+  if (opts.model === 'large') {
+    // The workers read it (every job inherits this environment, less HORA_*).
+    process.env.ELASTIC_BENCH_MODEL = 'large';
+    FIRST_KILL_STEP = 12;
+    STEPS_AFTER_KILL = 5;
+    JOB_TIMEOUT_MS = 400_000;
+  }
   const stamp = new Date().toISOString().slice(0, 16).replace(/:/g, '') + 'Z';
-  const out = path.join(ROOT, 'docs', 'bench-results', `elastic-recovery${opts.refill ? '-refill' : ''}-${stamp}`);
+  const variant = `${opts.refill ? '-refill' : ''}${opts.model === 'large' ? '-large' : ''}`;
+  const out = path.join(ROOT, 'docs', 'bench-results', `elastic-recovery${variant}-${stamp}`);
   fs.mkdirSync(out, { recursive: true });
   const summary = [];
   const say = (line) => {
