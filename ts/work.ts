@@ -104,6 +104,11 @@ export class Work<T = unknown> implements PromiseLike<T> {
   }
 }
 
+/** A send or receive of host memory: submitMessage() takes it without an item object to read. */
+function isHostMessage(item: NativeItem): boolean {
+  return (item.kind === NativeKind.Send || item.kind === NativeKind.Recv) && item.device === undefined && !!item.data;
+}
+
 interface Outstanding {
   work: Work<any>;
   finish: Finish<any>;
@@ -211,7 +216,9 @@ export class Dispatcher {
     this.batch = [];
     this.batchBytes = 0;
     const one = items[0];
-    if (items.length === 1 && one.device === undefined && one.kind !== NativeKind.Invalid && one.kind !== NativeKind.Send &&
+    if (items.every(isHostMessage)) {
+      for (const m of items) this.comm.submitMessage(m.id, m.kind, m.dtype, m.data!, m.peer!, m.tag!, m.group ?? 0, willWait);
+    } else if (items.length === 1 && one.device === undefined && one.kind !== NativeKind.Invalid && one.kind !== NativeKind.Send &&
         one.kind !== NativeKind.Recv && !one.group) {
       this.comm.submitOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name, one.data, one.out, willWait);
     } else {

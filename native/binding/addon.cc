@@ -106,6 +106,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                         InstanceMethod("submit", &CommunicatorWrap::Submit),
                         InstanceMethod("addGroup", &CommunicatorWrap::AddGroup),
                         InstanceMethod("submitOne", &CommunicatorWrap::SubmitOne),
+                        InstanceMethod("submitMessage", &CommunicatorWrap::SubmitMessage),
                         InstanceMethod("wait", &CommunicatorWrap::Wait),
                         InstanceMethod("spin", &CommunicatorWrap::Spin),
                         InstanceMethod("abort", &CommunicatorWrap::Abort),
@@ -311,6 +312,31 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     std::vector<std::shared_ptr<Work>> batch;
     batch.push_back(std::move(w));
     comm_->submit(std::move(batch), info[9].ToBoolean().Value());
+    return env.Undefined();
+  }
+
+  // submitMessage(id, kind, dtype, data, peer, tag, group, willWait): one host send or recv (kinds 6, 7),
+  // positional, posted at once; group 0 is the world. As with submitOne, reading an item object's
+  // properties cost more than moving a small message.
+  Napi::Value SubmitMessage(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto w = Track(env, info[0]);
+    w->kind = enumFrom<hora::Kind>(info[1], kKind, 8);
+    if (w->kind != hora::Kind::kSend && w->kind != hora::Kind::kRecv) {
+      throw Napi::TypeError::New(env, "native: submitMessage takes sends and receives only");
+    }
+    w->dtype = enumFrom<hora::DType>(info[2], kDtype, hora::kNumDTypes);
+    size_t bytes = 0;
+    viewOf(info[3], &w->data, &bytes);
+    w->count = bytes / hora::dtypeSize(w->dtype);
+    w->peer = info[4].As<Napi::Number>().Int32Value();
+    w->tag = info[5].As<Napi::Number>().Int32Value();
+    const uint32_t group = info[6].As<Napi::Number>().Uint32Value();
+    if (group != 0) {
+      w->group = comm_->findGroup(group);
+      if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(group) + " on this rank");
+    }
+    comm_->post(std::move(w), info[7].ToBoolean().Value());
     return env.Undefined();
   }
 

@@ -69,17 +69,23 @@ void PointToPoint::post(std::shared_ptr<Work> w) {
 
 void PointToPoint::sleep(int ms) {
   pollfd pf{wakeFd_, POLLIN, 0};
-  if (poll(&pf, 1, ms) > 0) {
-    uint64_t drained;
-    ssize_t ignored = read(wakeFd_, &drained, sizeof(drained));
-    (void)ignored;
-  }
+  if (poll(&pf, 1, ms) > 0) drainWake();
 }
 
 void PointToPoint::wake() {
+  if (wakeArmed_.exchange(true)) return;
   uint64_t one = 1;
   ssize_t ignored = write(wakeFd_, &one, sizeof(one));
   (void)ignored;
+}
+
+// Drain first, then disarm: a wake() that still sees the flag set in between finds this thread awake,
+// and every caller of sleep() and waitForTraffic() looks at its work again when they return.
+void PointToPoint::drainWake() {
+  uint64_t drained;
+  ssize_t ignored = read(wakeFd_, &drained, sizeof(drained));
+  (void)ignored;
+  wakeArmed_.store(false);
 }
 
 std::string PointToPoint::describe(const Op& op) const {
@@ -108,12 +114,18 @@ bool PointToPoint::progress() {
       if (c.pair != nullptr && c.dead.isOk()) breakChannel(c, reason);
     }
   }
+  const Clock::time_point now = Clock::now();
   for (Channel& c : channels_) {
     if (c.pair == nullptr || !c.dead.isOk() || !involved(c)) continue;
     moved |= pump(c);
-    if (c.dead.isOk() && involved(c)) checkLiveness(c);
+    if (c.dead.isOk() && involved(c)) checkLiveness(c, now);
   }
-  checkDeadlines();
+  // Deadlines are seconds away: looking at every operation's once a millisecond is enough, and a window
+  // of many outstanding receives would otherwise pay for the walk on every pass.
+  if (now >= nextDeadlineCheck_) {
+    nextDeadlineCheck_ = now + std::chrono::milliseconds(1);
+    checkDeadlines(now);
+  }
   bool busy = !ops_.empty();
   for (const Channel& c : channels_) busy |= !c.control.empty() || !c.data.empty();
   std::lock_guard<std::mutex> inbox(inboxMutex_);
@@ -467,8 +479,7 @@ void PointToPoint::onPayloadDone(Channel& c) {
 // Shared-memory channels have no descriptor that reports a hang-up; their TCP connection does. A TCP
 // channel reports it on the next read, but a peer that only ever receives would go unnoticed while this
 // rank waits to send into a full buffer, so both are checked.
-void PointToPoint::checkLiveness(Channel& c) {
-  Clock::time_point now = Clock::now();
+void PointToPoint::checkLiveness(Channel& c, Clock::time_point now) {
   if (now < c.nextLivenessCheck) return;
   c.nextLivenessCheck = now + std::chrono::milliseconds(kLivenessMs);
   pollfd pf{c.pair->livenessFd(), POLLIN | POLLRDHUP, 0};
@@ -486,8 +497,7 @@ void PointToPoint::checkLiveness(Channel& c) {
                          peer));
 }
 
-void PointToPoint::checkDeadlines() {
-  const Clock::time_point now = Clock::now();
+void PointToPoint::checkDeadlines(Clock::time_point now) {
   for (auto it = ops_.begin(); it != ops_.end();) {
     Op* op = &*it;
     ++it;  // finish() erases op
@@ -639,11 +649,7 @@ void PointToPoint::waitForTraffic(int64_t idleMicros) {
     timeoutMs = 0;
   }
   int r = poll(fds.data(), fds.size(), timeoutMs);
-  if (r > 0 && (fds[0].revents & POLLIN)) {
-    uint64_t drained;
-    ssize_t ignored = read(wakeFd_, &drained, sizeof(drained));
-    (void)ignored;
-  }
+  if (r > 0 && (fds[0].revents & POLLIN)) drainWake();
   if (spinning && r <= 0) {
     int nap = static_cast<int>((idleMicros - kYieldMicros) / 8);
     nap = nap < 20 ? 20 : (nap > kMaxNapMicros ? kMaxNapMicros : nap);

@@ -150,8 +150,8 @@ class PointToPoint : public BackgroundProgress {
   void onHeader(Channel& c);
   void onPayloadDone(Channel& c);
   void sendControl(Channel& c, p2p::FrameType type, uint64_t seq, uint8_t dtype, uint64_t count);
-  void checkDeadlines();
-  void checkLiveness(Channel& c);
+  void checkDeadlines(Clock::time_point now);
+  void checkLiveness(Channel& c, Clock::time_point now);
   bool involved(const Channel& c) const;
   void breakChannel(Channel& c, const Status& st);
   void finish(Op* op, Status st);
@@ -165,6 +165,12 @@ class PointToPoint : public BackgroundProgress {
   std::list<Op> ops_;
   std::atomic<bool> busy_{false};
   int wakeFd_ = -1;
+  Clock::time_point nextDeadlineCheck_{};
+  // Set by wake() when it writes wakeFd_, cleared once the fd is drained: while set the fd is readable,
+  // so further wakes need no write (a ping-pong of messages would otherwise pay a syscall per message).
+  std::atomic<bool> wakeArmed_{false};
+  // Reads wakeFd_ empty; call after poll() reported it readable.
+  void drainWake();
   std::mutex progressMutex_;
   std::mutex inboxMutex_;
   std::vector<std::shared_ptr<Work>> inbox_;  // under inboxMutex_
