@@ -155,3 +155,40 @@ t.test('no launcher: before init, a world of one, after shutdown', async (t) => 
   t.ok(rep.after.sync, 'a collective after shutdown throws synchronously', { after: rep.after });
   t.equal(rep.after.code, 'ERR_SHUTDOWN', 'a collective after shutdown: ERR_SHUTDOWN');
 });
+
+// An awaited collective's error points at the line that called it (CallSite): the first call, with the
+// budget full; the 400th of one synchronous run, only with HORA_CALL_SITES=all; past the sampled budget
+// its stack says that the line was not recorded.
+for (const callSites of ['sampled', 'all', 'off']) {
+  t.test(`HORA_CALL_SITES=${callSites}: where an awaited collective's error points`, async (t) => {
+    const job = await runJob(2, WORKER, { args: ['call-sites'], env: { HORA_CALL_SITES: callSites } });
+    if (!assertReports(t, job, 2)) return;
+    for (const rep of job.reports) {
+      const where = `rank ${rep.rank}`;
+      t.ok(rep.othersOk, `${where}: the 399 agreeing allreduces of the run succeed`);
+      for (const key of ['first', 'late']) {
+        t.equal(rep[key] && rep[key].code, 'ERR_MISMATCH', `${where}, ${key}: ERR_MISMATCH`, { got: rep[key] });
+      }
+      const callerLine = /errors-worker\.js:\d+/;
+      if (callSites === 'off') {
+        t.notMatch(rep.first.stack, callerLine, `${where}: off records no line`, { stack: rep.first.stack });
+      } else {
+        t.match(rep.first.stack, callerLine, `${where}: the first error's stack names the calling line`, { stack: rep.first.stack });
+      }
+      if (callSites === 'all') {
+        t.match(rep.late.stack, callerLine, `${where}: all records the 400th call's line too`, { stack: rep.late.stack });
+      } else if (callSites === 'sampled') {
+        t.notMatch(rep.late.stack, callerLine, `${where}: past the budget no line is recorded`, { stack: rep.late.stack });
+        t.match(rep.late.stack, /not recorded: more than 4000 calls a second; HORA_CALL_SITES=all records every one/,
+          `${where}: and the stack says so`, { stack: rep.late.stack });
+      }
+    }
+  });
+}
+
+t.test('HORA_CALL_SITES with a value it does not know fails init on every rank, naming it', async (t) => {
+  const job = await runJob(2, WORKER, { args: ['call-sites'], env: { HORA_CALL_SITES: 'some' } });
+  t.not(job.code, 0, 'the job fails');
+  t.match(job.stderr, /HORA_CALL_SITES/, 'the error names the variable', { output: tail(job) });
+  t.match(job.stderr, /some/, 'and the value received', { output: tail(job) });
+});

@@ -36,20 +36,27 @@ export class HoraError extends Error {
  * A call site captured when a collective is submitted, so an error that the communication thread
  * reports later carries a stack that points at the user's line, not at the event loop.
  *
- * Capturing a stack costs 3-6 µs, more than a whole small collective on shared memory. An error that
+ * Capturing a stack costs 2-6 µs, more than a whole small collective on shared memory. An error that
  * wait() throws already has the caller's stack, so while a program waits with wait() the capture is
  * skipped (see Dispatcher.wantsCallSite); CallSite.none stands in and attach() leaves the stack alone.
+ * Awaited collectives are captured within a budget (HORA_CALL_SITES, Dispatcher.callSite); one left out
+ * gets CallSite.unsampled, whose attach() says so under the stack.
  */
 export class CallSite {
   static readonly none = new CallSite();
+  static readonly unsampled = new CallSite(undefined, true);
   stack?: string;
-  constructor(skip?: Function) {
+  constructor(skip?: Function, private readonly unsampled = false) {
     if (skip) Error.captureStackTrace(this, skip);
   }
 
   attach(err: HoraError): HoraError {
     const frames = this.stack ? this.stack.split('\n').slice(1).join('\n') : '';
     if (frames) err.stack = `${err.name} [${err.code}]: ${err.message}\n${frames}`;
+    else if (this.unsampled) {
+      err.stack = `${err.stack}\n    (the line that called this collective was not recorded: more than 4000 calls a second; ` +
+        'HORA_CALL_SITES=all records every one)';
+    }
     return err;
   }
 }

@@ -150,7 +150,7 @@ async function join(options: InitOptions): Promise<void> {
     bindHost: dataAddr, secret: launch.secret as string, logLevel: LOG_LEVELS[settings.debug] ?? 0,
     grid: settings.topology, costLocal: settings.costLocal, costCross: settings.costCross,
     timeline: settings.timeline !== undefined,
-  }, onComplete), launch.rank, fusionBytes);
+  }, onComplete), launch.rank, fusionBytes, settings.callSites);
   const comm = dispatcher.comm;
   if (settings.timeline) dispatcher.timeline = openTimeline(settings.timeline, launch.rank, addon.clocks(), () => comm.takeTimeline());
   let server: RendezvousServer | null = null;
@@ -296,7 +296,7 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
     rank: a.rank, size: a.size, timeoutMs: p.timeoutMs, fusionBytes: p.fusionBytes, algorithm: p.algorithm, transport: p.transport,
     bindHost: p.dataAddr, secret: p.secret, logLevel: LOG_LEVELS[p.settings.debug] ?? 0,
     grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: p.timeline !== null,
-  }, onComplete), a.rank, p.fusionBytes);
+  }, onComplete), a.rank, p.fusionBytes, p.settings.callSites);
   const comm = dispatcher.comm;
   if (p.timeline) {
     dispatcher.timeline = p.timeline;
@@ -669,7 +669,7 @@ export type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) 
 export function run<T>(scope: Scope | null, collective: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
   const w = scope ?? current(collective);
   requireElasticRun(w, collective);
-  const site = !w.dispatcher || w.dispatcher.wantsCallSite ? new CallSite(callee) : CallSite.none;
+  const site = w.dispatcher ? w.dispatcher.callSite(callee) : new CallSite(callee);
   let p: Plan<T>;
   try {
     p = plan(w);
@@ -918,7 +918,7 @@ function messageDtype(call: string, argument: string, x: unknown, dtype: unknown
 export function runMessage<T>(scope: Scope | null, call: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
   const w = scope ?? current(call);
   requireElasticRun(w, call);
-  const site = !w.dispatcher || w.dispatcher.wantsCallSite ? new CallSite(callee) : CallSite.none;
+  const site = w.dispatcher ? w.dispatcher.callSite(callee) : new CallSite(callee);
   let p: Plan<T>;
   try {
     p = plan(w);

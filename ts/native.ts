@@ -123,6 +123,9 @@ export interface NativeCommunicator {
   /** The same for one host send or recv: group 0 is the world. */
   submitMessage(id: number, kind: NativeKind, dtype: NativeDType, data: ArrayBufferView, peer: number, tag: number,
     group: number, willWait: boolean): void;
+  /** submitOne() and wait() in one call, for a wait() on a collective alone in its batch; its result. */
+  runOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
+    name: string, data: ArrayBufferView | null, out: ArrayBufferView | null): NativeResult | true;
   wait(id: number): NativeResult | true | null;
   /** Spins up to `micros` for work `id` to complete; its result, or null when it has not (its completion comes later as usual). */
   spin(id: number, micros: number): NativeResult | true | null;

@@ -161,6 +161,11 @@ class StepClock {
     reportIfDue();
   }
 
+  /** Whether a step is open: waiting is timed only then. */
+  get open(): boolean {
+    return this.openAt !== null;
+  }
+
   /** Time the JS thread spent waiting for collectives; counts only inside a step. */
   waited(ms: number): void {
     if (this.openAt !== null) this.openWaitMs += ms;

@@ -16,6 +16,7 @@ import { itemBytes, NativeKind } from './native';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
 import type { TimelineWriter } from './timeline';
+import type { CallSites } from './config';
 
 type Finish<T> = (r: NativeResult) => T;
 
@@ -23,6 +24,14 @@ const SUCCESS: NativeResult = Object.freeze({});
 /** How long an awaited small collective is watched for before the event loop sleeps (Dispatcher.spinFor). */
 const SPIN_MICROS = 50;
 const SPIN_MAX_BYTES = 64 * 1024;
+/**
+ * HORA_CALL_SITES=sampled: call sites recorded at once at most, and per millisecond after that. A record
+ * costs 2-3 µs (V8 walks and decodes the optimized frames), so 4 per millisecond is at most 1% of a core;
+ * a training step's few hundred collectives fit the burst, a loop of tiny collectives gets every few
+ * dozenth recorded instead of paying for each.
+ */
+const SITE_BURST = 256;
+const SITES_PER_MS = 4;
 
 export class Work<T = unknown> implements PromiseLike<T> {
   private state: 'pending' | 'fulfilled' | 'rejected' = 'pending';
@@ -63,9 +72,13 @@ export class Work<T = unknown> implements PromiseLike<T> {
   /** Blocks the JS thread until the collective completes; returns its result or throws its HoraError. */
   wait(): T {
     if (this.state === 'pending' && this.waitNative) {
-      const t0 = performance.now();
-      this.waitNative();
-      steps.waited(performance.now() - t0);
+      if (steps.open) {
+        const t0 = performance.now();
+        this.waitNative();
+        steps.waited(performance.now() - t0);
+      } else {
+        this.waitNative();
+      }
     }
     if (this.state === 'fulfilled') return this.value as T;
     if (this.state === 'rejected') throw this.error;
@@ -109,6 +122,12 @@ function isHostMessage(item: NativeItem): boolean {
   return (item.kind === NativeKind.Send || item.kind === NativeKind.Recv) && item.device === undefined && !!item.data;
 }
 
+/** A host collective of the world that submitOne() and runOne() take as positional arguments. */
+function isLoneCollective(item: NativeItem): boolean {
+  return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
+    item.kind !== NativeKind.Recv && !item.group;
+}
+
 interface Outstanding {
   work: Work<any>;
   finish: Finish<any>;
@@ -140,6 +159,8 @@ export class Dispatcher {
   private readonly awaited = () => {
     this.wantsCallSite = true;
   };
+  private siteTokens = SITE_BURST;
+  private siteTokensAt = performance.now();
   readonly comm: NativeCommunicator;
   /** What the Stats control message reports. */
   readonly stats = new CollectiveStats(() => this.pendingStats());
@@ -153,6 +174,7 @@ export class Dispatcher {
     createComm: (onComplete: (id: number) => void) => NativeCommunicator,
     private readonly rank: number,
     private readonly fusionBytes: number,
+    private readonly callSites: CallSites = 'sampled',
   ) {
     this.comm = createComm((id) => this.onComplete(id));
     // A process that ends while collectives are outstanding (its event loop ran dry, or it called
@@ -162,6 +184,22 @@ export class Dispatcher {
         process.stderr.write(`hora: rank ${this.rank} is exiting (code ${code}) with ${this.outstanding.size} collective(s) outstanding\n`);
       }
     });
+  }
+
+  /**
+   * The call site of a collective called through `callee` (see CallSite), or CallSite.none: while the
+   * program waits with wait(), with HORA_CALL_SITES=off, and with sampled once its budget is spent.
+   */
+  callSite(callee: Function): CallSite {
+    if (!this.wantsCallSite || this.callSites === 'off') return CallSite.none;
+    if (this.callSites === 'sampled') {
+      const now = performance.now();
+      this.siteTokens = Math.min(SITE_BURST, this.siteTokens + (now - this.siteTokensAt) * SITES_PER_MS);
+      this.siteTokensAt = now;
+      if (this.siteTokens < 1) return CallSite.unsampled;
+      this.siteTokens -= 1;
+    }
+    return new CallSite(callee);
   }
 
   /** The Stats records of the outstanding collectives, in submission order (a Map keeps insertion order). */
@@ -218,8 +256,7 @@ export class Dispatcher {
     const one = items[0];
     if (items.every(isHostMessage)) {
       for (const m of items) this.comm.submitMessage(m.id, m.kind, m.dtype, m.data!, m.peer!, m.tag!, m.group ?? 0, willWait);
-    } else if (items.length === 1 && one.device === undefined && one.kind !== NativeKind.Invalid && one.kind !== NativeKind.Send &&
-        one.kind !== NativeKind.Recv && !one.group) {
+    } else if (items.length === 1 && isLoneCollective(one)) {
       this.comm.submitOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name, one.data, one.out, willWait);
     } else {
       this.comm.submit(items, willWait);
@@ -248,6 +285,15 @@ export class Dispatcher {
 
   private waitFor(id: number): void {
     this.wantsCallSite = false;
+    const one = this.batch.length === 1 ? this.batch[0] : null;
+    if (one !== null && one.id === id && isLoneCollective(one)) {
+      // Submitted and waited for in one crossing into the addon.
+      this.batch = [];
+      this.batchBytes = 0;
+      this.flushScheduled = false;
+      this.settle(id, this.comm.runOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name, one.data, one.out));
+      return;
+    }
     this.flush(true);
     const result = this.comm.wait(id);
     if (result) this.settle(id, result);

@@ -106,6 +106,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                         InstanceMethod("submit", &CommunicatorWrap::Submit),
                         InstanceMethod("addGroup", &CommunicatorWrap::AddGroup),
                         InstanceMethod("submitOne", &CommunicatorWrap::SubmitOne),
+                        InstanceMethod("runOne", &CommunicatorWrap::RunOne),
                         InstanceMethod("submitMessage", &CommunicatorWrap::SubmitMessage),
                         InstanceMethod("wait", &CommunicatorWrap::Wait),
                         InstanceMethod("spin", &CommunicatorWrap::Spin),
@@ -289,11 +290,36 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // waited at once costs a few microseconds in all, and reading a dozen properties of an item object
   // through Node-API was a good part of that.
   Napi::Value SubmitOne(const Napi::CallbackInfo& info) {
+    auto w = Track(info.Env(), info[0]);
+    FillOne(info, w.get());
+    std::vector<std::shared_ptr<Work>> batch;
+    batch.push_back(std::move(w));
+    comm_->submit(std::move(batch), info[9].ToBoolean().Value());
+    return info.Env().Undefined();
+  }
+
+  // runOne(id, kind, op, dtype, root, algorithm, name, data, out): submitOne and wait in one call, for a
+  // wait() on a collective that is alone in its batch; returns what wait() would. The work is never
+  // tracked (nothing else can take its result), which saves a crossing into the addon and its bookkeeping.
+  Napi::Value RunOne(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    auto w = Track(env, info[0]);
+    if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
+    auto w = std::make_shared<Work>();
+    w->id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
+    FillOne(info, w.get());
+    std::vector<std::shared_ptr<Work>> batch;
+    batch.push_back(w);
+    comm_->submit(std::move(batch), true);
+    comm_->waitFor(w);
+    return ResultOf(env, *w);
+  }
+
+  // The collective of submitOne() and runOne(), from arguments 1 to 8.
+  void FillOne(const Napi::CallbackInfo& info, Work* w) {
+    Napi::Env env = info.Env();
     w->kind = enumFrom<hora::Kind>(info[1], kKind, 8);
     if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv || w->kind == hora::Kind::kInvalid) {
-      throw Napi::TypeError::New(env, "native: submitOne takes collectives only");
+      throw Napi::TypeError::New(env, "native: submitOne and runOne take collectives only");
     }
     w->op = enumFrom<hora::ReduceOp>(info[2], kOp, hora::kNumReduceOps);
     w->dtype = enumFrom<hora::DType>(info[3], kDtype, hora::kNumDTypes);
@@ -309,10 +335,6 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       size_t bytes = 0;
       viewOf(info[8], &w->out, &bytes);
     }
-    std::vector<std::shared_ptr<Work>> batch;
-    batch.push_back(std::move(w));
-    comm_->submit(std::move(batch), info[9].ToBoolean().Value());
-    return env.Undefined();
   }
 
   // submitMessage(id, kind, dtype, data, peer, tag, group, willWait): one host send or recv (kinds 6, 7),
@@ -366,21 +388,26 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     std::shared_ptr<Work> w = it->second;
     pending_.erase(it);
     if (pending_.empty() && !released_) tsfn_.Unref(env);
+    return ResultOf(env, *w);
+  }
+
+  // A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
+  Napi::Value ResultOf(Napi::Env env, Work& w) {
     // The common case, success with nothing to hand back, allocates nothing.
-    if (w->status.isOk() && w->kind != hora::Kind::kAllgather && !w->fused) return Napi::Boolean::New(env, true);
+    if (w.status.isOk() && w.kind != hora::Kind::kAllgather && !w.fused) return Napi::Boolean::New(env, true);
     Napi::Object r = Napi::Object::New(env);
-    if (!w->status.isOk()) {
-      r.Set("code", hora::codeName(w->status.code()));
-      r.Set("message", w->status.message());
-      r.Set("peer", w->status.peer());
+    if (!w.status.isOk()) {
+      r.Set("code", hora::codeName(w.status.code()));
+      r.Set("message", w.status.message());
+      r.Set("peer", w.status.peer());
     }
-    if (w->kind == hora::Kind::kAllgather && w->status.isOk() && w->gatheredDevice != nullptr) {
+    if (w.kind == hora::Kind::kAllgather && w.status.isOk() && w.gatheredDevice != nullptr) {
       // Device memory from cuda::allocate(); the JS side adopts it as an owned DeviceBuffer.
-      r.Set("devicePtr", pointerValue(env, w->gatheredDevice));
-      w->gatheredDevice = nullptr;
-      r.Set("counts", CountsArray(env, w->gatheredCounts));
-    } else if (w->kind == hora::Kind::kAllgather && w->status.isOk()) {
-      auto* storage = new std::vector<uint8_t>(std::move(w->gathered));
+      r.Set("devicePtr", pointerValue(env, w.gatheredDevice));
+      w.gatheredDevice = nullptr;
+      r.Set("counts", CountsArray(env, w.gatheredCounts));
+    } else if (w.kind == hora::Kind::kAllgather && w.status.isOk()) {
+      auto* storage = new std::vector<uint8_t>(std::move(w.gathered));
       Napi::ArrayBuffer ab = storage->empty()
                                  ? Napi::ArrayBuffer::New(env, 0)
                                  : Napi::ArrayBuffer::New(env, storage->data(), storage->size(),
@@ -388,9 +415,9 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                                                           storage);
       if (storage->empty()) delete storage;
       r.Set("gathered", ab);
-      r.Set("counts", CountsArray(env, w->gatheredCounts));
+      r.Set("counts", CountsArray(env, w.gatheredCounts));
     }
-    if (w->fused) r.Set("fused", true);
+    if (w.fused) r.Set("fused", true);
     return r;
   }
 

@@ -8,6 +8,7 @@
 //   stop      rank $KILL_RANK SIGSTOPs itself during the same loop; with a short HORA_TIMEOUT_S the others
 //             must see ERR_TIMEOUT, then exit 1 as a training script whose step threw would
 //   spin      rank $KILL_RANK loops forever on its JS thread between collectives; the same for the others
+//   call-sites  ranks disagree on an awaited collective, inside and past HORA_CALL_SITES's budget
 //   solo      no launcher: collectives before init, then a world of one, then after shutdown
 // Each rank records what it saw and writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json (the test
 // asserts on it), and exits 0 whatever it saw.
@@ -200,7 +201,29 @@ async function soloScenario() {
   return { before, world, single, barrier, invalid, after };
 }
 
-const SCENARIOS = { invalid: invalidScenario, 'invalid-same-tick': invalidSameTickScenario, mismatch: mismatchScenario, kill: killScenario, stop: () => hangScenario('stop'), spin: () => hangScenario('spin'), solo: soloScenario };
+// Where an awaited collective's error points. Ranks disagree on the count (ERR_MISMATCH): first with the
+// call-site budget full, then as the last of 400 calls made in one synchronous run, past the budget of
+// HORA_CALL_SITES=sampled (256 at once).
+async function callSitesScenario() {
+  const r = hora.rank();
+  const stackOf = async (work) => {
+    try {
+      await work;
+      return null;
+    } catch (e) {
+      return { code: e.code, stack: e.stack };
+    }
+  };
+  const first = await stackOf(hora.allreduce(new Float32Array(2 + r), { name: 'first mismatch' }));
+  const works = [];
+  for (let i = 0; i < 399; i++) works.push(hora.allreduce(new Float32Array(1), { op: 'sum' }));
+  works.push(hora.allreduce(new Float32Array(2 + r), { name: 'late mismatch' }));
+  const late = await stackOf(works[399]);
+  const others = await Promise.allSettled(works.slice(0, 399).map((w) => Promise.resolve(w)));
+  return { first, late, othersOk: others.every((o) => o.status === 'fulfilled') };
+}
+
+const SCENARIOS = { 'call-sites': callSitesScenario, invalid: invalidScenario, 'invalid-same-tick': invalidSameTickScenario, mismatch: mismatchScenario, kill: killScenario, stop: () => hangScenario('stop'), spin: () => hangScenario('spin'), solo: soloScenario };
 
 async function main() {
   const scenario = SCENARIOS[process.argv[2]];
