@@ -4,7 +4,12 @@
 // so hora and the peer take turns, and the figure quoted per size is the median over pairs of
 // (hora busbw / peer busbw) — a ratio of two measurements taken a few seconds apart.
 //
-//   node bench/compare.js --peer mpi|gloo [--np 2] [--pairs 5] [--max 256M] [--transport auto|tcp] [--sync 1] [--out FILE]
+//   node bench/compare.js --peer mpi|gloo [--np 2] [--pairs 5] [--reps 3] [--max 256M] [--transport auto|tcp] [--sync 1] [--out FILE]
+//
+// --reps: each side times every size that many times per pair (hora bench --reps; the peer's program run
+// that many times) and keeps the median: a mean over 200 microsecond-scale calls is moved several-fold
+// by one stall of a millisecond (a garbage collection, V8 compiling on its background thread, another
+// process), which both sides meet on a shared machine.
 //
 // --sync 1 runs hora's loop with Work.wait() (a blocking loop, like the peers' C and Python loops);
 // without it each collective is awaited.
@@ -15,7 +20,7 @@ const { execFileSync } = require('child_process');
 const fs = require('fs');
 const path = require('path');
 
-const args = { peer: 'mpi', np: 2, pairs: 5, max: '256M', transport: 'auto', sync: 0, out: '' };
+const args = { peer: 'mpi', np: 2, pairs: 5, reps: 3, max: '256M', transport: 'auto', sync: 0, out: '' };
 for (let i = 2; i < process.argv.length; i += 2) {
   const key = process.argv[i].replace(/^--/, '');
   if (!(key in args)) { console.error(`compare.js: unknown option ${process.argv[i]}`); process.exit(2); }
@@ -39,13 +44,25 @@ function runHora() {
   const env = { ...process.env };
   if (args.transport === 'tcp') env.HORA_TRANSPORT = 'tcp';
   const out = execFileSync('node', [path.join(root, 'dist/ts/cli/main.js'), 'run', '-np', String(args.np), 'node',
-    path.join(root, 'dist/ts/cli/main.js'), 'bench', '--max', String(maxBytes), '--no-check', ...(args.sync ? ['--sync'] : [])], { env, encoding: 'utf8', maxBuffer: 1 << 24 });
+    path.join(root, 'dist/ts/cli/main.js'), 'bench', '--max', String(maxBytes), '--no-check', '--reps', String(args.reps),
+    ...(args.sync ? ['--sync'] : [])], { env, encoding: 'utf8', maxBuffer: 1 << 24 });
   return { text: out, rows: parseTable(out, 0, 6, 4) };
 }
 
+// The peer's program times one loop per size; it runs --reps times and each row keeps its median time,
+// as hora bench --reps does within one run.
 function runPeer() {
-  const out = execFileSync('bash', [path.join(peersDir, 'run.sh'), args.peer, String(args.np), String(maxBytes)], { encoding: 'utf8', maxBuffer: 1 << 24 });
-  return { text: out, rows: parseTable(out, 0, 4, 2) };
+  const runs = [];
+  for (let i = 0; i < args.reps; i++) {
+    const out = execFileSync('bash', [path.join(peersDir, 'run.sh'), args.peer, String(args.np), String(maxBytes)], { encoding: 'utf8', maxBuffer: 1 << 24 });
+    runs.push({ text: out, rows: parseTable(out, 0, 4, 2) });
+  }
+  const rows = new Map();
+  for (const b of runs[0].rows.keys()) {
+    const mine = runs.map((r) => r.rows.get(b)).filter(Boolean).sort((x, y) => x.time_us - y.time_us);
+    rows.set(b, mine[mine.length >> 1]);
+  }
+  return { text: runs.map((r) => r.text).join('\n'), rows };
 }
 
 const median = (v) => { const s = [...v].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };

@@ -33,8 +33,19 @@ t.test('hora bench with float16 avg over TCP', async (t) => {
   t.ok(rows(r.stdout).every((c) => c[7] === '0'), 'no wrong elements');
 });
 
+t.test('hora bench --sync --reps 3: one row per size, each checked', async (t) => {
+  const r = bench(['--sync', '--reps', '3', '--min', '4', '--max', '64K', '--iters', '5', '--warmup', '1']);
+  t.equal(r.status, 0, `exit code (stderr: ${r.stderr.slice(-400)})`);
+  const table = rows(r.stdout);
+  t.equal(table.length, 8, 'one row per size from 4 B to 64 KiB by 4x, not one per repetition');
+  t.ok(table.every((c) => c[7] === '0' && Number(c[4]) > 0), 'every row checked, with a time');
+});
+
 t.test('bad flags are usage errors naming the flag', async (t) => {
   const r = spawnSync(process.execPath, [cli, 'bench', '--max', 'lots'], { encoding: 'utf8' });
   t.equal(r.status, 2);
   t.match(r.stderr, /--max expects a size such as 4, 64K or 256M; received "lots"/);
+  const reps = spawnSync(process.execPath, [cli, 'bench', '--reps', '0'], { encoding: 'utf8' });
+  t.equal(reps.status, 2);
+  t.match(reps.stderr, /--reps expects an integer >= 1; received "0"/);
 });

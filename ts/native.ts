@@ -126,6 +126,9 @@ export interface NativeCommunicator {
   /** submitOne() and wait() in one call, for a wait() on a collective alone in its batch; its result. */
   runOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
     name: string, data: ArrayBufferView | null, out: ArrayBufferView | null): NativeResult | true;
+  /** submitMessage() and wait() in one call, for a wait() on a message alone in its batch; its result. */
+  runMessage(id: number, kind: NativeKind, dtype: NativeDType, data: ArrayBufferView, peer: number, tag: number,
+    group: number): NativeResult | true;
   wait(id: number): NativeResult | true | null;
   /** Spins up to `micros` for work `id` to complete; its result, or null when it has not (its completion comes later as usual). */
   spin(id: number, micros: number): NativeResult | true | null;

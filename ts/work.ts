@@ -286,12 +286,14 @@ export class Dispatcher {
   private waitFor(id: number): void {
     this.wantsCallSite = false;
     const one = this.batch.length === 1 ? this.batch[0] : null;
-    if (one !== null && one.id === id && isLoneCollective(one)) {
+    if (one !== null && one.id === id && (isLoneCollective(one) || isHostMessage(one))) {
       // Submitted and waited for in one crossing into the addon.
       this.batch = [];
       this.batchBytes = 0;
       this.flushScheduled = false;
-      this.settle(id, this.comm.runOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name, one.data, one.out));
+      this.settle(id, isHostMessage(one)
+        ? this.comm.runMessage(one.id, one.kind, one.dtype, one.data!, one.peer!, one.tag!, one.group ?? 0)
+        : this.comm.runOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name, one.data, one.out));
       return;
     }
     this.flush(true);

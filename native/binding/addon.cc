@@ -108,6 +108,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
                         InstanceMethod("submitOne", &CommunicatorWrap::SubmitOne),
                         InstanceMethod("runOne", &CommunicatorWrap::RunOne),
                         InstanceMethod("submitMessage", &CommunicatorWrap::SubmitMessage),
+                        InstanceMethod("runMessage", &CommunicatorWrap::RunMessage),
                         InstanceMethod("wait", &CommunicatorWrap::Wait),
                         InstanceMethod("spin", &CommunicatorWrap::Spin),
                         InstanceMethod("abort", &CommunicatorWrap::Abort),
@@ -341,11 +342,31 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // positional, posted at once; group 0 is the world. As with submitOne, reading an item object's
   // properties cost more than moving a small message.
   Napi::Value SubmitMessage(const Napi::CallbackInfo& info) {
+    auto w = Track(info.Env(), info[0]);
+    FillMessage(info, w.get());
+    comm_->post(std::move(w), info[7].ToBoolean().Value());
+    return info.Env().Undefined();
+  }
+
+  // runMessage(id, kind, dtype, data, peer, tag, group): submitMessage and wait in one call, for a wait()
+  // on a message alone in its batch, as runOne for a collective; returns what wait() would.
+  Napi::Value RunMessage(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    auto w = Track(env, info[0]);
+    if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
+    auto w = std::make_shared<Work>();
+    w->id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
+    FillMessage(info, w.get());
+    comm_->post(w, true);
+    comm_->waitFor(w);
+    return ResultOf(env, *w);
+  }
+
+  // The message of submitMessage() and runMessage(), from arguments 1 to 6.
+  void FillMessage(const Napi::CallbackInfo& info, Work* w) {
+    Napi::Env env = info.Env();
     w->kind = enumFrom<hora::Kind>(info[1], kKind, 8);
     if (w->kind != hora::Kind::kSend && w->kind != hora::Kind::kRecv) {
-      throw Napi::TypeError::New(env, "native: submitMessage takes sends and receives only");
+      throw Napi::TypeError::New(env, "native: submitMessage and runMessage take sends and receives only");
     }
     w->dtype = enumFrom<hora::DType>(info[2], kDtype, hora::kNumDTypes);
     size_t bytes = 0;
@@ -358,8 +379,6 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       w->group = comm_->findGroup(group);
       if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(group) + " on this rank");
     }
-    comm_->post(std::move(w), info[7].ToBoolean().Value());
-    return env.Undefined();
   }
 
   // wait(id): blocks until that work completes; then returns its result like take() would.

@@ -23,6 +23,8 @@ interface BenchArgs {
   reduceOp: ReduceOp;
   iters?: number;
   warmup: number;
+  /** Timed loops per row; the row shows the median of their times. */
+  reps: number;
   sync: boolean;
   check: boolean;
   /** HORA_ALGO for this run; undefined: the environment's. */
@@ -39,6 +41,7 @@ const USAGE = `usage: hora run -np N hora bench [options]
   --reduce-op OP      sum|avg|min|max|prod for allreduce/reducescatter (sum)
   --iters N           timed iterations per size (default: 200 below 1 MiB, 20 below 16 MiB, else 5)
   --warmup N          untimed iterations per size (20; fewer above 16 MiB)
+  --reps N            timed loops per size; the row shows the median of their mean times (1)
   --algo A            allreduce algorithm: ${ALGORITHMS.join('|')} (HORA_ALGO, else auto)
   --sync              block with Work.wait() instead of awaiting
   --no-check          skip the correctness check`;
@@ -60,7 +63,7 @@ function parseInteger(flag: string, v: string | undefined, min: number): number 
 
 export function parseArgs(argv: string[]): BenchArgs {
   const a: BenchArgs = {
-    op: 'allreduce', min: 4, max: 256 * 1024 * 1024, factor: 4, dtype: 'float32', reduceOp: 'sum', warmup: 20, sync: false, check: true,
+    op: 'allreduce', min: 4, max: 256 * 1024 * 1024, factor: 4, dtype: 'float32', reduceOp: 'sum', warmup: 20, reps: 1, sync: false, check: true,
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
@@ -89,6 +92,7 @@ export function parseArgs(argv: string[]): BenchArgs {
       }
       case '--iters': a.iters = parseInteger(flag, next(), 1); break;
       case '--warmup': a.warmup = parseInteger(flag, next(), 0); break;
+      case '--reps': a.reps = parseInteger(flag, next(), 1); break;
       case '--algo': {
         const v = next();
         if (!(ALGORITHMS as readonly string[]).includes(v)) throw new UsageError(`--algo expects one of ${ALGORITHMS.join(', ')}; received ${JSON.stringify(v)}`);
@@ -158,16 +162,36 @@ function expected(a: BenchArgs, n: number, i: number, root: number): number {
   }
 }
 
-async function runOnce(a: BenchArgs, x: Tensor): Promise<Tensor | void> {
-  const opts = { dtype: a.dtype, inplace: true } as const;
-  let w: hora.Work<Tensor>;
+/** One collective of the benchmark, as a call in a training script would make it. */
+function callOnce(a: BenchArgs, x: Tensor): hora.Work<Tensor> {
   switch (a.op) {
-    case 'allreduce': w = hora.allreduce(x, { ...opts, op: a.reduceOp }); break;
-    case 'broadcast': w = hora.broadcast(x, { ...opts, root: 0 }); break;
-    case 'allgather': w = hora.allgather(x, { dtype: a.dtype }); break;
-    case 'reducescatter': w = hora.reduceScatter(x, { dtype: a.dtype, op: a.reduceOp }); break;
+    case 'allreduce': return hora.allreduce(x, { dtype: a.dtype, inplace: true, op: a.reduceOp });
+    case 'broadcast': return hora.broadcast(x, { dtype: a.dtype, inplace: true, root: 0 });
+    case 'allgather': return hora.allgather(x, { dtype: a.dtype });
+    case 'reducescatter': return hora.reduceScatter(x, { dtype: a.dtype, op: a.reduceOp });
   }
-  return a.sync ? w.wait() : await w;
+}
+
+async function runOnce(a: BenchArgs, x: Tensor): Promise<Tensor> {
+  return a.sync ? callOnce(a, x).wait() : await callOnce(a, x);
+}
+
+/**
+ * n collectives back to back: a plain loop of wait() (as the peers' C and Python loops block), or of
+ * await. Warm-up and timed iterations run through the same function, so V8 has compiled this loop before
+ * the clock starts (a loop compiled on the fly stalls a rank for milliseconds, and the other waits).
+ */
+function loopWaited(a: BenchArgs, x: Tensor, n: number): void {
+  for (let i = 0; i < n; i++) callOnce(a, x).wait();
+}
+
+async function loopAwaited(a: BenchArgs, x: Tensor, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) await callOnce(a, x);
+}
+
+async function loop(a: BenchArgs, x: Tensor, n: number): Promise<void> {
+  if (a.sync) loopWaited(a, x, n);
+  else await loopAwaited(a, x, n);
 }
 
 /** Checks one result; returns the number of wrong elements. */
@@ -226,6 +250,23 @@ export async function main(argv: string[]): Promise<number> {
   const warm = el.make(1);
   for (let i = 0; i < 1000; i++) await runOnce({ ...a, op: 'allreduce', reduceOp: 'sum', sync: false }, warm);
   for (let i = 0; i < 1000; i++) await runOnce({ ...a, op: 'allreduce', reduceOp: 'sum', sync: true }, warm);
+  await loop(a, el.make(n), 5000);
+  // And a pass over the small rows with everything a row does around its loop: V8 re-optimizes a
+  // function when it meets new types, and a row timed while that happens on a background thread loses
+  // a core for milliseconds.
+  // Twice, and a pause for the compiler's background thread to finish what the passes started.
+  for (let pass = 0; pass < 2; pass++) {
+    for (let bytes = a.min; bytes <= Math.min(a.max, 1 << 20); bytes *= a.factor) {
+      const x = el.make(Math.max(1, Math.floor(bytes / el.bytes)));
+      fill(a, x, r);
+      await loop(a, x, 200);
+      await hora.barrier();
+      await hora.allreduce(new Float64Array([bytes]), { op: 'max' });
+      await hora.allreduce(new Float64Array([bytes]), { op: 'sum' });
+    }
+  }
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  await hora.barrier();
   let anyWrong = 0;
   for (let bytes = a.min; bytes <= a.max; bytes *= a.factor) {
     const count = Math.max(1, Math.floor(bytes / el.bytes));
@@ -239,13 +280,18 @@ export async function main(argv: string[]): Promise<number> {
       fill(a, x, r);
     }
     const warmup = bytes > 16 << 20 ? Math.min(a.warmup, 2) : a.warmup;
-    for (let i = 0; i < warmup; i++) await runOnce(a, x);
-    await hora.barrier();
-    const t0 = process.hrtime.bigint();
-    for (let i = 0; i < iters; i++) await runOnce(a, x);
-    const seconds = Number(process.hrtime.bigint() - t0) / 1e9 / iters;
-    // The slowest rank defines the time, as in nccl-tests.
-    const slowest = (await hora.allreduce(new Float64Array([seconds]), { op: 'max' }))[0];
+    await loop(a, x, warmup);
+    // Each loop's time is its slowest rank's, as in nccl-tests; with --reps the median of the loops'.
+    const times: number[] = [];
+    for (let rep = 0; rep < a.reps; rep++) {
+      await hora.barrier();
+      const t0 = process.hrtime.bigint();
+      await loop(a, x, iters);
+      const seconds = Number(process.hrtime.bigint() - t0) / 1e9 / iters;
+      times.push((await hora.allreduce(new Float64Array([seconds]), { op: 'max' }))[0]);
+    }
+    times.sort((p, q) => p - q);
+    const slowest = times[times.length >> 1];
     const totalWrong = (await hora.allreduce(new Float64Array([wrong]), { op: 'sum' }))[0];
     anyWrong += totalWrong;
     if (r === 0) {

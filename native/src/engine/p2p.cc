@@ -583,7 +583,8 @@ void PointToPoint::detach(Op* op) {
 
 void PointToPoint::finish(Op* op, Status st) {
   detach(op);
-  const std::string what = describe(*op);
+  // Only a failure's message names the operation.
+  const std::string what = st.isOk() ? std::string() : describe(*op);
   std::shared_ptr<Work> w = std::move(op->work);
   for (auto it = ops_.begin(); it != ops_.end(); ++it) {
     if (&*it == op) {
