@@ -119,13 +119,13 @@ export interface NativeCommunicator {
   addGroup(id: number, members: number[]): void;
   /** The same for a batch of one host collective (no message, device item or invalid call), without an item object to read. */
   submitOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
-    name: string, data: ArrayBufferView | null, out: ArrayBufferView | null, willWait: boolean): void;
+    name: string | null, data: ArrayBufferView | null, out: ArrayBufferView | null, willWait: boolean): void;
   /** The same for one host send or recv: group 0 is the world. */
   submitMessage(id: number, kind: NativeKind, dtype: NativeDType, data: ArrayBufferView, peer: number, tag: number,
     group: number, willWait: boolean): void;
   /** submitOne() and wait() in one call, for a wait() on a collective alone in its batch; its result. */
   runOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
-    name: string, data: ArrayBufferView | null, out: ArrayBufferView | null): NativeResult | true;
+    name: string | null, data: ArrayBufferView | null, out: ArrayBufferView | null): NativeResult | true;
   /** submitMessage() and wait() in one call, for a wait() on a message alone in its batch; its result. */
   runMessage(id: number, kind: NativeKind, dtype: NativeDType, data: ArrayBufferView, peer: number, tag: number,
     group: number): NativeResult | true;

@@ -257,7 +257,7 @@ export class Dispatcher {
     if (items.every(isHostMessage)) {
       for (const m of items) this.comm.submitMessage(m.id, m.kind, m.dtype, m.data!, m.peer!, m.tag!, m.group ?? 0, willWait);
     } else if (items.length === 1 && isLoneCollective(one)) {
-      this.comm.submitOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name, one.data, one.out, willWait);
+      this.comm.submitOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out, willWait);
     } else {
       this.comm.submit(items, willWait);
     }
@@ -293,7 +293,7 @@ export class Dispatcher {
       this.flushScheduled = false;
       this.settle(id, isHostMessage(one)
         ? this.comm.runMessage(one.id, one.kind, one.dtype, one.data!, one.peer!, one.tag!, one.group ?? 0)
-        : this.comm.runOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name, one.data, one.out));
+        : this.comm.runOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out));
       return;
     }
     this.flush(true);

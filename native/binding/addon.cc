@@ -315,7 +315,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return ResultOf(env, *w);
   }
 
-  // The collective of submitOne() and runOne(), from arguments 1 to 8.
+  // The collective of submitOne() and runOne(), from arguments 1 to 8 (a name of null: none).
   void FillOne(const Napi::CallbackInfo& info, Work* w) {
     Napi::Env env = info.Env();
     w->kind = enumFrom<hora::Kind>(info[1], kKind, 8);
