@@ -303,14 +303,22 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // wait() on a collective that is alone in its batch; returns what wait() would. The work is never
   // tracked (nothing else can take its result), which saves a crossing into the addon and its bookkeeping.
   Napi::Value RunOne(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
+    auto w = Untracked(info.Env(), info[0]);
+    FillOne(info, w.get());
+    comm_->submit({w}, true);
+    return WaitHere(info.Env(), w);
+  }
+
+  // A work for runOne() and runMessage(): like Track(), but kept out of pending_.
+  std::shared_ptr<Work> Untracked(Napi::Env env, const Napi::Value& idValue) {
     if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
     auto w = std::make_shared<Work>();
-    w->id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
-    FillOne(info, w.get());
-    std::vector<std::shared_ptr<Work>> batch;
-    batch.push_back(w);
-    comm_->submit(std::move(batch), true);
+    w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
+    return w;
+  }
+
+  // Waits for an untracked work (the calling thread runs it when the engine is idle) and returns its result.
+  Napi::Value WaitHere(Napi::Env env, const std::shared_ptr<Work>& w) {
     comm_->waitFor(w);
     return ResultOf(env, *w);
   }
@@ -351,14 +359,10 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // runMessage(id, kind, dtype, data, peer, tag, group): submitMessage and wait in one call, for a wait()
   // on a message alone in its batch, as runOne for a collective; returns what wait() would.
   Napi::Value RunMessage(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
-    auto w = std::make_shared<Work>();
-    w->id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
+    auto w = Untracked(info.Env(), info[0]);
     FillMessage(info, w.get());
     comm_->post(w, true);
-    comm_->waitFor(w);
-    return ResultOf(env, *w);
+    return WaitHere(info.Env(), w);
   }
 
   // The message of submitMessage() and runMessage(), from arguments 1 to 6.
