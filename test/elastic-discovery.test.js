@@ -17,9 +17,15 @@ function discovery(hosts) {
   const n = ++scripts;
   const file = path.join(dir, `hosts-${n}`);
   const script = path.join(dir, `discover-${n}.sh`);
-  fs.writeFileSync(file, hosts);
-  fs.writeFileSync(script, `#!/bin/sh\nif grep -q FAIL '${file}'; then echo 'cannot reach the cluster API' >&2; exit 3; fi\ncat '${file}'\n`, { mode: 0o755 });
-  return { script, set: (text) => fs.writeFileSync(file, text) };
+  // The file is replaced whole (rename) and the script reads it once, so a run of the script that
+  // overlaps set() sees the old list or the new one, never an empty file or FAIL printed as a host.
+  const set = (text) => {
+    fs.writeFileSync(`${file}.new`, text);
+    fs.renameSync(`${file}.new`, file);
+  };
+  set(hosts);
+  fs.writeFileSync(script, `#!/bin/sh\nhosts=$(cat '${file}')\ncase "$hosts" in *FAIL*) echo 'cannot reach the cluster API' >&2; exit 3;; esac\nprintf '%s\\n' "$hosts"\n`, { mode: 0o755 });
+  return { script, set };
 }
 
 const STEPS = 400;
