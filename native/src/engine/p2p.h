@@ -152,6 +152,8 @@ class PointToPoint : public BackgroundProgress {
   void sendControl(Channel& c, p2p::FrameType type, uint64_t seq, uint8_t dtype, uint64_t count);
   void checkDeadlines(Clock::time_point now);
   void checkLiveness(Channel& c, Clock::time_point now);
+  // Reads wakeFd_ empty and disarms wake(); call after poll() reported it readable.
+  void drainWake();
   bool involved(const Channel& c) const;
   void breakChannel(Channel& c, const Status& st);
   void finish(Op* op, Status st);
@@ -169,8 +171,6 @@ class PointToPoint : public BackgroundProgress {
   // Set by wake() when it writes wakeFd_, cleared once the fd is drained: while set the fd is readable,
   // so further wakes need no write (a ping-pong of messages would otherwise pay a syscall per message).
   std::atomic<bool> wakeArmed_{false};
-  // Reads wakeFd_ empty; call after poll() reported it readable.
-  void drainWake();
   std::mutex progressMutex_;
   std::mutex inboxMutex_;
   std::vector<std::shared_ptr<Work>> inbox_;  // under inboxMutex_
