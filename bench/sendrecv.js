@@ -4,11 +4,14 @@
 // latency: ping-pong, rank 0 sends and waits for the same size back; half the round trip, median of the
 //          iterations (osu_latency reports the mean: both are printed).
 // bandwidth: rank 0 posts a window of 64 sends, rank 1 64 receives, then rank 1 answers 4 bytes; bytes x
-//          64 / time, best of the repetitions as in osu_bw's loop (mean reported beside it).
+//          64 / time, best of the repetitions as in osu_bw's loop (mean reported beside it). The window's
+//          arrays hold data, written once, on both sides (and in bench/mpi_pingpong.c): an array never
+//          written is the kernel's one zero page, which a single-copy transfer (Open MPI's CMA) reads from
+//          cache whatever the window's size, a speed no program with real data sees.
 // Sizes double from 4 B to --max-bytes (default 64 MiB). By default the JS thread blocks in Work.wait(), as
 // an MPI program blocks in MPI_Recv; --await awaits each Work instead (the event loop wakes on completion).
 // Rank 0 prints one JSON line per size. bench/mpi_pingpong.c is the same program on Open MPI, and
-// bench/sendrecv-compare.sh runs the two alternately.
+// bench/sendrecv-compare.js runs the two alternately.
 const hora = require('..');
 
 const WINDOW = 64;
@@ -52,7 +55,8 @@ async function main() {
     // Each message of the window has its own array while they fit in 256 MiB; beyond that they share one
     // (the bytes are not checked), as bench/mpi_pingpong.c does.
     const shared = bytes * WINDOW > 256 * 1024 * 1024 ? new Uint8Array(bytes) : null;
-    const window = Array.from({ length: WINDOW }, () => shared || new Uint8Array(bytes));
+    const window = Array.from({ length: WINDOW }, () => shared || new Uint8Array(bytes).fill(me + 1));
+    if (shared) shared.fill(me + 1);
     let best = 0, sum = 0;
     for (let rep = -1; rep < reps; rep++) {
       await done(hora.barrier());
