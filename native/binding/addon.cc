@@ -152,7 +152,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       auto* copy = new std::shared_ptr<Work>(w);
       napi_status s = tsfn.NonBlockingCall(copy, [](Napi::Env env, Napi::Function cb, std::shared_ptr<Work>* data) {
         std::unique_ptr<std::shared_ptr<Work>> owned(data);
-        if (env == nullptr) return;
+        // A wait() that took the result meanwhile leaves nothing to report: skip the call into JS.
+        if (env == nullptr || (*owned)->takenInJs) return;
         // Nothing may escape from here: there is no JS frame above to catch it.
         try {
           cb.Call({Napi::Number::New(env, static_cast<double>((*owned)->id))});
@@ -410,6 +411,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     if (it == pending_.end()) return env.Null();
     std::shared_ptr<Work> w = it->second;
     pending_.erase(it);
+    w->takenInJs = true;
     if (pending_.empty() && !released_) tsfn_.Unref(env);
     return ResultOf(env, *w);
   }

@@ -98,6 +98,7 @@ struct Work {
   bool fused = false;                     // went out in a fusion buffer with others
   WorkTimes times;                        // only while the timeline is on
   bool completed = false;                 // guarded by the communicator's mutex
+  bool takenInJs = false;                 // the addon, JS thread only: its result was handed to JS
 };
 
 }  // namespace hora
