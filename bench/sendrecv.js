@@ -54,9 +54,8 @@ async function main() {
     const reps = Math.max(3, Math.min(20, Math.floor((256 << 20) / (bytes * WINDOW))));
     // Each message of the window has its own array while they fit in 256 MiB; beyond that they share one
     // (the bytes are not checked), as bench/mpi_pingpong.c does.
-    const shared = bytes * WINDOW > 256 * 1024 * 1024 ? new Uint8Array(bytes) : null;
+    const shared = bytes * WINDOW > 256 * 1024 * 1024 ? new Uint8Array(bytes).fill(me + 1) : null;
     const window = Array.from({ length: WINDOW }, () => shared || new Uint8Array(bytes).fill(me + 1));
-    if (shared) shared.fill(me + 1);
     let best = 0, sum = 0;
     for (let rep = -1; rep < reps; rep++) {
       await done(hora.barrier());
