@@ -39,7 +39,7 @@ t.test("a host's link cut mid-training: its workers leave, the host is blacklist
   let cutAt;
   const r = await hora(['run', '-H', `${h0}:2,${h1}:2`, '--min-np', '2', '--ssh-opts', `-F ${c.sshConfig}`,
     '-x', 'ELASTIC_STEPS', '-x', 'ELASTIC_STEP_MS', '-x', 'ELASTIC_TAG', NODE, WORKER],
-  { ELASTIC_STEPS: String(steps), ELASTIC_STEP_MS: '20' }, {
+  { ELASTIC_STEPS: String(steps), ELASTIC_STEP_MS: '20', HORA_DEBUG: 'INFO' }, {
     timeoutMs: 150000,
     onLine: (line) => {
       if (cutAt !== undefined || !new RegExp(`^\\[0@${esc(h0)}\\] step 30 size 4 `).test(line)) return;
@@ -58,6 +58,10 @@ t.test("a host's link cut mid-training: its workers leave, the host is blacklist
   t.match(r.stderr, new RegExp(`host ${esc(h1)} is blacklisted after worker [23]'s failure`));
   t.match(r.stderr, /no free slot on a host that is not blacklisted; the job goes on with 2 worker\(s\)/);
   t.match(r.stderr, /the world re-formed with 2 rank\(s\)/);
+  // The survivors keep their shared-memory pair; the pairs to the cut-off host are dropped, not waited on.
+  const tookOver = r.stderr.split('\n').filter((l) => l.startsWith('[') && l.includes(`@${h0}]`) &&
+    /hora INFO connected to 1 peers \(1 over shared memory; 0 connected anew, 1 taken over from the last world\)/.test(l));
+  t.equal(tookOver.length, 2, `both workers of ${h0} take their pair over into the world of 2`);
   // The cut-off workers hear nothing more from the launcher: they leave on their own, with the link still down.
   const deadline = Date.now() + 40000;
   while (workersIn(1).length > 0 && Date.now() < deadline) await sleep(500);

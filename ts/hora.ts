@@ -21,7 +21,8 @@ import { DTYPE_OF_NAME, DeviceBuffer, adoptDevicePointer, collectivePointer, dev
 import { CallSite, HoraError, describeValue, invalidArgument } from './errors';
 import { loadNative } from './loader';
 import {
-  NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKind, NativeOp, NativeResult, NativeTransport,
+  NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKeptConnections, NativeKind, NativeOp,
+  NativeResult, NativeTransport,
 } from './native';
 import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, DType, InitOptions, ReduceOp,
@@ -67,7 +68,8 @@ export interface World extends Topology, Scope {
   /** newGroup calls so far: the next group's id is one more (the same on every rank). */
   groupsMade: number;
   /** An elastic job's world (hora run --min-np): which generation, from 0. */
-  elastic?: { generation: number };
+  /** Elastic: this world's generation, and each rank's worker id (start order). */
+  elastic?: { generation: number; workers?: number[] };
 }
 
 let world: World | null = null;
@@ -217,6 +219,20 @@ interface ElasticParams {
   control: RendezvousConnection;
   /** HORA_TIMELINE: one file per worker (named by its worker id), across the worlds it is in. */
   timeline: TimelineWriter | null;
+  /** The connections the last world left for the next one; the next connect takes them. */
+  kept: KeptWorld | null;
+}
+
+/**
+ * The connections of an ended elastic world, held for the next: the next world takes over the pairs
+ * between survivors instead of connecting anew (docs/elastic.md). A pair is taken over only when both of
+ * its workers hold the same world's connections, which each says in its LISTENING report.
+ */
+interface KeptWorld {
+  handle: NativeKeptConnections;
+  generation: number;
+  /** Worker id by rank in that world. */
+  workers: number[];
 }
 
 /** An elastic worker's heartbeat to the launcher, and the silence after which it takes the launcher as lost. */
@@ -258,6 +274,7 @@ async function joinElastic(options: InitOptions, launch: LaunchInfo, settings: H
     fusionBytes: Math.round((options.fusionMB ?? settings.fusionMb) * 1024 * 1024),
     algorithm: ALGORITHMS[options.algorithm ?? settings.algo],
     transport: transportName === 'tcp' ? NativeTransport.Tcp : NativeTransport.Auto,
+    kept: null,
   };
   elasticParams = params;
   watchElasticControl(params.control);
@@ -280,6 +297,8 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
   const endedError = (m: Membership) => new HoraError('ERR_PEER_LOST', `world ${a.generation} ended while it formed: ${m.reason}`, a.rank);
   const scope = { ...worldScope(a.rank), groupsMade: 0, elastic: { generation: a.generation }, control: p.control, server: null };
   if (a.size === 1) {
+    // Alone: nothing to take over, now or later (workers that join later are new).
+    p.kept = null;
     const table = p.control.next(({ membership, table }) => {
       if (membership && ended(membership)) throw endedError(membership);
       if (!table || (table.generation ?? 0) !== a.generation) return undefined;
@@ -295,7 +314,7 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
   const dispatcher = new Dispatcher(p.addon, (onComplete) => new p.addon.Communicator({
     rank: a.rank, size: a.size, timeoutMs: p.timeoutMs, fusionBytes: p.fusionBytes, algorithm: p.algorithm, transport: p.transport,
     bindHost: p.dataAddr, secret: p.secret, logLevel: LOG_LEVELS[p.settings.debug] ?? 0,
-    grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: p.timeline !== null,
+    grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: p.timeline !== null, elastic: true,
   }, onComplete), a.rank, p.fusionBytes, p.settings.callSites);
   const comm = dispatcher.comm;
   if (p.timeline) {
@@ -316,10 +335,17 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
       return table;
     });
     const port = comm.listen();
-    p.control.report(ElasticEvent.Listening, a.generation, { dataAddr: p.dataAddr, dataPort: port });
+    const keptWorld = p.kept ? p.kept.generation + 1 : 0;
+    p.control.report(ElasticEvent.Listening, a.generation, { dataAddr: p.dataAddr, dataPort: port, keptWorld });
     const table = await tableWait;
-    const peers = table.peers.map((q) => ({ rank: q.rank, hostId: q.hostId, addr: q.dataAddr, port: q.dataPort, localRank: q.localRank }));
-    const connecting = dispatcher.track((r: NativeResult) => r, new CallSite(join), (id) => comm.connect(id, peers, table.jobId));
+    // The connect takes the kept connections, whether or not it succeeds: a later world connects anew.
+    const kept = p.kept;
+    p.kept = null;
+    const takeOver = (q: Peer) => (kept && keptWorld !== 0 && q.rank !== a.rank && q.keptWorld === keptWorld ? kept.workers.indexOf(q.workerId ?? -1) : -1);
+    const peers = table.peers.map((q) => ({
+      rank: q.rank, hostId: q.hostId, addr: q.dataAddr, port: q.dataPort, localRank: q.localRank, keptRank: takeOver(q),
+    }));
+    const connecting = dispatcher.track((r: NativeResult) => r, new CallSite(join), (id) => comm.connect(id, peers, table.jobId, kept?.handle));
     // When the world ends meanwhile (a peer died), the abort makes the native connect give up within a
     // second; the communicator is closed once it has, while this process goes on to the next world.
     const endedNow = new Promise<never>((_, reject) => {
@@ -337,7 +363,7 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
     dispatcher.peerPlaces = table.peers.map((q) => `host ${q.hostId}, pid ${q.pid}`);
     const w: World = {
       rank: a.rank, size: a.size, localRank: self.localRank, localSize: self.localSize, crossRank: self.crossRank, crossSize: self.crossSize,
-      dispatcher, ...scope,
+      dispatcher, ...scope, elastic: { generation: a.generation, workers: table.peers.map((q) => q.workerId ?? 0) },
     };
     startReporting(dispatcher.stats, (stats) => p.control.send({ kind: 'stats', ...stats }));
     if (p.control.endedGeneration >= a.generation) abortQuietly(comm, 'ERR_PEER_LOST', `world ${a.generation} ended as it formed`);
@@ -359,12 +385,13 @@ function abortQuietly(comm: NativeCommunicator | undefined, code: string, messag
   if (comm && !closedComms.has(comm)) comm.abort(code, message);
 }
 
-function closeQuietly(comm: NativeCommunicator): void {
-  if (closedComms.has(comm)) return;
+function closeQuietly(comm: NativeCommunicator, keep = false): NativeKeptConnections | undefined {
+  if (closedComms.has(comm)) return undefined;
   closedComms.add(comm);
   try {
-    comm.close();
+    return comm.close(keep ? { keep } : undefined);
   } catch { /* already closed */ }
+  return undefined;
 }
 
 /** Aborts the world's collectives when the server ends it; leaves when the launcher is gone. */
@@ -401,7 +428,9 @@ export async function reformElasticWorld(generation: number, reason: string): Pr
     await old.dispatcher.drain();
     // What the engine completed in this world goes to the timeline before its communicator closes.
     old.dispatcher.timeline?.flush();
-    closeQuietly(old.dispatcher.comm);
+    // The connections between survivors are kept for the next world to take over.
+    const handle = closeQuietly(old.dispatcher.comm, true);
+    p.kept = handle && old.elastic.workers ? { handle, generation, workers: old.elastic.workers } : null;
   }
   for (;;) {
     const assigned = p.control.next<Membership>(({ membership }) => (membership?.event === MembershipEvent.Assign ? membership : undefined));

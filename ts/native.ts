@@ -50,6 +50,11 @@ export interface NativeCommOptions {
   costCross?: { alpha: number; beta: number };
   /** Record phase times of every collective and return them in NativeResult.times (HORA_TIMELINE). */
   timeline?: boolean;
+  /**
+   * A world of an elastic job: a failure does not hang up the connections (the launcher tells every
+   * member), so that the next world can take over those between survivors.
+   */
+  elastic?: boolean;
 }
 
 export interface NativePeer {
@@ -58,7 +63,12 @@ export interface NativePeer {
   addr: string;
   port: number;
   localRank: number;
+  /** The peer's rank in the last world, whose pair with it this connect takes over; -1 or absent: none. */
+  keptRank?: number;
 }
+
+/** Connections a closed world left for the next one (opaque; they close when it is collected). */
+export type NativeKeptConnections = { readonly __brand: 'NativeKeptConnections' };
 
 export interface NativeItem {
   id: number;
@@ -108,7 +118,7 @@ export interface NativeCommunicator {
   /** Opens the data-plane listener and returns its port. */
   listen(): number;
   /** Connects to every peer; completes work `id`. */
-  connect(id: number, peers: NativePeer[], jobId: string): void;
+  connect(id: number, peers: NativePeer[], jobId: string, kept?: NativeKeptConnections): void;
   /** willWait: the caller goes on to wait() for one of the items at once (the engine need not be woken for them). */
   submit(items: NativeItem[], willWait?: boolean): void;
   /**
@@ -143,8 +153,11 @@ export interface NativeCommunicator {
    * (layout: enum Column in ts/timeline.ts), and the strings the rows point to.
    */
   takeTimeline(): { rows: Float64Array; strings: string[] };
-  /** Stops the communication thread after the queue drains and closes every connection. */
-  close(): void;
+  /**
+   * Stops the communication thread after the queue drains and closes every connection; with keep, hands
+   * a connected world's connections over instead, for the next world's connect().
+   */
+  close(options?: { keep: boolean }): NativeKeptConnections | undefined;
 }
 
 export interface NativeEstimate {

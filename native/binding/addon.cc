@@ -136,6 +136,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     opts.costLocal = linkOverride(o, "costLocal");
     opts.costCross = linkOverride(o, "costCross");
     opts.timeline = o.Has("timeline") && o.Get("timeline").ToBoolean().Value();
+    opts.elastic = o.Has("elastic") && o.Get("elastic").ToBoolean().Value();
     if (o.Has("logLevel")) hora::setLogLevel(enumFrom<hora::LogLevel>(o, "logLevel", 3));
     if (opts.size < 1 || opts.rank < 0 || opts.rank >= opts.size) {
       throw Napi::RangeError::New(env, "native: rank " + std::to_string(opts.rank) + " outside world of " +
@@ -187,7 +188,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return Napi::Number::New(info.Env(), port);
   }
 
-  // connect(id, peers: [{rank, hostId, addr, port, localRank}], jobId)
+  // connect(id, peers: [{rank, hostId, addr, port, localRank, keptRank?}], jobId, kept?): kept is what
+  // close({keep: true}) returned in the last world; a peer with keptRank >= 0 gets that world's pair.
   Napi::Value Connect(const Napi::CallbackInfo& info) {
     auto w = Track(info.Env(), info[0]);
     Napi::Array arr = info[1].As<Napi::Array>();
@@ -199,8 +201,14 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       peers[i].addr = p.Get("addr").As<Napi::String>().Utf8Value();
       peers[i].port = p.Get("port").As<Napi::Number>().Int32Value();
       peers[i].localRank = p.Get("localRank").As<Napi::Number>().Int32Value();
+      if (p.Has("keptRank")) peers[i].keptRank = p.Get("keptRank").As<Napi::Number>().Int32Value();
     }
-    comm_->connect(w, std::move(peers), info[2].As<Napi::String>().Utf8Value());
+    std::unique_ptr<hora::KeptConnections> kept;
+    if (info.Length() > 3 && info[3].IsExternal()) {
+      // Taken out of the handle: a second connect() with it finds it empty.
+      kept = info[3].As<Napi::External<hora::KeptConnections>>().Data()->takeAll();
+    }
+    comm_->connect(w, std::move(peers), info[2].As<Napi::String>().Utf8Value(), std::move(kept));
     return info.Env().Undefined();
   }
 
@@ -524,14 +532,21 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return out;
   }
 
+  // close(options?: {keep: boolean}): with keep, returns the connections of this connected world for the
+  // next world's connect() (an opaque handle; they close when it is collected), else undefined.
   Napi::Value Close(const Napi::CallbackInfo& info) {
-    if (comm_ != nullptr) comm_->close();
+    Napi::Env env = info.Env();
+    const bool keep = info.Length() > 0 && info[0].IsObject() && info[0].As<Napi::Object>().Get("keep").ToBoolean().Value();
+    std::unique_ptr<hora::KeptConnections> kept;
+    if (comm_ != nullptr) comm_->close(keep ? &kept : nullptr);
     comm_.reset();
     if (!released_) {
       released_ = true;
       tsfn_.Release();
     }
-    return info.Env().Undefined();
+    if (kept == nullptr) return env.Undefined();
+    return Napi::External<hora::KeptConnections>::New(env, kept.release(),
+                                                      [](Napi::Env, hora::KeptConnections* k) { delete k; });
   }
 
   std::shared_ptr<Work> Track(Napi::Env env, const Napi::Value& idValue) {

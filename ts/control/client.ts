@@ -174,8 +174,11 @@ export class RendezvousConnection extends EventEmitter {
   }
 
   /** Elastic: tells the server where this worker stands (proto/hora.proto ElasticReport). */
-  report(event: ElasticEvent, generation: number, fields: { dataAddr?: string; dataPort?: number; reason?: string } = {}): boolean {
-    return this.conn.send({ kind: 'elasticReport', event, generation, dataAddr: fields.dataAddr ?? '', dataPort: fields.dataPort ?? 0, reason: (fields.reason ?? '').slice(0, 4096) });
+  report(event: ElasticEvent, generation: number, fields: { dataAddr?: string; dataPort?: number; reason?: string; keptWorld?: number } = {}): boolean {
+    return this.conn.send({
+      kind: 'elasticReport', event, generation, dataAddr: fields.dataAddr ?? '', dataPort: fields.dataPort ?? 0,
+      reason: (fields.reason ?? '').slice(0, 4096), keptWorld: fields.keptWorld ?? 0,
+    });
   }
 
   /**

@@ -56,6 +56,8 @@ interface Member {
   dataPort: number;
   /** Sent LISTENING for the world being formed. */
   listening: boolean;
+  /** From LISTENING: 1 + the generation whose connections the worker holds (0: none). */
+  keptWorld: number;
 }
 
 type Phase = 'forming' | 'connecting' | 'running';
@@ -137,7 +139,7 @@ export class ElasticMembership {
     if (!reg.elastic) return 'this job is elastic (hora run --min-np) but the worker did not register as elastic; use the same hora version everywhere';
     if (this.finishing) return JOB_FINISHED_REFUSAL;
     const workerId = this.opts.assignWorkerIds ? this.nextWorkerId++ : reg.workerId ?? 0;
-    const member: Member = { conn, reg, workerId, rank: -1, entered: false, dataAddr: reg.dataAddr, dataPort: 0, listening: false };
+    const member: Member = { conn, reg, workerId, rank: -1, entered: false, dataAddr: reg.dataAddr, dataPort: 0, listening: false, keptWorld: 0 };
     this.members.set(conn, member);
     this.waiting.add(member);
     this.log('INFO', `worker ${member.workerId} (pid ${reg.pid}, host ${reg.hostId}) registered; ${this.waiting.size} waiting for the next world`);
@@ -181,6 +183,7 @@ export class ElasticMembership {
         if (this.phase !== 'connecting' || report.generation !== this.generation || m.rank < 0) return;
         m.dataAddr = report.dataAddr || m.dataAddr;
         m.dataPort = report.dataPort;
+        m.keptWorld = report.keptWorld ?? 0;
         m.listening = true;
         if (this.world.every((w) => w.listening)) this.sendTable();
         return;
@@ -285,6 +288,7 @@ export class ElasticMembership {
       m.rank = rank;
       m.dataPort = 0;
       m.listening = false;
+      m.keptWorld = 0;
       m.conn.send({ kind: 'membership', event: MembershipEvent.Assign, generation: this.generation, rank, size: chosen.length, jobId, reason: '', lostRank: -1 });
     });
     this.log('INFO', `forming world ${this.generation} of ${chosen.length} worker(s) (ids ${chosen.map((m) => m.workerId).join(', ')})`);
@@ -293,7 +297,7 @@ export class ElasticMembership {
   private sendTable(): void {
     const peers = computeTopology(this.world.map((m) => ({
       hostId: m.reg.hostId, dataAddr: m.dataAddr, dataPort: m.dataPort, hostname: m.reg.hostname, pid: m.reg.pid,
-    })));
+    }))).map((p, i) => ({ ...p, workerId: this.world[i].workerId, keptWorld: this.world[i].keptWorld }));
     const table: PeerTable = { jobId: `${this.opts.jobId}-g${this.generation}`, size: this.world.length, peers, yourRank: -1, generation: this.generation };
     for (const m of this.world) m.conn.send({ kind: 'peerTable', ...table, yourRank: m.rank });
     this.phase = 'running';

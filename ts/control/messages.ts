@@ -48,6 +48,10 @@ export interface Peer {
   crossSize: number;
   hostname: string;
   pid: number;
+  /** Elastic: the worker's start order, its id across worlds (0 otherwise). */
+  workerId?: number;
+  /** Elastic: as ElasticReport.keptWorld; two peers that say the same (not 0) take over their pair. */
+  keptWorld?: number;
 }
 
 export interface PeerTable {
@@ -81,6 +85,8 @@ export interface ElasticReport {
   dataAddr: string;
   dataPort: number;
   reason: string;
+  /** LISTENING: 1 + the generation of the world whose connections the worker holds for the next one; 0: none. */
+  keptWorld?: number;
 }
 
 export interface Abort {

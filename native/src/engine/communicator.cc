@@ -62,6 +62,7 @@ Communicator::Communicator(const CommunicatorOptions& options, Completion onComp
   world_.ctx = &ctx_;
   ctx_.setBackground(&p2p_);
   ctx_.setKernelTiming(options.timeline);
+  ctx_.setElastic(options.elastic);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -79,11 +80,13 @@ Communicator::~Communicator() {
 
 Status Communicator::listen(int* port) { return ctx_.listen(options_.bindHost, port); }
 
-void Communicator::connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId) {
+void Communicator::connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId,
+                           std::unique_ptr<KeptConnections> kept) {
   Task t;
   t.batch.push_back(std::move(work));
   t.peers = std::move(peers);
   t.jobId = std::move(jobId);
+  t.kept = std::move(kept);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(t));
@@ -293,7 +296,9 @@ void Communicator::abort(const Status& reason) {
   p2p_.wake();
 }
 
-void Communicator::close() {
+void Communicator::close(std::unique_ptr<KeptConnections>* keep) {
+  const bool connected = topologyReady_.load(std::memory_order_acquire);
+  if (keep != nullptr && connected) keepOnClose_.store(true, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Task stop;
@@ -303,6 +308,7 @@ void Communicator::close() {
   }
   queueCv_.notify_one();
   if (thread_.joinable()) thread_.join();
+  if (keepOnClose_.load()) *keep = ctx_.keepConnections();
 }
 
 void Communicator::run() {
@@ -347,7 +353,7 @@ void Communicator::run() {
       complete(w, Status(Code::kShutdown, "the communicator was shut down before this ran"), describeWork(*w));
     }
   }
-  ctx_.hangUp();
+  if (!keepOnClose_.load(std::memory_order_acquire)) ctx_.hangUp();
 }
 
 void Communicator::progressMessages() {
@@ -372,8 +378,10 @@ void Communicator::progressMessages() {
 }
 
 void Communicator::runConnect(Task& task) {
-  Status st = ctx_.connect(task.peers, task.jobId, options_.secret, options_.transport);
+  Status st = ctx_.connect(task.peers, task.jobId, options_.secret, options_.transport, task.kept.get());
+  task.kept.reset();
   if (st.isOk()) st = completeTopology(ctx_, options_.grid, options_.costLocal, options_.costCross);
+  if (st.isOk()) topologyReady_.store(true, std::memory_order_release);
   if (!st.isOk()) broken_ = st;
   complete(task.batch.front(), st, "connecting the data plane");
 }
@@ -622,8 +630,13 @@ void Communicator::complete(const std::shared_ptr<Work>& w, Status st, const std
     std::string prefix = "rank " + std::to_string(options_.rank) + ": " + what + ": ";
     if (fatal && broken_.isOk()) {
       broken_ = Status(st.code(), "earlier failure: " + st.message(), st.peer());
-      // Peers blocked on this rank should hear at once rather than wait for their own timeout.
-      ctx_.hangUp();
+      // Peers blocked on this rank should hear at once rather than wait for their own timeout. In an
+      // elastic world they are told without closing the connections, which stay for the next world.
+      if (options_.elastic) {
+        ctx_.notifyPeers();
+      } else {
+        ctx_.hangUp();
+      }
       HORA_WARN("%s%s", prefix.c_str(), st.message().c_str());
       p2p_.failAll(broken_);
     }

@@ -40,6 +40,9 @@ struct CommunicatorOptions {
   LinkOverride costLocal;            // HORA_COST_LOCAL, else measured at connect
   LinkOverride costCross;            // HORA_COST_CROSS, else measured at connect
   bool timeline = false;             // record WorkTimes for every collective (HORA_TIMELINE)
+  // A world of an elastic job: a fatal failure does not hang up the connections (the launcher tells every
+  // member that the world ended), so the survivors' pairs can be taken over by the next world.
+  bool elastic = false;
 };
 
 class Communicator {
@@ -58,7 +61,9 @@ class Communicator {
   // Opens the data-plane listener (synchronously: it is quick) and returns its port.
   Status listen(int* port);
   // Queues the mesh connection; completes `work` (kind ignored) when connected.
-  void connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId);
+  // kept: the connections of the last world, for the peers whose keptRank is set (Context::connect).
+  void connect(std::shared_ptr<Work> work, std::vector<PeerInfo> peers, std::string jobId,
+               std::unique_ptr<KeptConnections> kept = nullptr);
   // Queues collectives that were submitted together; they run in order. callerWillWait: the caller goes
   // on to waitFor() one of them at once, and will run the batch itself when the engine is idle.
   void submit(std::vector<std::shared_ptr<Work>> batch, bool callerWillWait = false);
@@ -79,8 +84,9 @@ class Communicator {
   bool spinFor(const std::shared_ptr<Work>& work, int64_t micros);
   // Fails everything queued and everything later with reason; wakes a blocked collective.
   void abort(const Status& reason);
-  // Lets the queue drain, then stops the thread and closes every connection.
-  void close();
+  // Lets the queue drain, then stops the thread and closes every connection; with keep, hands the
+  // connections of a connected world to *keep instead (for the next world's connect()).
+  void close(std::unique_ptr<KeptConnections>* keep = nullptr);
   // Timeline: the records of the works completed since the last call, in completion order (which is
   // submission order). Thread-safe.
   std::vector<TimelineRecord> takeTimelineRecords();
@@ -90,6 +96,7 @@ class Communicator {
     std::vector<std::shared_ptr<Work>> batch;
     std::vector<PeerInfo> peers;  // non-empty: a connect task
     std::string jobId;
+    std::unique_ptr<KeptConnections> kept;
     bool stop = false;
   };
 
@@ -130,7 +137,9 @@ class Communicator {
   std::atomic<uint64_t> completions_{0};  // works completed so far, readable without the lock (spinFor)  // JS-thread wait()s moving messages themselves (waitForMessage)
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() sleeps on, if any (under mutex_)
   const Work* waitedFor_ = nullptr;  // the work a waitFor() is in progress for; its caller takes the result (under mutex_)
-  bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
+  bool running_ = false;
+  std::atomic<bool> keepOnClose_{false};
+  std::atomic<bool> topologyReady_{false};  // connected: the world's pairs are all in place  // close() hands the connections over: the thread does not hang up  // a task is being run, by the communication thread or by a blocked waitFor()
   std::thread thread_;
 
   std::mutex groupsMutex_;

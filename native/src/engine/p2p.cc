@@ -482,6 +482,16 @@ void PointToPoint::onPayloadDone(Channel& c) {
 void PointToPoint::checkLiveness(Channel& c, Clock::time_point now) {
   if (now < c.nextLivenessCheck) return;
   c.nextLivenessCheck = now + std::chrono::milliseconds(kLivenessMs);
+  const int peer = c.pair->peer();
+  // The peer's collective failed in an elastic world: it said so on its notice socket (Context::notifyPeers()).
+  Pair* collectives = ctx_.pair(peer);
+  pollfd notice{collectives != nullptr ? collectives->noticeFd() : -1, POLLIN, 0};
+  char said = 0;
+  if (notice.fd >= 0 && poll(&notice, 1, 0) > 0 && recv(notice.fd, &said, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+    readFrames(c);
+    if (c.dead.isOk()) breakChannel(c, Status(Code::kPeerLost, "rank " + std::to_string(peer) + " ended its work after a failure of its own", peer));
+    return;
+  }
   pollfd pf{c.pair->livenessFd(), POLLIN | POLLRDHUP, 0};
   if (pf.fd < 0 || poll(&pf, 1, 0) <= 0) return;
   char byte;
@@ -491,7 +501,6 @@ void PointToPoint::checkLiveness(Channel& c, Clock::time_point now) {
   // What the peer wrote before it went is still readable: take it first.
   readFrames(c);
   if (!c.dead.isOk()) return;
-  const int peer = c.pair->peer();
   breakChannel(c, Status(Code::kPeerLost, "rank " + std::to_string(peer) + " is gone (its connection to rank " +
                                               std::to_string(ctx_.rank()) + " closed)",
                          peer));

@@ -105,8 +105,65 @@ Status Context::listen(const std::string& bindHost, int* port) {
   return Status::ok();
 }
 
+std::unique_ptr<KeptConnections> Context::keepConnections() {
+  auto kept = std::make_unique<KeptConnections>();
+  kept->rank = rank_;
+  kept->pairs = std::move(pairs_);
+  kept->p2pChannels = std::move(p2pChannels_);
+  kept->segments = std::move(segments_);
+  pairs_.clear();
+  p2pChannels_.clear();
+  segments_.clear();
+  pairView_.assign(pairView_.size(), nullptr);
+  return kept;
+}
+
+Status Context::takeOver(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
+                         KeptConnections* kept, const Deadline& deadline, std::vector<bool>* taken) {
+  taken->assign(size_, false);
+  std::vector<Pair*> toResync;
+  for (int r = 0; r < size_; ++r) {
+    const int old = peers[r].keptRank;
+    if (r == rank_ || old < 0) continue;
+    if (kept == nullptr || old >= static_cast<int>(kept->pairs.size()) || kept->pairs[old] == nullptr ||
+        kept->p2pChannels[old] == nullptr) {
+      return Status(Code::kInternal, "rank " + std::to_string(r) + " was to be reached over the connection to rank " +
+                                         std::to_string(old) + " of the last world, which this process does not hold");
+    }
+    pairs_[r] = std::move(kept->pairs[old]);
+    p2pChannels_[r] = std::move(kept->p2pChannels[old]);
+    pairs_[r]->renumber(r);
+    p2pChannels_[r]->renumber(r);
+    pairView_[r] = pairs_[r].get();
+    (*taken)[r] = true;
+    toResync.push_back(pairs_[r].get());
+    toResync.push_back(p2pChannels_[r].get());
+  }
+  if (kept != nullptr) {
+    // A segment stays mapped only while a pair taken over has a ring in it; the rest go with the pairs
+    // not taken (their connections close, and peers still holding them see a hang-up).
+    for (auto& segment : kept->segments) {
+      bool used = false;
+      for (int r = 0; r < size_ && !used; ++r) {
+        if (!(*taken)[r]) continue;
+        for (Pair* p : {pairs_[r].get(), p2pChannels_[r].get()}) {
+          auto* ring = dynamic_cast<shm::ShmPair*>(p);
+          used |= ring != nullptr && ring->usesMemory(segment->data(), segment->bytes());
+        }
+      }
+      if (used) segments_.push_back(std::move(segment));
+    }
+    kept->pairs.clear();
+    kept->p2pChannels.clear();
+    kept->segments.clear();
+  }
+  if (toResync.empty()) return Status::ok();
+  HORA_RETURN_IF_ERROR(resyncPairs(toResync, resyncMarker(secret, jobId), deadline, &aborted_));
+  return Status::ok();
+}
+
 Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
-                        TransportChoice transport) {
+                        TransportChoice transport, KeptConnections* kept) {
   if (static_cast<int>(peers.size()) != size_) {
     return Status(Code::kInvalidArgument, "peer table has " + std::to_string(peers.size()) +
                                               " entries for a world of " + std::to_string(size_));
@@ -115,7 +172,16 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   std::vector<std::string> hostIds;
   for (const PeerInfo& p : peers) hostIds.push_back(p.hostId);
   topology_ = Topology::fromHostIds(hostIds);
+  // Pairs taken over from the last world come first: once resynchronized, they carry the handshakes below.
+  std::vector<bool> taken;
+  Status placed = takeOver(peers, jobId, secret, kept, deadline, &taken);
+  if (!placed.isOk()) {
+    close(listenFd_);
+    listenFd_ = -1;
+    return placed;
+  }
   tcp::MeshOptions mesh;
+  mesh.skip = taken;
   mesh.rank = rank_;
   mesh.size = size_;
   mesh.peers.resize(size_);
@@ -134,16 +200,35 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
     if (r != rank_) allPeers.push_back(r);
   }
   std::vector<int> p2pFds;
-  Status meshed = syncLocalPeers(fds, allPeers, deadline, [](int) { return Status::ok(); });
+  std::vector<int> barrierFds = fds;
+  for (int r = 0; r < size_; ++r) {
+    if (taken[r]) barrierFds[r] = pairs_[r]->livenessFd();
+  }
+  Status meshed = syncLocalPeers(barrierFds, allPeers, deadline, [](int) { return Status::ok(); });
   if (meshed.isOk()) {
     mesh.jobTag = fnv1a64(jobId + "/messages");
     meshed = tcp::connectMesh(listenFd_, mesh, deadline, &p2pFds);
   }
+  // In an elastic world every new TCP pair gets a third connection, idle but for notices (notifyPeers()):
+  // after another barrier, for the same reason as above.
+  std::vector<int> noticeFds(size_, -1);
+  if (meshed.isOk() && elastic_) {
+    tcp::MeshOptions notices = mesh;
+    notices.jobTag = fnv1a64(jobId + "/notices");
+    for (int r = 0; r < size_; ++r) {
+      const bool sharesMemory = transport == TransportChoice::kAuto && peers[r].hostId == peers[rank_].hostId;
+      notices.skip[r] = taken[r] || sharesMemory;
+    }
+    meshed = syncLocalPeers(barrierFds, allPeers, deadline, [](int) { return Status::ok(); });
+    if (meshed.isOk()) meshed = tcp::connectMesh(listenFd_, notices, deadline, &noticeFds);
+  }
   close(listenFd_);
   listenFd_ = -1;
   if (!meshed.isOk()) {
-    for (int fd : fds) {
-      if (fd >= 0) close(fd);
+    for (const std::vector<int>* set : {&fds, &p2pFds, &noticeFds}) {
+      for (int fd : *set) {
+        if (fd >= 0) close(fd);
+      }
     }
     return meshed;
   }
@@ -153,14 +238,13 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   for (int r = 0; r < size_; ++r) {
     if (peers[r].hostId != peers[rank_].hostId) continue;
     ++localSize;
-    if (r != rank_ && transport == TransportChoice::kAuto) shmPeers.push_back(r);
+    if (r != rank_ && !taken[r] && transport == TransportChoice::kAuto) shmPeers.push_back(r);
   }
   auto fail = [&](Status st) {
-    for (int fd : fds) {
-      if (fd >= 0) close(fd);
-    }
-    for (int fd : p2pFds) {
-      if (fd >= 0) close(fd);
+    for (const std::vector<int>* set : {&fds, &p2pFds, &noticeFds}) {
+      for (int fd : *set) {
+        if (fd >= 0) close(fd);
+      }
     }
     return st;
   };
@@ -192,28 +276,39 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   }
 
   for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
+    if (r == rank_ || taken[r]) continue;
     Status st = tcp::configureForDataPlane(fds[r]);
     if (st.isOk()) st = tcp::configureForDataPlane(p2pFds[r]);
+    if (st.isOk() && noticeFds[r] >= 0) st = tcp::configureForDataPlane(noticeFds[r]);
     if (!st.isOk()) return fail(st);
   }
   for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
+    if (r == rank_ || taken[r]) continue;
     if (peerRingsForMe[r] != nullptr) {
       pairs_[r] = std::make_unique<shm::ShmPair>(r, peerRingsForMe[r], myRings + peers[r].localRank, fds[r]);
       p2pChannels_[r] = std::make_unique<shm::ShmPair>(r, peerRingsForMe[r] + localSize,
                                                        myRings + localSize + peers[r].localRank, p2pFds[r]);
     } else {
-      pairs_[r] = std::make_unique<tcp::TcpPair>(r, fds[r]);
+      auto pair = std::make_unique<tcp::TcpPair>(r, fds[r]);
+      pair->adoptNoticeSocket(noticeFds[r]);
+      pairs_[r] = std::move(pair);
       p2pChannels_[r] = std::make_unique<tcp::TcpPair>(r, p2pFds[r]);
     }
     pairView_[r] = pairs_[r].get();
     fds[r] = -1;
     p2pFds[r] = -1;
+    noticeFds[r] = -1;
   }
   const unsigned cores = std::thread::hardware_concurrency();
   oversubscribed_ = cores > 0 && static_cast<unsigned>(localSize) > cores;
-  HORA_INFO("connected to %d peers (%zu over shared memory)%s", size_ - 1, shmPeers.size(),
+  int tookOver = 0;
+  int local = 0;
+  for (int r = 0; r < size_; ++r) {
+    tookOver += taken[r] ? 1 : 0;
+    local += usesSharedMemory(r) ? 1 : 0;
+  }
+  HORA_INFO("connected to %d peers (%d over shared memory; %d connected anew, %d taken over from the last world)%s",
+            size_ - 1, local, size_ - 1 - tookOver, tookOver,
             oversubscribed_ ? "; more local ranks than cores: waits yield early" : "");
   return Status::ok();
 }
@@ -238,6 +333,18 @@ void Context::hangUp() {
   }
   for (auto& p : p2pChannels_) {
     if (p != nullptr) shutdown(p->livenessFd(), SHUT_RDWR);
+  }
+}
+
+void Context::notifyPeers() {
+  if (base_ != nullptr) return base_->notifyPeers();
+  const char notice = '!';
+  for (auto& p : pairs_) {
+    if (p == nullptr) continue;
+    // The notice socket is idle but for notices: there is room for one.
+    if (p->noticeFd() < 0 || send(p->noticeFd(), &notice, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+      shutdown(p->livenessFd(), SHUT_RDWR);
+    }
   }
 }
 
@@ -363,7 +470,14 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   // buffer would otherwise wait for the deadline.
   pollfd fds[64];
   Pair* senders[64] = {};
+  Pair* noticeOf[64] = {};  // a notice socket's pair
   int n = 0;
+  auto watchNotices = [&](Pair* p) {
+    if (p->noticeFd() >= 0 && n < 64) {
+      noticeOf[n] = p;
+      fds[n++] = {p->noticeFd(), POLLIN, 0};
+    }
+  };
   bool spinning = false;
   fds[n++] = {wakeFd_, POLLIN, 0};
   for (int i = 0; i < numSends && n < 64; ++i) {
@@ -372,6 +486,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     if (fd >= 0) {
       senders[n] = sends[i].pair;
       fds[n++] = {fd, POLLOUT | POLLRDHUP, 0};
+      watchNotices(sends[i].pair);
     } else {
       spinning = true;
     }
@@ -379,13 +494,24 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   for (int i = 0; i < numRecvs && n < 64; ++i) {
     if (recvs[i].done == recvs[i].len) continue;
     int fd = recvs[i].pair->pollFd();
-    if (fd >= 0) fds[n++] = {fd, POLLIN, 0};
-    else spinning = true;
+    if (fd >= 0) {
+      fds[n++] = {fd, POLLIN, 0};
+      watchNotices(recvs[i].pair);
+    } else {
+      spinning = true;
+    }
   }
   auto pollAndCheck = [&](int timeoutMs) -> Status {
     int r = poll(fds, n, timeoutMs);
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + strerror(errno));
     for (int i = 1; r > 0 && i < n; ++i) {
+      if (noticeOf[i] != nullptr && fds[i].revents != 0) {
+        // Only a notice counts: a peer that exited may have left its last bytes to read on the data socket,
+        // which tells a loss by itself.
+        char said = 0;
+        if (recv(fds[i].fd, &said, 1, MSG_PEEK | MSG_DONTWAIT) == 1) return failedPeerStatus(noticeOf[i]->peer());
+        continue;
+      }
       if (senders[i] != nullptr && (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
         int err = 0;
         socklen_t len = sizeof(err);
@@ -429,6 +555,13 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   return Status::ok();
 }
 
+Status Context::failedPeerStatus(int peer) const {
+  return Status(Code::kPeerLost,
+                "rank " + std::to_string(peer) + " ended this collective after a failure of its own (rank " +
+                    std::to_string(rank_) + " waited on it)",
+                peer);
+}
+
 bool Context::onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const {
   for (int i = 0; i < numSends; ++i) {
     if (sends[i].done < sends[i].len && sends[i].pair->pollFd() < 0) return false;
@@ -446,6 +579,8 @@ Status Context::checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int nu
     if (poll(&pf, 1, 0) <= 0) return Status::ok();
     char c;
     ssize_t r = recv(pf.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    // Nothing is sent on this socket once connected but a notice (notifyPeers()).
+    if (r == 1) return failedPeerStatus(p->peer());
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (pf.revents & (POLLHUP | POLLERR))) {
       return Status(Code::kPeerLost,
                     "rank " + std::to_string(p->peer()) + " is gone (its connection closed while it shared memory with rank " +

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "common/types.h"
 #include "transport/pair.h"
+#include "transport/resync.h"
 
 namespace hora {
 
@@ -31,6 +32,9 @@ struct PeerInfo {
   std::string addr;    // data-plane address
   int port = 0;
   int localRank = 0;   // index among the ranks with this host id
+  // Elastic: the peer's rank in the last world when the pair with it is taken over from there
+  // (transport/resync.h); -1: connect anew. Both ends of a pair must say the same.
+  int keptRank = -1;
 };
 
 enum class TransportChoice : uint8_t {
@@ -81,9 +85,14 @@ class Context {
   // Opens the data-plane listener; call before the rendezvous so the port can be published.
   Status listen(const std::string& bindHost, int* port);
   // Connects to every peer (table indexed by rank), authenticating each connection with the job's secret,
-  // and sets up shared memory with same-host peers. Closes the listener.
+  // and sets up shared memory with same-host peers. Closes the listener. With kept (the connections of
+  // the last world), a peer whose keptRank is set gets that world's pair instead, resynchronized
+  // (transport/resync.h); kept is emptied, and the pairs not taken are closed.
   Status connect(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
-                 TransportChoice transport);
+                 TransportChoice transport, KeptConnections* kept = nullptr);
+  // Hands every connection over, for the next world to take (call once the last collective has ended;
+  // the context is unusable afterwards).
+  std::unique_ptr<KeptConnections> keepConnections();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -137,15 +146,26 @@ class Context {
   bool aborted() const { return root().aborted_.load(std::memory_order_acquire); }
   // Shuts every connection down so that peers blocked on this rank see a hang-up at once, not a timeout.
   void hangUp();
+  // What an elastic world does instead (its connections are kept for the next world): tells every peer
+  // that this rank's collective failed, with a byte on the pair's notice socket (Pair::noticeFd()), which
+  // a peer's wait sees and fails with ERR_PEER_LOST. A pair without one is hung up after all.
+  void notifyPeers();
+  // Elastic worlds give every TCP pair a notice socket (a third connection; set before connect()).
+  void setElastic(bool on) { elastic_ = on; }
   Status abortReason() const;
 
  private:
   Status waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs, int idleRounds,
                          Clock::time_point idleSince);
+  // Places the pairs connect() takes over from kept and resynchronizes them; taken[r] says which.
+  Status takeOver(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
+                  KeptConnections* kept, const Deadline& deadline, std::vector<bool>* taken);
   Status checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs);
   // Every pending operation is on a TCP socket (none on shared memory).
   bool onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const;
   Status timeoutStatus(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const;
+  // ERR_PEER_LOST for a peer that said (notifyPeers()) that its collective failed.
+  Status failedPeerStatus(int peer) const;
   Context& root() { return base_ != nullptr ? *base_ : *this; }
   const Context& root() const { return base_ != nullptr ? *base_ : *this; }
 
@@ -159,6 +179,7 @@ class Context {
   int listenFd_ = -1;
   int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
   bool oversubscribed_ = false;  // more ranks on this host than cores
+  bool elastic_ = false;
   bool hangUpSeen_ = false;  // a shm peer's hang-up was seen once; the next sighting is a loss (waitForProgress)
   // TCP: a wait that slept in poll() woke to move some bytes but not all of them, so the link, not the
   // peer, sets the pace; until a progress() call finishes without such a wake, waits on sockets alone go

@@ -13,6 +13,8 @@
 
 namespace hora {
 
+class MarkerScan;
+
 class Pair {
  public:
   explicit Pair(int peer) : peer_(peer) {}
@@ -21,6 +23,8 @@ class Pair {
   Pair& operator=(const Pair&) = delete;
 
   int peer() const { return peer_; }
+  // The peer's rank in a later world that took this pair over (transport/resync.h).
+  void renumber(int peer) { peer_ = peer; }
 
   // Takes as many bytes of [data, data + len) as fit now; *taken says how many (possibly 0).
   virtual Status trySend(const uint8_t* data, size_t len, size_t* taken) = 0;
@@ -34,6 +38,14 @@ class Pair {
   virtual int pollFd() const = 0;
   // A socket whose hang-up means the peer is gone (for shared memory, the idle TCP connection kept for this).
   virtual int livenessFd() const = 0;
+  // An idle socket on which the peer of an elastic world says that its collective failed (a byte of
+  // data, Context::notifyPeers()), without closing anything; -1 when there is none. For shared memory
+  // it is the liveness socket; a TCP pair has one of its own in elastic worlds only.
+  virtual int noticeFd() const = 0;
+
+  // Drops received bytes up to and including the end of the marker that scan looks for, never a byte
+  // beyond it; *found says whether the marker's end was reached. Does not block. (transport/resync.h)
+  virtual Status skipThrough(MarkerScan* scan, bool* found) = 0;
 
  private:
   int peer_;

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "transport/resync.h"
+
 namespace hora {
 namespace shm {
 
@@ -66,6 +68,28 @@ Status ShmPair::tryRecvInto(uint8_t* dst, size_t len, size_t* got) {
     *got += n;
   }
   return Status::ok();
+}
+
+Status ShmPair::skipThrough(MarkerScan* scan, bool* found) {
+  *found = false;
+  for (;;) {
+    const uint8_t* data = nullptr;
+    size_t avail = 0;
+    peek(kSlotBytes, &data, &avail);
+    if (avail == 0) return Status::ok();
+    size_t n = scan->feed(data, avail, found);
+    consume(n);
+    if (*found) return Status::ok();
+  }
+}
+
+bool ShmPair::usesMemory(const void* base, size_t bytes) const {
+  auto inside = [&](const void* p) {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    auto b = reinterpret_cast<uintptr_t>(base);
+    return a >= b && a < b + bytes;
+  };
+  return inside(tx_) || inside(rx_);
 }
 
 }  // namespace shm

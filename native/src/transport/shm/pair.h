@@ -21,6 +21,10 @@ class ShmPair : public Pair {
   void consume(size_t n) override;
   int pollFd() const override { return -1; }
   int livenessFd() const override { return tcpFd_; }
+  int noticeFd() const override { return tcpFd_; }
+  Status skipThrough(MarkerScan* scan, bool* found) override;
+  // Whether either ring lies in [base, base + bytes) (a segment this pair needs mapped).
+  bool usesMemory(const void* base, size_t bytes) const;
 
  private:
   Ring* tx_;

@@ -292,6 +292,7 @@ class MeshBuilder {
     int flags = fcntl(listenFd_, F_GETFL, 0);
     if (flags < 0 || fcntl(listenFd_, F_SETFL, flags | O_NONBLOCK) != 0) return sysError("O_NONBLOCK on listener");
     for (int peer = 0; peer < o_.rank; ++peer) {
+      if (skipped(peer)) continue;
       Link l;
       l.outgoing = true;
       l.peer = peer;
@@ -357,10 +358,12 @@ class MeshBuilder {
 
   bool complete() const {
     for (int p = 0; p < o_.size; ++p) {
-      if (p != o_.rank && (*fds_)[p] < 0) return false;
+      if (p != o_.rank && !skipped(p) && (*fds_)[p] < 0) return false;
     }
     return true;
   }
+
+  bool skipped(int peer) const { return peer < static_cast<int>(o_.skip.size()) && o_.skip[peer]; }
 
   void fail(Status st) {
     if (fatal_.isOk()) fatal_ = std::move(st);
@@ -616,7 +619,7 @@ class MeshBuilder {
                         " but its proof does not verify (not a rank of this job, or a rank with a different "
                         "HORA_SECRET)");
     }
-    if ((*fds_)[h.rank] >= 0 || claimed(h.rank)) {
+    if ((*fds_)[h.rank] >= 0 || claimed(h.rank) || skipped(h.rank)) {
       return reject(l, Verdict::kDuplicate,
                     "a second authenticated connection from rank " + std::to_string(h.rank));
     }
@@ -714,7 +717,7 @@ class MeshBuilder {
     std::string missing, rejected;
     int firstMissing = -1;
     for (int p = o_.rank + 1; p < o_.size; ++p) {
-      if ((*fds_)[p] >= 0) continue;
+      if ((*fds_)[p] >= 0 || skipped(p)) continue;
       if (firstMissing < 0) firstMissing = p;
       missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       if (!rejectedClaims_[p].empty()) {

@@ -60,10 +60,13 @@ struct MeshOptions {
   // Set by another thread to give up (Context::abort): a peer died while the mesh formed. Checked at least
   // once a second; null: never.
   const std::atomic<bool>* aborted = nullptr;
+  // By rank: peers already connected (a connection taken over from the last world, transport/resync.h),
+  // which this mesh neither dials nor accepts. Empty: none.
+  std::vector<bool> skip;
 };
 
 // Connects the full mesh; on success (*fds)[peer] is a connected, authenticated, non-blocking socket for
-// every peer != rank. Fails with kAuth when a peer rejects this rank's proof or cannot prove its own, with
+// every peer != rank that options.skip does not name (-1 for those). Fails with kAuth when a peer rejects this rank's proof or cannot prove its own, with
 // kTimeout (naming the missing ranks) at the deadline.
 Status connectMesh(int listenFd, const MeshOptions& options, const Deadline& deadline, std::vector<int>* fds);
 

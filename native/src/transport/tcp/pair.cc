@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "transport/resync.h"
 #include "transport/tcp/connect.h"
 
 namespace hora {
@@ -18,6 +19,7 @@ TcpPair::TcpPair(int peer, int fd) : Pair(peer), fd_(fd), bounce_(kBounceBytes) 
 
 TcpPair::~TcpPair() {
   if (fd_ >= 0) close(fd_);
+  if (noticeFd_ >= 0) close(noticeFd_);
 }
 
 Status TcpPair::lost(const char* what, int err) {
@@ -95,6 +97,17 @@ Status TcpPair::peek(size_t max, const uint8_t** data, size_t* avail) {
 void TcpPair::consume(size_t n) {
   bounceBegin_ += n;
   if (bounceBegin_ == bounceEnd_) bounceBegin_ = bounceEnd_ = 0;
+}
+
+Status TcpPair::skipThrough(MarkerScan* scan, bool* found) {
+  *found = false;
+  // Bytes read ahead before the last world ended. The marker cannot be among them (it is sent only once
+  // that world's thread has stopped reading), so they are all dropped.
+  while (bounceEnd_ > bounceBegin_ && !*found) consume(scan->feed(bounce_.data() + bounceBegin_, bounceEnd_ - bounceBegin_, found));
+  if (*found) return Status::ok();
+  int err = 0;
+  if (!skipThroughSocket(fd_, scan, found, &err)) return lost(err == 0 ? "was closed by the peer" : "failed while receiving", err);
+  return Status::ok();
 }
 
 }  // namespace tcp

@@ -20,11 +20,16 @@ class TcpPair : public Pair {
   void consume(size_t n) override;
   int pollFd() const override { return fd_; }
   int livenessFd() const override { return fd_; }
+  int noticeFd() const override { return noticeFd_; }
+  // Owns fd from now on: the notice socket of an elastic world.
+  void adoptNoticeSocket(int fd) { noticeFd_ = fd; }
+  Status skipThrough(MarkerScan* scan, bool* found) override;
 
  private:
   Status lost(const char* what, int err);
 
   int fd_;
+  int noticeFd_ = -1;
   // Bytes read ahead for peek(); tryRecvInto drains these before it reads the socket, so the stream
   // stays in order. Sized to stay in L2 while a segment is reduced out of it.
   std::vector<uint8_t> bounce_;

@@ -1,0 +1,74 @@
+// Taking connections over from one world into the next (elastic training, docs/elastic.md).
+//
+// When a world ends, its survivors keep the pairs between them (Context::keepConnections) and the next
+// world takes them over instead of connecting anew. A pair left by an aborted collective may still hold
+// bytes of it in either direction: part of a message in a shared-memory ring, in a socket buffer or in
+// flight. Before the new world uses a pair, each side therefore sends a marker down it and drops what it
+// receives until the peer's marker has passed. The marker is 32 bytes of SHA-256 over the job's secret
+// and the new world's job id: the same on both sides, different in every world, and unguessable without
+// the secret, so stale tensor bytes never pass for it. From the marker on, both directions carry only
+// the new world's traffic.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/sha256.h"
+#include "common/status.h"
+#include "transport/pair.h"
+
+namespace hora {
+
+namespace shm {
+class Segment;
+}
+
+// Finds a marker in a byte stream that arrives in pieces (Knuth-Morris-Pratt, so a marker split across
+// two pieces, or preceded by a partial copy of itself, is still found).
+class MarkerScan {
+ public:
+  explicit MarkerScan(const Sha256Digest& marker);
+  // Feeds data[0, len); returns how many bytes were looked at: all of them, or up to and including the
+  // marker's last byte when it ends inside this piece (then *found is set).
+  size_t feed(const uint8_t* data, size_t len, bool* found);
+  const uint8_t* marker() const { return marker_.data(); }
+  size_t size() const { return marker_.size(); }
+
+ private:
+  Sha256Digest marker_;
+  std::vector<size_t> fallback_;  // fallback_[i]: longest proper border of marker[0, i]
+  size_t matched_ = 0;
+};
+
+// Drops what a socket has received up to and including the marker's end, never a byte beyond it (what
+// follows belongs to the new world, and connect()'s handshakes read it from the socket itself). Does not
+// block. Returns false when the socket failed: *err is its errno, 0 when the peer closed it.
+bool skipThroughSocket(int fd, MarkerScan* scan, bool* found, int* err);
+
+// The marker of the world named jobId.
+Sha256Digest resyncMarker(const std::string& secret, const std::string& jobId);
+
+// Connections a world leaves to the next one: pairs by the old world's ranks (null where none), and the
+// shared-memory segments their rings live in.
+struct KeptConnections {
+  int rank = -1;  // this process's rank in the old world
+  std::vector<std::unique_ptr<Pair>> pairs;
+  std::vector<std::unique_ptr<Pair>> p2pChannels;
+  std::vector<std::unique_ptr<shm::Segment>> segments;
+  ~KeptConnections();
+  // Moves everything into a new object and leaves this one empty.
+  std::unique_ptr<KeptConnections> takeAll();
+};
+
+// Sends the marker down every pair and drops what each receives until the peer's marker has passed;
+// returns when all are through. Fails with kPeerLost when a peer hangs up (for shared memory: its idle
+// socket does), kTimeout at the deadline, and with the abort reason when *aborted is set.
+Status resyncPairs(const std::vector<Pair*>& pairs, const Sha256Digest& marker, const Deadline& deadline,
+                   const std::atomic<bool>* aborted);
+
+}  // namespace hora
