@@ -60,7 +60,7 @@ t.test("a host's link cut mid-training: its workers leave, the host is blacklist
   t.match(r.stderr, /the world re-formed with 2 rank\(s\)/);
   // The survivors keep their shared-memory pair; the pairs to the cut-off host are dropped, not waited on.
   const tookOver = r.stderr.split('\n').filter((l) => l.startsWith('[') && l.includes(`@${h0}]`) &&
-    /hora INFO connected to 1 peers \(1 over shared memory; 0 connected anew, 1 taken over from the last world\)/.test(l));
+    /hora INFO connected to 1 peers in [\d.]+ ms \(1 over shared memory; 0 connected anew, 1 taken over from the last world\)/.test(l));
   t.equal(tookOver.length, 2, `both workers of ${h0} take their pair over into the world of 2`);
   // The cut-off workers hear nothing more from the launcher: they leave on their own, with the link still down.
   const deadline = Date.now() + 40000;

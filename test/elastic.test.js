@@ -27,7 +27,7 @@ t.test('3 ranks, --min-np 2, one SIGKILLed mid-training: the two go on from the 
   const r = await hora(['run', '-np', '3', '--min-np', '2', NODE, WORKER], { ELASTIC_KILL: '1:23:SIGKILL', ELASTIC_NO_REFILL: '3', HORA_DEBUG: 'INFO' });
   checkFinished(t, r, 2);
   // The survivors' shared-memory pair goes on into the smaller world: nothing is connected anew.
-  t.equal(connectLines(r.stderr, /1 peers \(1 over shared memory; 0 connected anew, 1 taken over from the last world\)/), 2,
+  t.equal(connectLines(r.stderr, /1 peers in [\d.]+ ms \(1 over shared memory; 0 connected anew, 1 taken over from the last world\)/), 2,
     'both survivors take their pair over into the new world');
   t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 survive');
   for (const x of r.results) {
@@ -84,9 +84,9 @@ t.test('a refilled worker joins a running world at the next commit', async (t) =
   t.equal(r.code, 0, r.stderr);
   // Into the world of three: each survivor keeps its pair with the other and connects to the new worker;
   // the new worker connects to both.
-  t.equal(connectLines(r.stderr, /2 peers \(2 over shared memory; 1 connected anew, 1 taken over from the last world\)/), 2,
+  t.equal(connectLines(r.stderr, /2 peers in [\d.]+ ms \(2 over shared memory; 1 connected anew, 1 taken over from the last world\)/), 2,
     'the survivors take their pair over and connect only to the new worker');
-  t.equal(connectLines(r.stderr, /2 peers \(2 over shared memory; 2 connected anew, 0 taken over/), 3 + 1,
+  t.equal(connectLines(r.stderr, /2 peers in [\d.]+ ms \(2 over shared memory; 2 connected anew, 0 taken over/), 3 + 1,
     'the first world and the new worker connect anew');
   t.equal(r.results.length, 3, 'three workers finish');
   t.same(new Set(r.results.map((x) => x.checksum)).size, 1, 'all end bit-identical');

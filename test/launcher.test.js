@@ -385,7 +385,7 @@ t.test('HORA_TRANSPORT=shm: shared memory between ranks of one host; across host
   const one = await hora(['run', '-np', '3', '--transport', 'shm', '--debug', 'INFO', NODE, '-e', script]);
   t.equal(one.code, 0, one.stderr);
   t.same(one.stdout.split('\n').filter(Boolean).sort(), ['[0] sum 6', '[1] sum 6', '[2] sum 6']);
-  t.equal((one.stderr.match(/connected to 2 peers \(2 over shared memory\)/g) || []).length, 3, 'every pair over shared memory');
+  t.equal((one.stderr.match(/connected to 2 peers in [\d.]+ ms \(2 over shared memory;/g) || []).length, 3, 'every pair over shared memory');
 
   const two = await hora(['run', '-H', 'localhost:2,127.0.0.1:1', '--simulate-hosts', '--grace', '20', '--transport', 'shm', NODE, '-e', script]);
   t.equal(two.code, 5, two.stderr);

@@ -283,14 +283,7 @@ void testTakeOver(Net net) {
 }  // namespace
 
 int main() {
-  const char* limit = getenv("HORA_TEST_WATCHDOG_S");
-  const int seconds = limit != nullptr ? atoi(limit) : 120;
-  std::thread([seconds] {
-    std::this_thread::sleep_for(std::chrono::seconds(seconds));
-    std::printf("not ok - watchdog: still running after %d s\n", seconds);
-    std::fflush(stdout);
-    _exit(1);
-  }).detach();
+  hora::testing::startWatchdog();
 
   testMarkerScan();
   for (Net net : {Net::kShm, Net::kTcp, Net::kMixed}) testTakeOver(net);

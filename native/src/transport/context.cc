@@ -106,16 +106,8 @@ Status Context::listen(const std::string& bindHost, int* port) {
 }
 
 std::unique_ptr<KeptConnections> Context::keepConnections() {
-  auto kept = std::make_unique<KeptConnections>();
-  kept->rank = rank_;
-  kept->pairs = std::move(pairs_);
-  kept->p2pChannels = std::move(p2pChannels_);
-  kept->segments = std::move(segments_);
-  pairs_.clear();
-  p2pChannels_.clear();
-  segments_.clear();
   pairView_.assign(pairView_.size(), nullptr);
-  return kept;
+  return KeptConnections::take(rank_, &pairs_, &p2pChannels_, &segments_);
 }
 
 Status Context::takeOver(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
@@ -169,6 +161,7 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
                                               " entries for a world of " + std::to_string(size_));
   }
   Deadline deadline(timeoutMs_);
+  const int64_t started = monotonicNanos();
   std::vector<std::string> hostIds;
   for (const PeerInfo& p : peers) hostIds.push_back(p.hostId);
   topology_ = Topology::fromHostIds(hostIds);
@@ -307,8 +300,8 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
     tookOver += taken[r] ? 1 : 0;
     local += usesSharedMemory(r) ? 1 : 0;
   }
-  HORA_INFO("connected to %d peers (%d over shared memory; %d connected anew, %d taken over from the last world)%s",
-            size_ - 1, local, size_ - 1 - tookOver, tookOver,
+  HORA_INFO("connected to %d peers in %.1f ms (%d over shared memory; %d connected anew, %d taken over from the last world)%s",
+            size_ - 1, (monotonicNanos() - started) / 1e6, local, size_ - 1 - tookOver, tookOver,
             oversubscribed_ ? "; more local ranks than cores: waits yield early" : "");
   return Status::ok();
 }

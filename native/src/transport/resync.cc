@@ -72,15 +72,14 @@ KeptConnections::~KeptConnections() {
   segments.clear();
 }
 
-std::unique_ptr<KeptConnections> KeptConnections::takeAll() {
+std::unique_ptr<KeptConnections> KeptConnections::take(int rank, std::vector<std::unique_ptr<Pair>>* pairs,
+                                                       std::vector<std::unique_ptr<Pair>>* p2pChannels,
+                                                       std::vector<std::unique_ptr<shm::Segment>>* segments) {
   auto out = std::make_unique<KeptConnections>();
   out->rank = rank;
-  out->pairs = std::move(pairs);
-  out->p2pChannels = std::move(p2pChannels);
-  out->segments = std::move(segments);
-  pairs.clear();
-  p2pChannels.clear();
-  segments.clear();
+  out->pairs.swap(*pairs);
+  out->p2pChannels.swap(*p2pChannels);
+  out->segments.swap(*segments);
   return out;
 }
 

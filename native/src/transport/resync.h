@@ -62,7 +62,11 @@ struct KeptConnections {
   std::vector<std::unique_ptr<shm::Segment>> segments;
   ~KeptConnections();
   // Moves everything into a new object and leaves this one empty.
-  std::unique_ptr<KeptConnections> takeAll();
+  std::unique_ptr<KeptConnections> takeAll() { return take(rank, &pairs, &p2pChannels, &segments); }
+  // Moves the given connections into a new object, leaving the vectors empty.
+  static std::unique_ptr<KeptConnections> take(int rank, std::vector<std::unique_ptr<Pair>>* pairs,
+                                               std::vector<std::unique_ptr<Pair>>* p2pChannels,
+                                               std::vector<std::unique_ptr<shm::Segment>>* segments);
 };
 
 // Sends the marker down every pair and drops what each receives until the peer's marker has passed;
