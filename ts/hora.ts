@@ -67,8 +67,7 @@ export interface World extends Topology, Scope {
   gpu?: number;
   /** newGroup calls so far: the next group's id is one more (the same on every rank). */
   groupsMade: number;
-  /** An elastic job's world (hora run --min-np): which generation, from 0. */
-  /** Elastic: this world's generation, and each rank's worker id (start order). */
+  /** An elastic job's world (hora run --min-np): which generation, from 0, and each rank's worker id. */
   elastic?: { generation: number; workers?: number[] };
 }
 
@@ -341,7 +340,9 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
     // The connect takes the kept connections, whether or not it succeeds: a later world connects anew.
     const kept = p.kept;
     p.kept = null;
-    const takeOver = (q: Peer) => (kept && keptWorld !== 0 && q.rank !== a.rank && q.keptWorld === keptWorld ? kept.workers.indexOf(q.workerId ?? -1) : -1);
+    const workerOf = (r: number) => table.workerIds?.[r] ?? 0;
+    const takeOver = (q: Peer) => (kept && keptWorld !== 0 && q.rank !== a.rank && table.keptWorlds?.[q.rank] === keptWorld
+      ? kept.workers.indexOf(workerOf(q.rank)) : -1);
     const peers = table.peers.map((q) => ({
       rank: q.rank, hostId: q.hostId, addr: q.dataAddr, port: q.dataPort, localRank: q.localRank, keptRank: takeOver(q),
     }));
@@ -363,7 +364,7 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
     dispatcher.peerPlaces = table.peers.map((q) => `host ${q.hostId}, pid ${q.pid}`);
     const w: World = {
       rank: a.rank, size: a.size, localRank: self.localRank, localSize: self.localSize, crossRank: self.crossRank, crossSize: self.crossSize,
-      dispatcher, ...scope, elastic: { generation: a.generation, workers: table.peers.map((q) => q.workerId ?? 0) },
+      dispatcher, ...scope, elastic: { generation: a.generation, workers: table.peers.map((q) => workerOf(q.rank)) },
     };
     startReporting(dispatcher.stats, (stats) => p.control.send({ kind: 'stats', ...stats }));
     if (p.control.endedGeneration >= a.generation) abortQuietly(comm, 'ERR_PEER_LOST', `world ${a.generation} ended as it formed`);

@@ -297,8 +297,11 @@ export class ElasticMembership {
   private sendTable(): void {
     const peers = computeTopology(this.world.map((m) => ({
       hostId: m.reg.hostId, dataAddr: m.dataAddr, dataPort: m.dataPort, hostname: m.reg.hostname, pid: m.reg.pid,
-    }))).map((p, i) => ({ ...p, workerId: this.world[i].workerId, keptWorld: this.world[i].keptWorld }));
-    const table: PeerTable = { jobId: `${this.opts.jobId}-g${this.generation}`, size: this.world.length, peers, yourRank: -1, generation: this.generation };
+    })));
+    const table: PeerTable = {
+      jobId: `${this.opts.jobId}-g${this.generation}`, size: this.world.length, peers, yourRank: -1, generation: this.generation,
+      workerIds: this.world.map((m) => m.workerId), keptWorlds: this.world.map((m) => m.keptWorld),
+    };
     for (const m of this.world) m.conn.send({ kind: 'peerTable', ...table, yourRank: m.rank });
     this.phase = 'running';
     this.log('INFO', `world ${this.generation} of ${this.world.length} rank(s) formed`);

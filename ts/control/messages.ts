@@ -48,10 +48,6 @@ export interface Peer {
   crossSize: number;
   hostname: string;
   pid: number;
-  /** Elastic: the worker's start order, its id across worlds (0 otherwise). */
-  workerId?: number;
-  /** Elastic: as ElasticReport.keptWorld; two peers that say the same (not 0) take over their pair. */
-  keptWorld?: number;
 }
 
 export interface PeerTable {
@@ -63,6 +59,10 @@ export interface PeerTable {
   yourRank: number;
   /** Elastic: which world this is, from 0. */
   generation?: number;
+  /** Elastic, by rank: the worker's start order, its id across worlds. */
+  workerIds?: number[];
+  /** Elastic, by rank: ElasticReport.keptWorld as the worker sent it; two that say the same (not 0) take over their pair. */
+  keptWorlds?: number[];
 }
 
 export const enum MembershipEvent { Ended = 1, Grow = 2, Assign = 3 }
@@ -239,7 +239,13 @@ export function decodeEnvelope(bytes: Uint8Array): ControlMessage {
     delete body.elastic;
     delete body.workerId;
   }
-  if (kind === 'peerTable' && !body.generation) delete body.generation;
+  if (kind === 'peerTable') {
+    if (!body.generation) delete body.generation;
+    for (const key of ['workerIds', 'keptWorlds']) {
+      if ((body[key] as unknown[]).length === 0) delete body[key];
+    }
+  }
+  if (kind === 'elasticReport' && !body.keptWorld) delete body.keptWorld;
   const msg = { kind, ...body } as ControlMessage;
   validateMessage(msg);
   return msg;
@@ -333,6 +339,12 @@ function checkPeerTable(table: PeerTable): void {
   if (!Number.isInteger(table.size) || table.size < 1) fieldError('PeerTable.size', table.size, 'is out of range: a job has at least 1 rank');
   if (table.peers.length !== table.size) {
     fieldError('PeerTable.peers', `${table.peers.length} entries`, `does not match PeerTable.size ${table.size}`);
+  }
+  for (const key of ['workerIds', 'keptWorlds'] as const) {
+    const list = table[key];
+    if (list !== undefined && list.length !== table.size) {
+      fieldError(`PeerTable.${key}`, `${list.length} entries`, `does not match PeerTable.size ${table.size}`);
+    }
   }
   if (!Number.isInteger(table.yourRank) || table.yourRank < 0 || table.yourRank >= table.size) {
     fieldError('PeerTable.yourRank', table.yourRank, `is out of range for size ${table.size}`);

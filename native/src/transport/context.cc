@@ -217,22 +217,7 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
   }
   close(listenFd_);
   listenFd_ = -1;
-  if (!meshed.isOk()) {
-    for (const std::vector<int>* set : {&fds, &p2pFds, &noticeFds}) {
-      for (int fd : *set) {
-        if (fd >= 0) close(fd);
-      }
-    }
-    return meshed;
-  }
-
-  std::vector<int> shmPeers;
-  int localSize = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (peers[r].hostId != peers[rank_].hostId) continue;
-    ++localSize;
-    if (r != rank_ && !taken[r] && transport == TransportChoice::kAuto) shmPeers.push_back(r);
-  }
+  // Closes the connections made so far (those taken over stay with their pairs).
   auto fail = [&](Status st) {
     for (const std::vector<int>* set : {&fds, &p2pFds, &noticeFds}) {
       for (int fd : *set) {
@@ -241,6 +226,15 @@ Status Context::connect(const std::vector<PeerInfo>& peers, const std::string& j
     }
     return st;
   };
+  if (!meshed.isOk()) return fail(meshed);
+
+  std::vector<int> shmPeers;
+  int localSize = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (peers[r].hostId != peers[rank_].hostId) continue;
+    ++localSize;
+    if (r != rank_ && !taken[r] && transport == TransportChoice::kAuto) shmPeers.push_back(r);
+  }
 
   // A segment holds two rings per local rank: the collectives' first, then the messages' (engine/p2p.h).
   std::vector<shm::Ring*> peerRingsForMe(size_, nullptr);
