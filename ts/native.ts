@@ -51,8 +51,8 @@ export interface NativeCommOptions {
   /** Record phase times of every collective and return them in NativeResult.times (HORA_TIMELINE). */
   timeline?: boolean;
   /**
-   * A world of an elastic job: a failure does not hang up the connections (the launcher tells every
-   * member), so that the next world can take over those between survivors.
+   * A world of an elastic job: a failure does not hang up the connections but tells the peers on their
+   * notice sockets, so that the next world can take over those between survivors.
    */
   elastic?: boolean;
 }

@@ -297,8 +297,7 @@ void Communicator::abort(const Status& reason) {
 }
 
 void Communicator::close(std::unique_ptr<KeptConnections>* keep) {
-  const bool connected = topologyReady_.load(std::memory_order_acquire);
-  if (keep != nullptr && connected) keepOnClose_.store(true, std::memory_order_release);
+  if (keep != nullptr && topologyReady_.load(std::memory_order_acquire)) keepOnClose_.store(true, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Task stop;

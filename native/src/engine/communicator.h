@@ -40,8 +40,8 @@ struct CommunicatorOptions {
   LinkOverride costLocal;            // HORA_COST_LOCAL, else measured at connect
   LinkOverride costCross;            // HORA_COST_CROSS, else measured at connect
   bool timeline = false;             // record WorkTimes for every collective (HORA_TIMELINE)
-  // A world of an elastic job: a fatal failure does not hang up the connections (the launcher tells every
-  // member that the world ended), so the survivors' pairs can be taken over by the next world.
+  // A world of an elastic job: a fatal failure does not hang up the connections but tells the peers on
+  // their notice sockets (Context::notifyPeers()), so the survivors' pairs can be taken over by the next world.
   bool elastic = false;
 };
 
@@ -137,9 +137,9 @@ class Communicator {
   std::atomic<uint64_t> completions_{0};  // works completed so far, readable without the lock (spinFor)  // JS-thread wait()s moving messages themselves (waitForMessage)
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() sleeps on, if any (under mutex_)
   const Work* waitedFor_ = nullptr;  // the work a waitFor() is in progress for; its caller takes the result (under mutex_)
-  bool running_ = false;
-  std::atomic<bool> keepOnClose_{false};
-  std::atomic<bool> topologyReady_{false};  // connected: the world's pairs are all in place  // close() hands the connections over: the thread does not hang up  // a task is being run, by the communication thread or by a blocked waitFor()
+  bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
+  std::atomic<bool> keepOnClose_{false};  // close() hands the connections over: the thread does not hang up
+  std::atomic<bool> topologyReady_{false};  // connected: the world's pairs are all in place
   std::thread thread_;
 
   std::mutex groupsMutex_;

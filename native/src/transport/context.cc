@@ -107,7 +107,7 @@ Status Context::listen(const std::string& bindHost, int* port) {
 
 std::unique_ptr<KeptConnections> Context::keepConnections() {
   pairView_.assign(pairView_.size(), nullptr);
-  return KeptConnections::take(rank_, &pairs_, &p2pChannels_, &segments_);
+  return KeptConnections::take(&pairs_, &p2pChannels_, &segments_);
 }
 
 Status Context::takeOver(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,

@@ -72,11 +72,10 @@ KeptConnections::~KeptConnections() {
   segments.clear();
 }
 
-std::unique_ptr<KeptConnections> KeptConnections::take(int rank, std::vector<std::unique_ptr<Pair>>* pairs,
+std::unique_ptr<KeptConnections> KeptConnections::take(std::vector<std::unique_ptr<Pair>>* pairs,
                                                        std::vector<std::unique_ptr<Pair>>* p2pChannels,
                                                        std::vector<std::unique_ptr<shm::Segment>>* segments) {
   auto out = std::make_unique<KeptConnections>();
-  out->rank = rank;
   out->pairs.swap(*pairs);
   out->p2pChannels.swap(*p2pChannels);
   out->segments.swap(*segments);

@@ -4,10 +4,11 @@
 // world takes them over instead of connecting anew. A pair left by an aborted collective may still hold
 // bytes of it in either direction: part of a message in a shared-memory ring, in a socket buffer or in
 // flight. Before the new world uses a pair, each side therefore sends a marker down it and drops what it
-// receives until the peer's marker has passed. The marker is 32 bytes of SHA-256 over the job's secret
-// and the new world's job id: the same on both sides, different in every world, and unguessable without
-// the secret, so stale tensor bytes never pass for it. From the marker on, both directions carry only
-// the new world's traffic.
+// receives until the peer's marker has passed; likewise on the pair's notice socket, which may hold
+// notices of the last world (Context::notifyPeers()). The marker is the 32-byte HMAC-SHA256 of the new
+// world's job id under the job's secret: the same on both sides, different in every world, and
+// unguessable without the secret, so stale tensor bytes never pass for it. From the marker on, both
+// directions carry only the new world's traffic.
 #pragma once
 
 #include <atomic>
@@ -36,8 +37,6 @@ class MarkerScan {
   // Feeds data[0, len); returns how many bytes were looked at: all of them, or up to and including the
   // marker's last byte when it ends inside this piece (then *found is set).
   size_t feed(const uint8_t* data, size_t len, bool* found);
-  const uint8_t* marker() const { return marker_.data(); }
-  size_t size() const { return marker_.size(); }
 
  private:
   Sha256Digest marker_;
@@ -56,22 +55,21 @@ Sha256Digest resyncMarker(const std::string& secret, const std::string& jobId);
 // Connections a world leaves to the next one: pairs by the old world's ranks (null where none), and the
 // shared-memory segments their rings live in.
 struct KeptConnections {
-  int rank = -1;  // this process's rank in the old world
   std::vector<std::unique_ptr<Pair>> pairs;
   std::vector<std::unique_ptr<Pair>> p2pChannels;
   std::vector<std::unique_ptr<shm::Segment>> segments;
   ~KeptConnections();
   // Moves everything into a new object and leaves this one empty.
-  std::unique_ptr<KeptConnections> takeAll() { return take(rank, &pairs, &p2pChannels, &segments); }
+  std::unique_ptr<KeptConnections> takeAll() { return take(&pairs, &p2pChannels, &segments); }
   // Moves the given connections into a new object, leaving the vectors empty.
-  static std::unique_ptr<KeptConnections> take(int rank, std::vector<std::unique_ptr<Pair>>* pairs,
+  static std::unique_ptr<KeptConnections> take(std::vector<std::unique_ptr<Pair>>* pairs,
                                                std::vector<std::unique_ptr<Pair>>* p2pChannels,
                                                std::vector<std::unique_ptr<shm::Segment>>* segments);
 };
 
-// Sends the marker down every pair and drops what each receives until the peer's marker has passed;
-// returns when all are through. Fails with kPeerLost when a peer hangs up (for shared memory: its idle
-// socket does), kTimeout at the deadline, and with the abort reason when *aborted is set.
+// Sends the marker down every pair (and its notice socket) and drops what each receives until the peer's
+// marker has passed; returns when all are through. Fails with kPeerLost when a peer hangs up or when
+// *aborted is set, and with kTimeout at the deadline.
 Status resyncPairs(const std::vector<Pair*>& pairs, const Sha256Digest& marker, const Deadline& deadline,
                    const std::atomic<bool>* aborted);
 
