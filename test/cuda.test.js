@@ -75,7 +75,7 @@ t.test('a freed buffer: every use is a clear error, free() again does nothing', 
   throwsInvalid(t, () => b.pointer, /DeviceBuffer\.pointer: the buffer was freed/, 'pointer');
   t.doesNotThrow(() => b.free(), 'a second free() is harmless');
   await hora.init();
-  await t.rejects(hora.allreduce(b), { code: 'ERR_INVALID_ARGUMENT', message: /argument 'x' must be a DeviceBuffer that has not been freed/ });
+  await t.rejects(async () => hora.allreduce(b), { code: 'ERR_INVALID_ARGUMENT', message: /argument 'x' must be a DeviceBuffer that has not been freed/ });
 });
 
 t.test('wrap: a sub-range of an owned buffer works; bad ranges are clear errors', { skip }, async (t) => {
@@ -127,7 +127,7 @@ t.test('world of one: collectives answer with device memory', { skip }, async (t
     t.same(Array.from(out.toHost()), Array.from(host), `${name}: x's values`);
     out.free();
   }
-  await t.rejects(hora.allreduce(x, { dtype: 'float16' }), { code: 'ERR_INVALID_ARGUMENT', message: /options\.dtype.*DeviceBuffer's own dtype \('float32'\)/ });
+  await t.rejects(async () => hora.allreduce(x, { dtype: 'float16' }), { code: 'ERR_INVALID_ARGUMENT', message: /options\.dtype.*DeviceBuffer's own dtype \('float32'\)/ });
   a.free();
   x.free();
 });
