@@ -224,6 +224,58 @@ void fiveSourceHalfSumWithinHalfUlp() {
                                         std::to_string(kTrials) + " trials (" + std::to_string(roundedPairwiseDiffers) + ")");
 }
 
+// float16 min and max on the bits (what the device kernel does) against converting, combining and rounding
+// back, for every pattern a against every b of a stride through all 65536, and a single source quieted.
+void halfMinMaxOnBits() {
+  std::string details;
+  const uint32_t stride = 1 + static_cast<uint32_t>(gRng() % 61);
+  for (uint32_t a = 0; a < 0x10000u && details.empty(); ++a) {
+    for (uint32_t b = a % stride; b < 0x10000u && details.empty(); b += stride) {
+      const uint16_t ha = static_cast<uint16_t>(a), hb = static_cast<uint16_t>(b);
+      const uint16_t wantMin = floatToHalf(el::minimum(halfToFloat(ha), halfToFloat(hb)));
+      const uint16_t wantMax = floatToHalf(el::maximum(halfToFloat(ha), halfToFloat(hb)));
+      const uint16_t gotMin = el::halfMinMax<ReduceOp::kMin>(ha, hb), gotMax = el::halfMinMax<ReduceOp::kMax>(ha, hb);
+      if (gotMin != wantMin || gotMax != wantMax) {
+        details = "min/max of " + hex(a) + " and " + hex(b) + ": " + hex(gotMin) + "/" + hex(gotMax) + " on the bits, " +
+                  hex(wantMin) + "/" + hex(wantMax) + " through float";
+      }
+    }
+    const uint16_t ha = static_cast<uint16_t>(a);
+    if (details.empty() && el::halfQuieted(ha) != floatToHalf(halfToFloat(ha))) {
+      details = "a single source " + hex(a) + ": " + hex(el::halfQuieted(ha)) + ", through float " +
+                hex(floatToHalf(halfToFloat(ha)));
+    }
+  }
+  check(details.empty(), "float16 min and max on the bits equal the float path (every a, b in steps of " +
+                             std::to_string(stride) + ")", details);
+}
+
+// avg by a power-of-two divisor multiplies by its reciprocal: the same bits as the CPU's divide, on every
+// value but NaN.
+template <DType D>
+void powerOfTwoAvgMatchesCpu() {
+  using E = el::Element<D>;
+  using S = typename E::Stored;
+  std::string details;
+  for (int divisor : {2, 4, 8, 16, 64, 1024, 1 << 20}) {
+    std::vector<S> x(kPairs);
+    for (auto& v : x) {
+      do v = randomStored<S>(D);
+      while (v != v);  // a sum reaches the divide with its NaN canonical already; the CPU keeps a lone NaN's sign
+    }
+    std::vector<S> cpu = x;
+    scaleForAvg(D, cpu.data(), kPairs, divisor);
+    for (size_t i = 0; i < kPairs && details.empty(); ++i) {
+      const S got = E::store(el::finishAvg(E::load(x[i]), divisor));
+      if (bitsAsU64(got) != bitsAsU64(cpu[i])) {
+        details = hex(bitsAsU64(x[i])) + " / " + std::to_string(divisor) + " gives " + hex(bitsAsU64(got)) + ", the CPU " +
+                  hex(bitsAsU64(cpu[i]));
+      }
+    }
+  }
+  check(details.empty(), std::string(dtypeName(D)) + " avg by powers of two 2..2^20 equals the CPU's divide", details);
+}
+
 }  // namespace
 
 int main() {
@@ -243,6 +295,9 @@ int main() {
   conversionsOfEverySixteenBitPattern();
   conversionsOfFloats();
   fiveSourceHalfSumWithinHalfUlp();
+  halfMinMaxOnBits();
+  powerOfTwoAvgMatchesCpu<DType::kFloat32>();
+  powerOfTwoAvgMatchesCpu<DType::kFloat64>();
   std::printf("# %d of %d checks failed\n", gFailed, gCount);
   return gFailed == 0 ? 0 : 1;
 }

@@ -53,6 +53,15 @@ HORA_HD double doubleFromBits(uint64_t u) {
 // whether the compiler fuses a multiply and an add. ----
 
 HORA_HD float halfToFloat(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  // On the device, the hardware conversion gives the same value for every half but Inf and NaN (it is
+  // exact, subnormals included); those keep the integer path, which carries a NaN's payload as the CPU does.
+  if ((h & 0x7c00u) != 0x7c00u) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+  }
+#endif
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t magnitude = h & 0x7fffu;
   const uint32_t exponent = magnitude & 0x7c00u;
@@ -72,6 +81,15 @@ HORA_HD float halfToFloat(uint16_t h) {
 // Rounds to nearest even; NaN stays NaN, quieted, with its top payload bits (as x86's vcvtps2ph does).
 HORA_HD uint16_t floatToHalf(float f) {
   const uint32_t u = bitsOf(f);
+#ifdef __CUDA_ARCH__
+  // The hardware's round-to-nearest-even conversion agrees with the integer path below for every float but
+  // NaN, whose payload the hardware drops.
+  if ((u & 0x7fffffffu) <= 0x7f800000u) {
+    uint16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+  }
+#endif
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
@@ -197,14 +215,41 @@ HORA_HD T combine(T a, T b) {
   }
 }
 
+// ---- float16 min and max on the stored bits. ----
+// Converting two halves to float (exact and order-preserving), taking the minimum or maximum and rounding
+// back (exact again) gives one of the two inputs, or the canonical NaN: so the bits alone decide it. Mapping
+// each pattern to an unsigned key that orders like the values (negatives reversed below the positives) puts
+// -0 just below +0, which is the rule above: min prefers -0, max prefers +0.
+constexpr uint16_t kQuietNaN16 = 0x7e00u;  // floatToHalf of the canonical float NaN
+HORA_HD bool halfIsNaN(uint16_t h) { return (h & 0x7fffu) > 0x7c00u; }
+HORA_HD uint16_t halfOrderKey(uint16_t h) {
+  return static_cast<uint16_t>((h & 0x8000u) ? ~h : (h | 0x8000u));
+}
+template <ReduceOp Op>
+HORA_HD uint16_t halfMinMax(uint16_t a, uint16_t b) {
+  static_assert(Op == ReduceOp::kMin || Op == ReduceOp::kMax, "min or max");
+  if (halfIsNaN(a) || halfIsNaN(b)) return kQuietNaN16;
+  const uint16_t ka = halfOrderKey(a), kb = halfOrderKey(b);
+  return (Op == ReduceOp::kMin ? ka <= kb : ka >= kb) ? a : b;
+}
+// A single source goes through load and store alone, which quiets a NaN and keeps the rest of its bits.
+HORA_HD uint16_t halfQuieted(uint16_t h) { return halfIsNaN(h) ? static_cast<uint16_t>(h | 0x0200u) : h; }
+
 // The last step of kAvg, as scaleForAvg does it: floats divide (NaN canonical), integers truncate toward
 // zero. A divisor of 1 or less leaves the sum as it is. uint8 divides as unsigned int, so a divisor
 // above 255 gives 0 rather than dividing by the divisor's low byte.
+// A power-of-two divisor multiplies by its exact reciprocal instead: sum / 2^k and sum * 2^-k are the
+// same real number, so both round to the same float, subnormal results included, at a fraction of the cost.
+HORA_HD bool powerOfTwo(int divisor) { return (divisor & (divisor - 1)) == 0; }
 HORA_HD float finishAvg(float sum, int divisor) {
-  return divisor <= 1 ? sum : canonicalNaN(sum / static_cast<float>(divisor));
+  if (divisor <= 1) return sum;
+  if (powerOfTwo(divisor)) return canonicalNaN(sum * (1.0f / static_cast<float>(divisor)));
+  return canonicalNaN(sum / static_cast<float>(divisor));
 }
 HORA_HD double finishAvg(double sum, int divisor) {
-  return divisor <= 1 ? sum : canonicalNaN(sum / static_cast<double>(divisor));
+  if (divisor <= 1) return sum;
+  if (powerOfTwo(divisor)) return canonicalNaN(sum * (1.0 / static_cast<double>(divisor)));
+  return canonicalNaN(sum / static_cast<double>(divisor));
 }
 HORA_HD int32_t finishAvg(int32_t sum, int divisor) { return divisor <= 1 ? sum : sum / divisor; }
 HORA_HD int64_t finishAvg(int64_t sum, int divisor) {

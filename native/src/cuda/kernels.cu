@@ -113,26 +113,48 @@ __global__ void __launch_bounds__(kThreads)
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 
-  for (size_t p = first; p < packs; p += stride) {
-    S in[kLanes];
-    Acc acc[kLanes];
-    loadLanes(src.ptr[0], p, in);
+  if constexpr (D == DType::kFloat16 && (Op == ReduceOp::kMin || Op == ReduceOp::kMax)) {
+    // On the bits, with no conversion (elements.h says why that is the same result).
+    for (size_t p = first; p < packs; p += stride) {
+      S in[kLanes], acc[kLanes];
+      loadLanes(src.ptr[0], p, acc);
+      for (int k = 1; k < src.n; ++k) {
+        loadLanes(src.ptr[k], p, in);
 #pragma unroll
-    for (int l = 0; l < kLanes; ++l) acc[l] = E::load(in[l]);
-    for (int k = 1; k < src.n; ++k) {
-      loadLanes(src.ptr[k], p, in);
+        for (int l = 0; l < kLanes; ++l) acc[l] = el::halfMinMax<Op>(acc[l], in[l]);
+      }
+      if (src.n == 1) {
 #pragma unroll
-      for (int l = 0; l < kLanes; ++l) acc[l] = el::combine<Op>(acc[l], E::load(in[l]));
+        for (int l = 0; l < kLanes; ++l) acc[l] = el::halfQuieted(acc[l]);
+      }
+      storeLanes(dst, p, acc);
     }
+    for (size_t i = packs * kLanes + first; i < count; i += stride) {
+      S acc = static_cast<const S*>(src.ptr[0])[i];
+      for (int k = 1; k < src.n; ++k) acc = el::halfMinMax<Op>(acc, static_cast<const S*>(src.ptr[k])[i]);
+      static_cast<S*>(dst)[i] = src.n == 1 ? el::halfQuieted(acc) : acc;
+    }
+  } else {
+    for (size_t p = first; p < packs; p += stride) {
+      S in[kLanes];
+      Acc acc[kLanes];
+      loadLanes(src.ptr[0], p, in);
 #pragma unroll
-    for (int l = 0; l < kLanes; ++l) in[l] = E::store(finish<Op>(acc[l], avgDivisor));
-    storeLanes(dst, p, in);
-  }
-
-  for (size_t i = packs * kLanes + first; i < count; i += stride) {
-    Acc acc = E::load(static_cast<const S*>(src.ptr[0])[i]);
-    for (int k = 1; k < src.n; ++k) acc = el::combine<Op>(acc, E::load(static_cast<const S*>(src.ptr[k])[i]));
-    static_cast<S*>(dst)[i] = E::store(finish<Op>(acc, avgDivisor));
+      for (int l = 0; l < kLanes; ++l) acc[l] = E::load(in[l]);
+      for (int k = 1; k < src.n; ++k) {
+        loadLanes(src.ptr[k], p, in);
+#pragma unroll
+        for (int l = 0; l < kLanes; ++l) acc[l] = el::combine<Op>(acc[l], E::load(in[l]));
+      }
+#pragma unroll
+      for (int l = 0; l < kLanes; ++l) in[l] = E::store(finish<Op>(acc[l], avgDivisor));
+      storeLanes(dst, p, in);
+    }
+    for (size_t i = packs * kLanes + first; i < count; i += stride) {
+      Acc acc = E::load(static_cast<const S*>(src.ptr[0])[i]);
+      for (int k = 1; k < src.n; ++k) acc = el::combine<Op>(acc, E::load(static_cast<const S*>(src.ptr[k])[i]));
+      static_cast<S*>(dst)[i] = E::store(finish<Op>(acc, avgDivisor));
+    }
   }
 }
 
