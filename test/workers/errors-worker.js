@@ -203,7 +203,9 @@ async function soloScenario() {
 
 // Where an awaited collective's error points. Ranks disagree on the count (ERR_MISMATCH): first with the
 // call-site budget full, then as the last of 400 calls made in one synchronous run, past the budget of
-// HORA_CALL_SITES=sampled (256 at once).
+// HORA_CALL_SITES=sampled (256 at once, then 4 a millisecond). The clock stands still during the run, as
+// if the 400 calls took no time: on a slow or busy machine they can take long enough for the budget to
+// refill, and the test would then measure the machine rather than the budget.
 async function callSitesScenario() {
   const r = hora.rank();
   const stackOf = async (work) => {
@@ -216,8 +218,14 @@ async function callSitesScenario() {
   };
   const first = await stackOf(hora.allreduce(new Float32Array(2 + r), { name: 'first mismatch' }));
   const works = [];
-  for (let i = 0; i < 399; i++) works.push(hora.allreduce(new Float32Array(1), { op: 'sum' }));
-  works.push(hora.allreduce(new Float32Array(2 + r), { name: 'late mismatch' }));
+  const stopped = performance.now();
+  performance.now = () => stopped;
+  try {
+    for (let i = 0; i < 399; i++) works.push(hora.allreduce(new Float32Array(1), { op: 'sum' }));
+    works.push(hora.allreduce(new Float32Array(2 + r), { name: 'late mismatch' }));
+  } finally {
+    delete performance.now;  // the prototype's clock again
+  }
   const late = await stackOf(works[399]);
   const others = await Promise.allSettled(works.slice(0, 399).map((w) => Promise.resolve(w)));
   return { first, late, othersOk: others.every((o) => o.status === 'fulfilled') };
