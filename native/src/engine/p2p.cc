@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 
@@ -292,14 +293,18 @@ bool PointToPoint::writeFrames(Channel& c) {
     else if (!c.control.empty()) q = &c.control;
     else if (!c.data.empty()) q = &c.data;
     if (q == nullptr) break;
+    if (q == &c.control && c.control.size() > 1 && c.control.front().done == 0) {
+      if (!writeControlTogether(c)) break;
+      moved = true;
+      continue;
+    }
     OutFrame& f = q->front();
     const size_t total = f.head.size() + f.payloadLen;
     while (f.done < total) {
-      const bool inHead = f.done < f.head.size();
-      const uint8_t* from = inHead ? f.head.data() + f.done : f.payload + (f.done - f.head.size());
-      const size_t len = inHead ? f.head.size() - f.done : total - f.done;
       size_t taken = 0;
-      Status st = c.pair->trySend(from, len, &taken);
+      Status st = f.done < f.head.size()
+                      ? c.pair->trySendTwo(f.head.data() + f.done, f.head.size() - f.done, f.payload, f.payloadLen, &taken)
+                      : c.pair->trySend(f.payload + (f.done - f.head.size()), total - f.done, &taken);
       if (!st.isOk()) {
         breakChannel(c, st);
         return moved;
@@ -315,6 +320,28 @@ bool PointToPoint::writeFrames(Channel& c) {
     if (completes != nullptr) finish(completes, Status::ok());
   }
   return moved;
+}
+
+// Control frames are headers alone. The ACKs of a window of eager messages, or the CTSs of a window of
+// large ones, are queued together while their frames are read; written together they leave in one
+// system call, and on TCP in one packet instead of one each. Returns whether any byte went out.
+bool PointToPoint::writeControlTogether(Channel& c) {
+  controlBytes_.clear();
+  for (const OutFrame& f : c.control) controlBytes_.insert(controlBytes_.end(), f.head.begin(), f.head.end());
+  size_t taken = 0;
+  Status st = c.pair->trySend(controlBytes_.data(), controlBytes_.size(), &taken);
+  if (!st.isOk()) {
+    breakChannel(c, st);
+    return false;
+  }
+  for (size_t left = taken; left > 0;) {
+    OutFrame& f = c.control.front();
+    const size_t n = std::min(left, f.head.size() - f.done);
+    f.done += n;
+    left -= n;
+    if (f.done == f.head.size()) c.control.pop_front();
+  }
+  return taken > 0;
 }
 
 bool PointToPoint::readFrames(Channel& c) {

@@ -145,6 +145,7 @@ class PointToPoint : public BackgroundProgress {
   void match(Channel& c, Op* op, const p2p::FrameHeader& h, Unexpected* buffered);
   void matchBuffered(Channel& c, MatchKey key);
   bool pump(Channel& c);
+  bool writeControlTogether(Channel& c);
   bool writeFrames(Channel& c);
   bool readFrames(Channel& c);
   void onHeader(Channel& c);
@@ -175,6 +176,7 @@ class PointToPoint : public BackgroundProgress {
   std::mutex inboxMutex_;
   std::vector<std::shared_ptr<Work>> inbox_;  // under inboxMutex_
   std::vector<uint8_t> discard_;
+  std::vector<uint8_t> controlBytes_;  // writeControlTogether's frames, back to back
 };
 
 }  // namespace hora

@@ -28,6 +28,17 @@ class Pair {
 
   // Takes as many bytes of [data, data + len) as fit now; *taken says how many (possibly 0).
   virtual Status trySend(const uint8_t* data, size_t len, size_t* taken) = 0;
+  // The same for [a, a + alen) followed by [b, b + blen), as one stream; *taken counts both. TCP writes
+  // them with one system call, so a frame's header and its payload leave in the same segments rather than
+  // the header alone in a packet of its own.
+  virtual Status trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size_t blen, size_t* taken) {
+    HORA_RETURN_IF_ERROR(trySend(a, alen, taken));
+    if (*taken < alen || blen == 0) return Status::ok();
+    size_t more = 0;
+    Status st = trySend(b, blen, &more);
+    *taken += more;
+    return st;
+  }
   // Copies up to len received bytes into dst; *got says how many (possibly 0).
   virtual Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) = 0;
   // Exposes received bytes in place, contiguous, at most max; *avail may be 0. consume() releases them.

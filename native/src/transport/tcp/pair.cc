@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -28,9 +29,21 @@ Status TcpPair::lost(const char* what, int err) {
 }
 
 Status TcpPair::trySend(const uint8_t* data, size_t len, size_t* taken) {
+  return trySendTwo(data, len, nullptr, 0, taken);
+}
+
+Status TcpPair::trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size_t blen, size_t* taken) {
   *taken = 0;
-  while (*taken < len) {
-    ssize_t n = ::send(fd_, data + *taken, len - *taken, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (*taken < alen + blen) {
+    iovec iov[2];
+    int parts = 0;
+    if (*taken < alen) iov[parts++] = {const_cast<uint8_t*>(a + *taken), alen - *taken};
+    const size_t intoB = *taken > alen ? *taken - alen : 0;
+    if (blen > intoB) iov[parts++] = {const_cast<uint8_t*>(b + intoB), blen - intoB};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = parts;
+    ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       *taken += static_cast<size_t>(n);
       continue;

@@ -15,6 +15,7 @@ class TcpPair : public Pair {
   ~TcpPair() override;
 
   Status trySend(const uint8_t* data, size_t len, size_t* taken) override;
+  Status trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size_t blen, size_t* taken) override;
   Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) override;
   Status peek(size_t max, const uint8_t** data, size_t* avail) override;
   void consume(size_t n) override;
