@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Pipeline parallelism on this machine (docs/pipeline.md): hora/tfjs's pipeline() against one process.
 //
-//   node bench/pipeline.js [--part all|throughput|bubble|memory|partition] [--repeats 3] [--quick] [--out FILE]
+//   node bench/pipeline.js [--part all|throughput|bubble|memory|partition|microbatch] [--repeats 3] [--quick] [--out FILE]
 //
 // Parts (each job is a fresh `hora run -np 2`; the pipeline and its baseline take turns, --repeats times,
 // and the figure quoted is the median):
@@ -16,6 +16,9 @@
 //               keeping records and recomputing.
 //   partition   7 dense layers of unequal cost: every cut into 2 stages, measured, against partition 'auto':
 //               auto's slowest stage against the best cut's, and its throughput against the even cut's.
+//   microbatch  one process, no hora: the throughput model's batch trained whole against the same batch as
+//               m = 8 micro-batches whose gradients are summed and applied once (what the stages compute
+//               between them), alternating: what cutting the batch costs tfjs before any pipelining.
 // --quick shrinks every model and run so that the whole script finishes in about a minute (for the tests;
 // its figures mean nothing). Prints one JSON line per measurement and a summary; --out writes them all.
 'use strict';
@@ -47,7 +50,23 @@ async function worker() {
   let step;
   let finish = async () => ({});
   let hora = null;
-  if (c.single) {
+  if (c.single && c.accumulate) {
+    // The batch as c.accumulate micro-batches: their gradients summed, weighted by their share, applied once.
+    const optimizer = tf.train.sgd(0.01);
+    const xs = tf.split(x, c.accumulate);
+    const ys = tf.split(y, c.accumulate);
+    step = () => {
+      let sums = null;
+      for (let i = 0; i < c.accumulate; i++) {
+        const { value, grads } = tf.variableGrads(() => tf.mul(tf.losses.meanSquaredError(ys[i], model.predict(xs[i])), 1 / c.accumulate));
+        value.dispose();
+        if (sums === null) sums = grads;
+        else for (const k of Object.keys(grads)) { const prev = sums[k]; sums[k] = tf.add(prev, grads[k]); prev.dispose(); grads[k].dispose(); }
+      }
+      optimizer.applyGradients(sums);
+      for (const t of Object.values(sums)) t.dispose();
+    };
+  } else if (c.single) {
     model.compile({ optimizer: tf.train.sgd(0.01), loss: 'meanSquaredError' });
     step = () => model.trainOnBatch(x, y);
   } else {
@@ -112,7 +131,7 @@ function main() {
     if (!(key in args)) { console.error(`bench/pipeline.js: unknown option ${process.argv[i]}`); process.exit(2); }
     args[key] = typeof args[key] === 'number' ? Number(process.argv[++i]) : process.argv[++i];
   }
-  const parts = args.part === 'all' ? ['throughput', 'bubble', 'memory', 'partition'] : [args.part];
+  const parts = args.part === 'all' ? ['throughput', 'bubble', 'memory', 'partition', 'microbatch'] : [args.part];
   const q = args.quick;
   const equal = q ? [16, 16, 16, 16, 16] : [512, 512, 512, 512, 512, 512, 512, 512, 512];
   const unequal = q ? [16, 32, 8, 16, 8] : [256, 1024, 128, 512, 256, 1024, 128, 64];
@@ -176,6 +195,19 @@ function main() {
     emit({
       part: 'partition', measured, autoCut: measured.auto.counts,
       autoOverBest: measured.auto.slowestStageMs / best, autoOverEvenThroughput: measured.auto.samplesPerSecond / measured[even].samplesPerSecond,
+    });
+  }
+  if (parts.includes('microbatch')) {
+    const whole = [];
+    const cut = [];
+    for (let i = 0; i < repeats; i++) {
+      whole.push(run({ ...base, widths: equal, single: true }).samplesPerSecond);
+      cut.push(run({ ...base, widths: equal, single: true, accumulate: q ? 2 : 8 }).samplesPerSecond);
+    }
+    const ratio = median(cut.map((c, i) => c / whole[i]));
+    emit({
+      part: 'microbatch', micro: q ? 2 : 8, wholeSamplesPerSecond: whole, microBatchedSamplesPerSecond: cut,
+      microBatchedOverWhole: ratio, boundWithThisCost: (2 * 8 / (8 + 1)) * ratio,
     });
   }
   if (args.out) fs.writeFileSync(args.out, JSON.stringify({ date: new Date().toISOString(), quick: q, repeats, results }, null, 2) + '\n');

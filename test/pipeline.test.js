@@ -291,4 +291,7 @@ t.test('bench/pipeline.js --quick runs every part and reports its figures', asyn
   t.ok(mem['1f1b true'].peakStashBytes[0] < mem['1f1b false'].peakStashBytes[0], 'recomputing holds less than keeping records');
   const [p] = part('partition');
   t.ok(p && Object.keys(p.measured).length === 4 && p.autoOverBest > 0 && p.autoOverEvenThroughput > 0, 'partition: every cut and auto measured');
+  const [mb] = part('microbatch');
+  t.ok(mb && mb.micro === 2 && mb.microBatchedOverWhole > 0 && Math.abs(mb.boundWithThisCost - (16 / 9) * mb.microBatchedOverWhole) < 1e-12,
+    'microbatch: one process, the batch whole against micro-batched, and the bound scaled by it');
 });
