@@ -204,6 +204,7 @@ function main() {
       whole.push(run({ ...base, widths: equal, single: true }).samplesPerSecond);
       cut.push(run({ ...base, widths: equal, single: true, accumulate: q ? 2 : 8 }).samplesPerSecond);
     }
+    // boundWithThisCost: the throughput part's bound (m = 8) scaled by what micro-batching costs here.
     const ratio = median(cut.map((c, i) => c / whole[i]));
     emit({
       part: 'microbatch', micro: q ? 2 : 8, wholeSamplesPerSecond: whole, microBatchedSamplesPerSecond: cut,
