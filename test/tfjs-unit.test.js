@@ -79,6 +79,43 @@ t.test('shard: equal contiguous or strided parts along axis 0, tensors and array
   t.throws(() => tfjs.shard(x, y, { rank: 3, size: 3 }), /option 'rank' must be an integer from 0 to 2; received 3/);
 });
 
+t.test('gradient-ready hooks: a dense kernel is ready before tfjs computes its layer\'s input gradient', async (t) => {
+  // Each op leaves nodes on the tape whose outputs nothing uses, some with the kernel as input; they are
+  // not part of the pass and must not hold the kernel back until the layer below has been computed.
+  const { gradientsWithHooks } = require('../dist/adapters/tfjs/hooks.js');
+  const model = tf.sequential({ layers: [
+    tf.layers.dense({ units: 8, activation: 'relu', inputShape: [5], name: 'ready_low' }),
+    tf.layers.dense({ units: 8, activation: 'relu', name: 'ready_mid' }),
+    tf.layers.dense({ units: 2, name: 'ready_top' }),
+  ] });
+  const x = tf.randomNormal([4, 5], 0, 1, 'float32', 2);
+  const f = () => tf.losses.meanSquaredError(tf.ones([4, 2]), model.apply(x));
+  // Count the products tfjs runs, whatever op asks for them.
+  const kernels = ['BatchMatMul', '_FusedMatMul'].map((name) => tf.getKernel(name, tf.getBackend())).filter(Boolean);
+  t.ok(kernels.length > 0, 'the backend has a matrix product kernel to count');
+  let products = 0;
+  const originals = kernels.map((k) => k.kernelFunc);
+  kernels.forEach((k, i) => { k.kernelFunc = (args) => { products++; return originals[i](args); }; });
+  const at = {};
+  let forwardProducts = 0;
+  try {
+    const { value, grads } = gradientsWithHooks(f, undefined, {
+      forwardEnded: () => { forwardProducts = products; },
+      ready: (name) => { at[name] = products - forwardProducts; },
+    });
+    tf.dispose([value, ...Object.values(grads)]);
+  } finally {
+    kernels.forEach((k, i) => { k.kernelFunc = originals[i]; });
+  }
+  const mid = Object.keys(at).find((n) => n.startsWith('ready_mid') && n.endsWith('kernel'));
+  const low = Object.keys(at).find((n) => n.startsWith('ready_low') && n.endsWith('kernel'));
+  t.ok(mid && low, 'both kernels were reported');
+  // The pass multiplies: top kernel, top input, mid kernel, mid input, low kernel (no gradient for x).
+  t.equal(at[mid], 3, 'the middle kernel leaves after the three products down to its own, before its input gradient');
+  t.equal(at[low], 5, 'the lowest kernel after the five products of the pass');
+  tf.dispose(x);
+});
+
 t.test('gradient-ready hooks report every gradient bit for bit as tfjs returns it, top layer first', async (t) => {
   const { gradientsWithHooks } = require('../dist/adapters/tfjs/hooks.js');
   const input = tf.input({ shape: [3] });

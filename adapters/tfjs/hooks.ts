@@ -38,6 +38,7 @@ type Thunks = Record<string, () => tf.Tensor>;
 interface TapeNode {
   id: number;
   inputs: Record<string, tf.Tensor>;
+  outputs?: tf.Tensor[];
   gradient?: (dys: tf.Tensor[]) => Thunks;
 }
 
@@ -63,6 +64,29 @@ function activeTape(): TapeNode[] | null {
   const state = (tf.engine() as unknown as { state?: { activeTape?: unknown } }).state;
   const tape = state?.activeTape;
   return Array.isArray(tape) ? (tape as TapeNode[]) : null;
+}
+
+/**
+ * The nodes whose outputs lead to `y`: the only ones the backward pass visits. Each op also leaves nodes
+ * on the tape whose outputs nothing uses (an op's scope records its inputs as it enters), and a variable
+ * is often one of their inputs; counted as uses, they would hold its gradient back until the pass had
+ * gone below them, after the layer's input gradient. A tape whose nodes say nothing of their outputs
+ * counts every node.
+ */
+function nodesLeadingTo(tape: TapeNode[], y: tf.Tensor): Set<TapeNode> {
+  const needed = new Set<number>([y.id]);
+  const onPath = new Set<TapeNode>();
+  for (let i = tape.length - 1; i >= 0; i--) {
+    const node = tape[i];
+    if (!node || !node.inputs) continue;
+    if (Array.isArray(node.outputs) && !node.outputs.some((o) => o && needed.has(o.id))) continue;
+    onPath.add(node);
+    for (const key of Object.keys(node.inputs)) {
+      const input = node.inputs[key];
+      if (input) needed.add(input.id);
+    }
+  }
+  return onPath;
 }
 
 /** The variables tf.variableGrads(f, varList) differentiates against. */
@@ -131,9 +155,10 @@ export function gradientsWithHooks(f: () => tf.Scalar, varList: tf.Variable[] | 
     const y = f();
     const tape = activeTape();
     if (tape) {
+      const onPath = nodesLeadingTo(tape, y);
       const firstUse = new Map<number, number>();
       for (const node of tape) {
-        if (!node || typeof node.gradient !== 'function' || !node.inputs) continue;
+        if (!node || typeof node.gradient !== 'function' || !node.inputs || !onPath.has(node)) continue;
         let uses = false;
         for (const key of Object.keys(node.inputs)) {
           const id = node.inputs[key]?.id;
