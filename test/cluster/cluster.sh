@@ -176,10 +176,25 @@ burst_bytes() {
 
 # tbf on the egress of one interface: egress of the host's eth0 limits what it
 # sends, egress of the bridge port (root end of its veth) what it receives.
+# tbf cuts a TCP segmentation (GSO) packet larger than its bucket into
+# 1500-byte packets, and every one of those then costs the kernel a trip
+# through the bridge, the veth and the receiver's TCP: at 120 Mbit/s a 20 MB
+# allreduce cost each simulated host about 300 ms of CPU, taken from the same
+# two vCPUs the ranks compute on, where a real host's NIC segments in hardware.
+# So the veths build no GSO packet larger than the bucket (less their headers):
+# the same rate, one tenth of the CPU (docs/benchmarks.md, overlap).
 shape() {
-  local netns=$1 dev=$2
+  local netns=$1 dev=$2 burst
+  burst=$(burst_bytes "$RATE")
   ip ${netns:+-n "$netns"} link set "$dev" txqueuelen 1000
-  tc ${netns:+-n "$netns"} qdisc replace dev "$dev" root tbf rate "$RATE" burst "$(burst_bytes "$RATE")" latency 20ms
+  ip ${netns:+-n "$netns"} link set "$dev" gso_max_size "$(gso_bytes "$burst")"
+  tc ${netns:+-n "$netns"} qdisc replace dev "$dev" root tbf rate "$RATE" burst "$burst" latency 20ms
+}
+
+# The largest GSO packet that fits a bucket of $1 bytes with the headers of
+# its 1448-byte segments (about 5%) counted in; at most the kernel's 65536.
+gso_bytes() {
+  awk -v b="$1" 'BEGIN { g = int(b * 0.85); if (g > 65536) g = 65536; printf "%d\n", g }'
 }
 
 up() {
