@@ -14,7 +14,8 @@ async function main() {
     hora.allreduce(buffer, { inplace: true, name: 'comm-cpu' }).wait();
     const wallMs = performance.now() - t0;
     const used = process.cpuUsage(cpu);
-    rows.push({ wallMs: Math.round(wallMs), cpuMs: Math.round((used.user + used.system) / 1000), share: +((used.user + used.system) / 1000 / wallMs).toFixed(3) });
+    rows.push({ wallMs: Math.round(wallMs), cpuMs: Math.round((used.user + used.system) / 1000), userMs: Math.round(used.user / 1000),
+      systemMs: Math.round(used.system / 1000), share: +((used.user + used.system) / 1000 / wallMs).toFixed(3) });
   }
   if (hora.rank() === 0) process.stdout.write(JSON.stringify({ bytes: buffer.byteLength, size: hora.size(), rows }) + '\n');
   await hora.shutdown();
