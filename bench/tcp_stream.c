@@ -25,14 +25,21 @@ static void report(const char* what, long long bytes) {
          r.ru_stime.tv_sec * 1e3 + r.ru_stime.tv_usec / 1e3);
 }
 
+// An IPv4 address with the port given as text; the host is filled in by the caller.
+static struct sockaddr_in portOf(const char* port) {
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_port = htons((unsigned short)atoi(port));
+  return a;
+}
+
 int main(int argc, char** argv) {
+  int one = 1;
   if (argc == 3 && strcmp(argv[1], "serve") == 0) {
-    int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((unsigned short)atoi(argv[2]));
+    struct sockaddr_in a = portOf(argv[2]);
     if (bind(s, (struct sockaddr*)&a, sizeof a) != 0 || listen(s, 1) != 0) return perror("tcp_stream: bind"), 1;
     int c = accept(s, NULL, NULL);
     if (c < 0) return perror("tcp_stream: accept"), 1;
@@ -44,12 +51,9 @@ int main(int argc, char** argv) {
   }
   if (argc == 5 && strcmp(argv[1], "send") == 0) {
     signal(SIGTERM, onTerm);
-    int c = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    int c = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((unsigned short)atoi(argv[3]));
+    struct sockaddr_in a = portOf(argv[3]);
     if (inet_pton(AF_INET, argv[2], &a.sin_addr) != 1) return fprintf(stderr, "tcp_stream: bad address %s\n", argv[2]), 2;
     if (connect(c, (struct sockaddr*)&a, sizeof a) != 0) return perror("tcp_stream: connect"), 1;
     long long left = atoll(argv[4]), sent = 0;
