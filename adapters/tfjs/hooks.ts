@@ -7,9 +7,9 @@
  * each node's `gradient` function is still the one the backward pass will call (the engine copies nodes
  * only after the forward function returns). Each node with a followed variable among its inputs gets a
  * wrapper, and the wrappers learn, with no first step to learn from, when a gradient is final: a
- * variable's last contribution comes from the node that used it first, because the pass walks the tape
- * from the last node back. When the pass reaches a node older than a variable's first use, nothing can
- * add to that variable any more.
+ * variable's last contribution comes from the node that used it first (among the nodes that lead to the
+ * loss, the only ones the pass visits), because the pass walks the tape from the last node back. When the
+ * pass reaches a node older than a variable's first use, nothing can add to that variable any more.
  *
  * Why not the other places one could hook:
  * - the gradient registry (tf.getGradient / registerGradient) is per kernel and hands a gradient
