@@ -152,6 +152,8 @@ t.test('no launcher: before init, a world of one, after shutdown', async (t) => 
   t.ok(rep.barrier.ok, 'barrier resolves');
   t.equal(rep.invalid.code, 'ERR_INVALID_ARGUMENT', 'input is still validated in a world of one');
   t.match(rep.invalid.message, "argument 'x'");
+  const soloLine = fs.readFileSync(WORKER, 'utf8').split('\n').findIndex((l) => l.includes('SOLO_CALL_LINE')) + 1;
+  t.match(rep.invalidStack, new RegExp(`errors-worker\\.js:${soloLine}:`), 'its error names the calling line', { stack: rep.invalidStack });
   t.ok(rep.after.sync, 'a collective after shutdown throws synchronously', { after: rep.after });
   t.equal(rep.after.code, 'ERR_SHUTDOWN', 'a collective after shutdown: ERR_SHUTDOWN');
 });

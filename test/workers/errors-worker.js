@@ -196,9 +196,10 @@ async function soloScenario() {
   }
   const barrier = await outcome(() => hora.barrier());
   const invalid = await outcome(() => hora.allreduce([1, 2]));
+  const invalidStack = await hora.allreduce([1, 2]).then(() => '', (e) => String(e.stack)); // SOLO_CALL_LINE
   await hora.shutdown();
   const after = await outcome(() => hora.allreduce(f32));
-  return { before, world, single, barrier, invalid, after };
+  return { before, world, single, barrier, invalid, invalidStack, after };
 }
 
 // Where an awaited collective's error points. Ranks disagree on the count (ERR_MISMATCH): first with the
