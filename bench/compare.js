@@ -28,7 +28,10 @@ for (let i = 2; i < process.argv.length; i += 2) {
 }
 const root = path.resolve(__dirname, '..');
 const peersDir = path.resolve(root, '..', 'shared', 'peers');
-const maxBytes = Number(args.max.replace(/M$/i, '')) * (/M$/i.test(args.max) ? 1 << 20 : 1);
+const SUFFIX = { '': 1, K: 1 << 10, M: 1 << 20, G: 1 << 30 };
+const maxMatch = /^(\d+)([KMG]?)$/i.exec(args.max);
+if (!maxMatch) throw new Error(`--max expects a size such as 4096, 64K or 256M; received ${JSON.stringify(args.max)}`);
+const maxBytes = Number(maxMatch[1]) * SUFFIX[maxMatch[2].toUpperCase()];
 
 function parseTable(text, bytesCol, busCol, timeCol) {
   const rows = new Map();

@@ -314,8 +314,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   Napi::Value RunOne(const Napi::CallbackInfo& info) {
     auto w = Untracked(info.Env(), info[0]);
     FillOne(info, w.get());
-    comm_->submit({w}, true);
-    return WaitHere(info.Env(), w);
+    comm_->run(w);
+    return ResultOf(info.Env(), *w);
   }
 
   // A work for runOne() and runMessage(): like Track(), but kept out of pending_.

@@ -21,7 +21,14 @@ struct Message {
   uint8_t state = 0;
   int32_t culprit = 0;   // lowest rank involved in the disagreement; orders verdicts deterministically
   uint32_t payloadBytes = 0;  // bytes of reduced data that follow this message on the wire
-  char text[400] = {};
+  char text[400];             // the verdict's words; read only when state != 0
+  Message() { text[0] = '\0'; }
+  // Copies the text only when there is a verdict: an agreed message is its head.
+  Message(const Message& m) { *this = m; }
+  Message& operator=(const Message& m) {
+    memcpy(static_cast<void*>(this), &m, m.state != 0 ? sizeof(Message) : offsetof(Message, text) + 1);
+    return *this;
+  }
 };
 
 bool sameCollective(const Proposal& a, const Proposal& b) {

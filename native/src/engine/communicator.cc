@@ -146,12 +146,7 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch, bool callerW
   // HORA_ALGO (or init's algorithm option) applies to every allreduce that does not name its own. A
   // group's topology is plain ranks: the hierarchical and grid algorithms are the world's only, and its
   // allreduces choose between ring and recursive doubling.
-  for (auto& w : batch) {
-    if (w->algorithm == Algorithm::kAuto) w->algorithm = options_.algorithm;
-    if (w->group != nullptr && (w->algorithm == Algorithm::kHierarchical || w->algorithm == Algorithm::kMultiDim)) {
-      w->algorithm = Algorithm::kAuto;
-    }
-  }
+  for (auto& w : batch) applyAlgorithmChoice(*w);
   if (options_.timeline) {
     const int64_t now = monotonicNanos();
     for (auto& w : batch) w->times.enqueued = now;
@@ -170,6 +165,43 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch, bool callerW
   // threads needs: with 2 ranks on 2 cores that cost more than the whole exchange of a small allreduce.
   if (!(callerWillWait && engineIdle)) queueCv_.notify_one();
   if (p2p_.busy()) p2p_.wake();
+}
+
+void Communicator::applyAlgorithmChoice(Work& w) const {
+  if (w.algorithm == Algorithm::kAuto) w.algorithm = options_.algorithm;
+  if (w.group != nullptr && (w.algorithm == Algorithm::kHierarchical || w.algorithm == Algorithm::kMultiDim)) {
+    w.algorithm = Algorithm::kAuto;
+  }
+}
+
+// What submit() and waitFor() would do for an idle engine, less the queue: a small collective waited at
+// once costs about two microseconds, of which the queue (four more lockings, a task and its vector) took
+// a few percent (docs/benchmarks.md, "Small collectives, 2026-11-26").
+void Communicator::run(const std::shared_ptr<Work>& work) {
+  bool here = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_ && queue_.empty() && !p2p_.busy()) {
+      running_ = true;
+      waitedFor_ = work.get();
+      here = true;
+    }
+  }
+  if (!here) {
+    submit({work}, true);
+    waitFor(work);
+    return;
+  }
+  applyAlgorithmChoice(*work);
+  if (options_.timeline) work->times.enqueued = monotonicNanos();
+  runHere_.assign(1, work);
+  runBatch(runHere_);
+  runHere_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  running_ = false;
+  waitedFor_ = nullptr;
+  // Tasks queued meanwhile (by another thread) are the communication thread's; it may be asleep.
+  if (!queue_.empty()) queueCv_.notify_one();
 }
 
 // The caller blocks anyway, so while the engine is idle it runs the queued tasks itself, in order, up to

@@ -78,6 +78,9 @@ class Communicator {
   void post(std::shared_ptr<Work> work, bool callerWillWait = false);
   // Blocks the caller until work has completed; while the engine is idle the caller runs queued tasks.
   void waitFor(const std::shared_ptr<Work>& work);
+  // submit({work}, true) and waitFor(work) in one: when the engine is idle, nothing is queued and no
+  // message is moving, the caller runs the collective at once, without the queue.
+  void run(const std::shared_ptr<Work>& work);
   bool isDone(const std::shared_ptr<Work>& work);
   // Spins up to micros for work to complete on the communication thread; true when it has, and then
   // its completion posted no callback (the caller takes the result). Does nothing when oversubscribed.
@@ -108,6 +111,8 @@ class Communicator {
   size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
   Status execute(Work& w);
   Group& groupOf(const Work& w) { return w.group != nullptr ? *w.group : world_; }
+  // The algorithm a submitted collective runs under init's choice (submit()).
+  void applyAlgorithmChoice(Work& w) const;
   void complete(const std::shared_ptr<Work>& w, Status st, const std::string& what);
   // Between collectives: moves messages until a task is queued or nothing is left to move.
   void progressMessages();
@@ -136,6 +141,8 @@ class Communicator {
   std::atomic<int> messageWaiters_{0};
   std::atomic<uint64_t> completions_{0};  // works completed so far, readable without the lock (spinFor)  // JS-thread wait()s moving messages themselves (waitForMessage)
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() sleeps on, if any (under mutex_)
+  // run()'s batch of one, kept to save an allocation per call (only the JS thread calls run()).
+  std::vector<std::shared_ptr<Work>> runHere_;
   const Work* waitedFor_ = nullptr;  // the work a waitFor() is in progress for; its caller takes the result (under mutex_)
   bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
   std::atomic<bool> keepOnClose_{false};  // close() hands the connections over: the thread does not hang up

@@ -424,13 +424,15 @@ Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecv
       idle = 0;
       continue;
     }
-    if (idle++ == 0) idleSince = Clock::now();
-    HORA_RETURN_IF_ERROR(waitForProgress(sends, numSends, recvs, numRecvs, idle, idleSince));
+    // Most waits of a small message end within a few rounds: the clock is first read at the sixteenth
+    // (waitForProgress), except where the spin is short enough for those rounds to count.
+    if (idle++ == 0) idleSince = oversubscribed_ ? Clock::now() : Clock::time_point();
+    HORA_RETURN_IF_ERROR(waitForProgress(sends, numSends, recvs, numRecvs, idle, &idleSince));
   }
 }
 
 Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs, int idleRounds,
-                                 Clock::time_point idleSince) {
+                                 Clock::time_point* idleSince) {
   if (aborted_.load(std::memory_order_acquire)) return abortReason();
   // A link that trickles (a shaped or congested TCP path) wakes the wait many times per transfer, each
   // time for a part of it: spinning after every wake would keep a core busy for the whole transfer (a
@@ -442,8 +444,9 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     cpuRelax();
     return Status::ok();
   }
-  const int64_t idleMicros =
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
+  const Clock::time_point now = Clock::now();
+  if (*idleSince == Clock::time_point()) *idleSince = now;
+  const int64_t idleMicros = std::chrono::duration_cast<std::chrono::microseconds>(now - *idleSince).count();
   if (!trickling && idleMicros < (oversubscribed_ ? kOversubscribedSpinMicros : kSpinMicros)) {
     cpuRelax();
     return Status::ok();

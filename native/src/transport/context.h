@@ -156,7 +156,7 @@ class Context {
 
  private:
   Status waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs, int idleRounds,
-                         Clock::time_point idleSince);
+                         Clock::time_point* idleSince);  // set at the first read of the clock when unset
   // Places the pairs connect() takes over from kept and resynchronizes them; taken[r] says which.
   Status takeOver(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
                   KeptConnections* kept, const Deadline& deadline, std::vector<bool>* taken);
