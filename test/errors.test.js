@@ -60,6 +60,7 @@ for (const [np, transport] of [[2, 'tcp'], [3, 'shm'], [4, 'tcp']]) {
         const where = `rank ${rep.rank}, ${res.name}`;
         t.equal(res.got.code, 'ERR_MISMATCH', `${where}: ERR_MISMATCH`, { got: res.got });
         t.match(res.got.message, /rank \d+ submitted .* but rank \d+ submitted/, `${where}: says which ranks did what`);
+        if (res.untouched !== undefined) t.ok(res.untouched, `${where}: the array holds what it held before`);
         assertFollowUp(t, res.after, np, where);
       }
     }

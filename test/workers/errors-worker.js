@@ -97,8 +97,19 @@ async function mismatchScenario() {
     ['allreduce on rank 0, allgather elsewhere', () => (r === 0 ? hora.allreduce(f32(4)) : hora.allgather(f32(4)))],
     ['barrier on the last rank, allreduce elsewhere', () => (r === last ? hora.barrier() : hora.allreduce(f32(4)))],
   ];
+  // In place: the array of a collective that failed holds what it held before (small allreduces are
+  // reduced straight into it when ranks agree).
+  const kept = [f32(4), f32(r === last ? 5 : 4), f32(16384)];
+  cases.push(
+    ['op differs, in place', () => hora.allreduce(kept[0], { op: r === last ? 'max' : 'sum', inplace: true }), kept[0]],
+    ['count differs, in place', () => hora.allreduce(kept[1], { op: 'sum', inplace: true }), kept[1]],
+    ['name differs, in place, 64 KiB', () => hora.allreduce(kept[2], { op: 'sum', inplace: true, name: r === last ? 'b' : 'a' }), kept[2]],
+  );
   const results = [];
-  for (const [name, call] of cases) results.push({ name, got: await outcome(call), after: await followUp() });
+  for (const [name, call, array] of cases) {
+    const got = await outcome(call);
+    results.push({ name, got, untouched: array ? array.every((v) => v === 1) : undefined, after: await followUp() });
+  }
   return { results };
 }
 

@@ -258,12 +258,16 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   msg.proposer = ctx.worldRank(ctx.rank());
   msg.culprit = msg.proposer;
   // Reduce a private copy: if a later step finds a disagreement, the caller's buffer is left untouched.
+  // Two ranks take one step, which reduces only when the two proposals agree, and that is the verdict:
+  // they reduce into the caller's buffer at once.
   alignas(64) static thread_local uint8_t work[kSmallAllreduceBytes];
   uint8_t* userPayload = payload;
   if (payload != nullptr) {
     msg.payloadBytes = static_cast<uint32_t>(mine.count * dtypeSize(static_cast<DType>(mine.dtype)));
-    memcpy(work, payload, msg.payloadBytes);
-    payload = work;
+    if (ctx.size() > 2) {
+      memcpy(work, payload, msg.payloadBytes);
+      payload = work;
+    }
   }
   if (mine.kind == static_cast<uint8_t>(Kind::kInvalid)) {
     msg.state = static_cast<uint8_t>(VerdictState::kInvalid);
@@ -273,7 +277,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   msg.text[sizeof(msg.text) - 1] = '\0';
   switch (static_cast<VerdictState>(msg.state)) {
     case VerdictState::kAgreed:
-      if (userPayload != nullptr) memcpy(userPayload, work, msg.payloadBytes);
+      if (userPayload != nullptr && payload != userPayload) memcpy(userPayload, work, msg.payloadBytes);
       return Status::ok();
     case VerdictState::kInvalid: return Status(Code::kInvalidArgument, msg.text, msg.culprit);
     default: return Status(Code::kMismatch, msg.text, -1);
