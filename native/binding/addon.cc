@@ -65,10 +65,25 @@ const char* const kItemKeyNames[kNumItemKeys] = {"id", "kind", "op", "dtype", "r
                                                   "invalidReason", "device", "devicePtr", "count", "stream",
                                                   "outPtr", "data", "out", "peer", "tag", "group"};
 
+// An int32 argument or property; undefined counts as `absent`. One Node-API call for a number (a small
+// collective's arguments cross about twenty of them, and each costs tens of nanoseconds).
+int32_t int32Or(const Napi::Value& v, int32_t absent) {
+  int32_t n = 0;
+  if (napi_get_value_int32(v.Env(), v, &n) == napi_ok) return n;
+  if (v.IsUndefined()) return absent;
+  throw Napi::TypeError::New(v.Env(), "native: expected a number");
+}
+
+// Neither undefined nor null, in one call.
+bool present(const Napi::Value& v) {
+  const napi_valuetype t = v.Type();
+  return t != napi_undefined && t != napi_null;
+}
+
 // An enum-valued property; absent counts as 0.
 template <typename T>
 T enumFrom(const Napi::Value& v, ItemKey key, int limit) {
-  int n = v.IsUndefined() ? 0 : v.As<Napi::Number>().Int32Value();
+  const int n = int32Or(v, 0);
   if (n < 0 || n >= limit) {
     throw Napi::RangeError::New(v.Env(), std::string("native: ") + kItemKeyNames[key] + " out of range: " + std::to_string(n));
   }
@@ -86,15 +101,30 @@ hora::LinkOverride linkOverride(const Napi::Object& o, const char* key) {
   return out;
 }
 
-// Pointer and byte length of a TypedArray, DataView or ArrayBuffer view (any byteOffset).
-void viewOf(const Napi::Value& v, uint8_t** data, size_t* bytes) {
-  if (v.IsTypedArray()) {
-    Napi::TypedArray ta = v.As<Napi::TypedArray>();
-    *data = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-    *bytes = ta.ByteLength();
-    return;
+size_t elementBytes(napi_typedarray_type t) {
+  switch (t) {
+    case napi_int8_array:
+    case napi_uint8_array:
+    case napi_uint8_clamped_array: return 1;
+    case napi_int16_array:
+    case napi_uint16_array: return 2;
+    case napi_int32_array:
+    case napi_uint32_array:
+    case napi_float32_array: return 4;
+    default: return 8;  // float64, bigint64, biguint64
   }
-  throw Napi::TypeError::New(v.Env(), "native: expected a TypedArray");
+}
+
+// Pointer to the first element and byte length of a TypedArray (any byteOffset), in one Node-API call.
+void viewOf(const Napi::Value& v, uint8_t** data, size_t* bytes) {
+  napi_typedarray_type type;
+  size_t length = 0;
+  void* first = nullptr;
+  if (napi_get_typedarray_info(v.Env(), v, &type, &length, &first, nullptr, nullptr) != napi_ok) {
+    throw Napi::TypeError::New(v.Env(), "native: expected a TypedArray");
+  }
+  *data = static_cast<uint8_t*>(first);
+  *bytes = length * elementBytes(type);
 }
 
 class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
@@ -341,15 +371,15 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     }
     w->op = enumFrom<hora::ReduceOp>(info[2], kOp, hora::kNumReduceOps);
     w->dtype = enumFrom<hora::DType>(info[3], kDtype, hora::kNumDTypes);
-    w->root = info[4].IsUndefined() ? 0 : info[4].As<Napi::Number>().Int32Value();
+    w->root = int32Or(info[4], 0);
     w->algorithm = enumFrom<hora::Algorithm>(info[5], kAlgorithm, hora::kNumAlgorithms);
     if (info[6].IsString()) w->name = info[6].As<Napi::String>().Utf8Value();
-    if (!info[7].IsUndefined() && !info[7].IsNull()) {
+    if (present(info[7])) {
       size_t bytes = 0;
       viewOf(info[7], &w->data, &bytes);
       w->count = bytes / hora::dtypeSize(w->dtype);
     }
-    if (!info[8].IsUndefined() && !info[8].IsNull()) {
+    if (present(info[8])) {
       size_t bytes = 0;
       viewOf(info[8], &w->out, &bytes);
     }
