@@ -176,10 +176,11 @@ void Communicator::applyAlgorithmChoice(Work& w) const {
 
 // What submit() and waitFor() would do for an idle engine, less the queue: a small collective waited at
 // once costs about two microseconds, of which the queue (four more lockings, a task and its vector) took
-// a few percent (docs/benchmarks.md, "Small collectives, 2026-11-26").
+// a few percent (docs/benchmarks.md, "Small collectives, 2026-11-26"). Larger ones, where that is
+// nothing, take the queue as before.
 void Communicator::run(const std::shared_ptr<Work>& work) {
   bool here = false;
-  {
+  if (work->count * dtypeSize(work->dtype) <= kSmallAllreduceBytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!running_ && queue_.empty() && !p2p_.busy()) {
       running_ = true;
