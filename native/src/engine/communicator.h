@@ -78,8 +78,8 @@ class Communicator {
   void post(std::shared_ptr<Work> work, bool callerWillWait = false);
   // Blocks the caller until work has completed; while the engine is idle the caller runs queued tasks.
   void waitFor(const std::shared_ptr<Work>& work);
-  // submit({work}, true) and waitFor(work) in one: when the engine is idle, nothing is queued and no
-  // message is moving, the caller runs the collective at once, without the queue.
+  // submit({work}, true) and waitFor(work) in one: a collective of at most 64 KiB, when the engine is
+  // idle, nothing is queued and no message is moving, the caller runs at once, without the queue.
   void run(const std::shared_ptr<Work>& work);
   bool isDone(const std::shared_ptr<Work>& work);
   // Spins up to micros for work to complete on the communication thread; true when it has, and then
