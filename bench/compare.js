@@ -52,12 +52,21 @@ function runHora() {
   return { text: out, rows: parseTable(out, 0, 6, 4) };
 }
 
+// The peers' traffic stays on loopback: Open MPI's TCP transport leaves the loopback interface out unless
+// told otherwise (it would talk to this machine's own network address), and Gloo takes the interface of
+// the host name's address unless GLOO_SOCKET_IFNAME names one.
+const peerEnv = {
+  ...process.env,
+  MPI_FLAGS: `${process.env.MPI_FLAGS || ''} --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo`.trim(),
+  GLOO_SOCKET_IFNAME: process.env.GLOO_SOCKET_IFNAME || 'lo',
+};
+
 // The peer's program times one loop per size; it runs --reps times and each row keeps its median time,
 // as hora bench --reps does within one run.
 function runPeer() {
   const runs = [];
   for (let i = 0; i < args.reps; i++) {
-    const out = execFileSync('bash', [path.join(peersDir, 'run.sh'), args.peer, String(args.np), String(maxBytes)], { encoding: 'utf8', maxBuffer: 1 << 24 });
+    const out = execFileSync('bash', [path.join(peersDir, 'run.sh'), args.peer, String(args.np), String(maxBytes)], { env: peerEnv, encoding: 'utf8', maxBuffer: 1 << 24 });
     runs.push({ text: out, rows: parseTable(out, 0, 4, 2) });
   }
   const rows = new Map();

@@ -2,7 +2,7 @@
    ranks 0 and 1 with MPI_Send / MPI_Recv (and MPI_Isend / MPI_Irecv for the window), the same sizes,
    iteration counts and statistics, and the same JSON line per size, so the two compare line by line.
      mpicc -O2 -o /tmp/mpi_pingpong bench/mpi_pingpong.c
-     mpirun --allow-run-as-root --oversubscribe -np 2 /tmp/mpi_pingpong [MAX_BYTES]
+     mpirun --allow-run-as-root --oversubscribe --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np 2 /tmp/mpi_pingpong [MAX_BYTES]
      mpirun ... --mca btl tcp,self ...        (TCP on one host) */
 #include <mpi.h>
 #include <stdio.h>
