@@ -85,5 +85,8 @@ std::string describeLoss(int err);
 
 Status configureForDataPlane(int fd);
 
+// Whether a connected socket's peer is on this host: a loopback address, or the socket's own address.
+bool peerOnThisHost(int fd);
+
 }  // namespace tcp
 }  // namespace hora
