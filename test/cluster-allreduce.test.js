@@ -10,6 +10,7 @@ const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const cluster = require('./cluster/cluster');
 const { runProcess, tail, HORA, NODE } = require('./support/hora-job');
+const { ssMissing, rankToRankEnds } = require('./support/congestion');
 
 const reason = cluster.canRun();
 if (reason) {
@@ -68,6 +69,30 @@ for (const layout of [
     for (const label of ['hierarchical', 'multidim', 'auto']) t.same(digests[label], digests.ring, `${label}: same bits as the flat ring`);
   });
 }
+
+// TCP between ranks of one host (here by the host's own address, not loopback) uses Reno from the first
+// packet; between hosts the system's congestion control stays (test/congestion.test.js for loopback).
+t.test('over TCP, connections within a host use Reno and connections between hosts the system\'s choice', { skip: ssMissing() }, async (t) => {
+  const { run, resultDir } = await job(`${c.hosts[0]}:2,${c.hosts[1]}:1`, path.join(__dirname, 'workers', 'congestion-worker.js'),
+    { HORA_TRANSPORT: 'tcp' });
+  const r = await run;
+  t.equal(r.code, 0, 'hora run exits 0', { output: tail(r, 1500) });
+  const reps = reports(resultDir, 3);
+  fs.rmSync(resultDir, { recursive: true, force: true });
+  const ends = rankToRankEnds(reps);
+  const host = (address) => address.slice(0, address.lastIndexOf(':'));
+  const within = ends.filter((e) => host(e.local) === host(e.peer));
+  const between = ends.filter((e) => host(e.local) !== host(e.peer));
+  t.ok(within.length >= 4 && within.every((e) => e.rank < 2 && e.peerRank < 2), `both ends of ranks 0 and 1's connections on host 0 (${within.length})`, { ends });
+  t.ok(between.length >= 8, `both ends of the connections to rank 2 on host 1 (${between.length})`, { ends });
+  t.same(within.filter((e) => e.cc !== 'reno'), [], 'within the host: reno');
+  const system = reps[0] && reps[0].system;
+  if (system === 'reno') {
+    t.skip('the system\'s congestion control is reno itself: between hosts is not told apart');
+  } else {
+    t.same(between.filter((e) => e.cc !== system), [], `between hosts: the system's ${system}`);
+  }
+});
 
 // The collective deadline is long on purpose: the loss must be seen from the connections (keepalive and
 // unacknowledged data, about 4 s), not from the timeout.

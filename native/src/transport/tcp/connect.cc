@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,6 +24,46 @@ namespace {
 
 Status sysError(const std::string& what) {
   return Status(Code::kInternal, what + ": " + strerror(errno));
+}
+
+// Congestion control of the connections between two processes of one host: see configureForDataPlane.
+constexpr char kReno[] = "reno";
+
+std::string congestionOf(int fd) {
+  char name[32] = {0};
+  socklen_t len = sizeof(name) - 1;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return std::string();
+  return std::string(name, strnlen(name, len));
+}
+
+bool setCongestion(int fd, const std::string& name) {
+  return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), name.size()) == 0;
+}
+
+// What a new socket gets: the system's choice (net.ipv4.tcp_congestion_control).
+const std::string& systemCongestion() {
+  static const std::string name = [] {
+    const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    std::string n = s >= 0 ? congestionOf(s) : std::string();
+    if (s >= 0) close(s);
+    return n;
+  }();
+  return name;
+}
+
+// A loopback address, or an address of one of this host's interfaces.
+bool addressOfThisHost(const sockaddr_in& a) {
+  const in_addr_t addr = ntohl(a.sin_addr.s_addr);
+  if ((addr >> 24) == 127) return true;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    found = i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET &&
+            reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == a.sin_addr.s_addr;
+  }
+  freeifaddrs(list);
+  return found;
 }
 
 Status waitFd(int fd, short events, const Deadline& deadline, int peer, const char* what) {
@@ -112,6 +153,10 @@ Status listenOn(const std::string& host, int backlog, int* fd, int* port) {
   if (s < 0) return sysError("socket");
   int one = 1;
   setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  // Connections accepted here start under Reno, as a connection between two processes of one host
+  // should from its first packet (configureForDataPlane); one from another host gets the system's
+  // choice back there, before any data.
+  setCongestion(s, kReno);
   if (bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
     Status st = sysError("bind to " + (host.empty() ? std::string("0.0.0.0") : host));
     close(s);
@@ -177,11 +222,18 @@ Status configureForDataPlane(int fd) {
   // paces (BBR, the default of some systems) still spreads a large message out in time there, as if it
   // crossed a network: a 1 MiB message took 3.5 times as long under BBR as under Reno on a 2-vCPU machine
   // (docs/pointtopoint.md, "TCP on one host: no pacing"). Such a connection uses Reno, which never
-  // paces; where that is refused the system's choice stays, and only the speed differs.
+  // paces, from its first packet: the dialing end chose it before connecting and the listener hands
+  // it to what it accepts. (Chosen later, a connection keeps pacing at Reno's rate: BBR's request for
+  // pacing outlives it.) Where Reno is refused the system's choice stays, and only the speed differs.
+  // An accepted connection from another host goes back to the system's choice.
+  const std::string cc = congestionOf(fd);
   if (peerOnThisHost(fd)) {
-    static const char kReno[] = "reno";
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, kReno, sizeof(kReno) - 1) != 0) {
-      HORA_INFO("a connection on this host keeps the system's congestion control (Reno refused: %s)", strerror(errno));
+    if (cc != kReno && !setCongestion(fd, kReno)) {
+      HORA_INFO("a connection on this host keeps the system's congestion control %s (Reno refused: %s)", cc.c_str(), strerror(errno));
+    }
+  } else if (cc == kReno && !systemCongestion().empty() && systemCongestion() != kReno) {
+    if (!setCongestion(fd, systemCongestion())) {
+      HORA_INFO("a connection from another host keeps Reno (%s refused: %s)", systemCongestion().c_str(), strerror(errno));
     }
   }
   int flags = fcntl(fd, F_GETFL, 0);
@@ -438,6 +490,7 @@ class MeshBuilder {
     ++l.attempts;
     l.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (l.fd < 0) return fail(sysError("socket"));
+    if (addressOfThisHost(l.address)) setCongestion(l.fd, kReno);  // see configureForDataPlane
     if (::connect(l.fd, reinterpret_cast<const sockaddr*>(&l.address), sizeof(l.address)) == 0) {
       l.step = Link::Step::kAwaitChallenge;
       l.expect(handshake::kChallengeBytes);
