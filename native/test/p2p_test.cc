@@ -153,8 +153,10 @@ void testFrames() {
         "frame header round trip");
   buf[0] = 0;
   check(!p2p::decodeHeader(buf, &back), "frame type 0 is rejected");
-  buf[0] = 7;
-  check(!p2p::decodeHeader(buf, &back), "frame type 7 is rejected");
+  buf[0] = 8;
+  check(p2p::decodeHeader(buf, &back) && back.type == p2p::FrameType::kDataTail, "frame type 8 (DATA_TAIL) is known");
+  buf[0] = 9;
+  check(!p2p::decodeHeader(buf, &back), "frame type 9 is rejected");
 }
 
 // Every ordered pair exchanges messages of each size; receives are posted after the sends on half the
@@ -164,8 +166,10 @@ void testContents(Net net) {
   Status st = connectWorld(net, 3, 30000, &w);
   check(st.isOk(), std::string(netName(net)) + ": connect", describe(st));
   if (!st.isOk()) return;
-  // 0, 1, inline eager, eager from the array, rendezvous.
-  const size_t sizes[] = {0, 1, 1000, 5000, 70000};
+  // 0, 1, inline eager, eager from the array, the largest eager, rendezvous with a head and a tail of one
+  // element, rendezvous.
+  const size_t head = p2p::kHeadBytes / 4;
+  const size_t sizes[] = {0, 1, 1000, 5000, head, head + 1, 70000};
   std::string failures;
   for (size_t n : sizes) {
     std::vector<std::vector<int32_t>> sent, got;
@@ -237,6 +241,34 @@ void testCredit(Net net) {
   check(failures.empty(), std::string(netName(net)) + ": then all 100 arrive in order", failures);
 }
 
+// A large message whose receive is of another count or dtype: both ends fail with kMismatch, whether the
+// head was buffered (the receive came late) or read off the stream (the receive was waiting), and the head
+// is dropped from the stream, so the next message arrives intact.
+void testHeadMismatch(Net net) {
+  World w;
+  Status st = connectWorld(net, 2, 30000, &w);
+  if (!st.isOk()) return check(false, std::string(netName(net)) + ": connect", describe(st));
+  const size_t n = 70000;
+  std::vector<int32_t> msg = pattern(n, 5), into(n + 1, -1);
+  uint64_t late = post(w, 0, Kind::kSend, 1, 5, DType::kInt32, msg.data(), n);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Status lateRecv = waitFor(w, 1, post(w, 1, Kind::kRecv, 0, 5, DType::kInt32, into.data(), n + 1));
+  Status lateSend = waitFor(w, 0, late);
+  uint64_t waiting = post(w, 1, Kind::kRecv, 0, 5, DType::kFloat32, into.data(), n);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Status waitingSend = waitFor(w, 0, post(w, 0, Kind::kSend, 1, 5, DType::kInt32, msg.data(), n));
+  Status waitingRecv = waitFor(w, 1, waiting);
+  check(lateRecv.code() == Code::kMismatch && lateSend.code() == Code::kMismatch && waitingRecv.code() == Code::kMismatch &&
+            waitingSend.code() == Code::kMismatch,
+        std::string(netName(net)) + ": a large message meets a receive of another count (buffered head) or dtype (head on the stream): kMismatch on both ends",
+        describe(lateRecv) + " / " + describe(lateSend) + " / " + describe(waitingRecv) + " / " + describe(waitingSend));
+  std::vector<int32_t> good(n, -1);
+  uint64_t next = post(w, 0, Kind::kSend, 1, 5, DType::kInt32, msg.data(), n);
+  Status nextRecv = waitFor(w, 1, post(w, 1, Kind::kRecv, 0, 5, DType::kInt32, good.data(), n));
+  check(nextRecv.isOk() && waitFor(w, 0, next).isOk() && good == msg, std::string(netName(net)) + ": then the next large message arrives intact",
+        describe(nextRecv));
+}
+
 // Bytes written straight onto the message stream, as a broken or hostile peer would: the receive fails
 // with ERR_INTERNAL naming the peer, and nothing is allocated from the claimed sizes.
 void testViolation(Net net, const char* what, const p2p::FrameHeader& h, bool rawType99) {
@@ -264,6 +296,7 @@ int main() {
   testFrames();
   for (Net net : {Net::kShm, Net::kTcp, Net::kMixed}) testContents(net);
   for (Net net : {Net::kShm, Net::kTcp}) testCredit(net);
+  for (Net net : {Net::kShm, Net::kTcp}) testHeadMismatch(net);
   p2p::FrameHeader eager;
   eager.type = p2p::FrameType::kEager;
   eager.dtype = static_cast<uint8_t>(DType::kInt32);
@@ -271,10 +304,18 @@ int main() {
   p2p::FrameHeader badDtype = eager;
   badDtype.count = 4;
   badDtype.dtype = 42;
+  // A head of kHeadBytes is only sent ahead of a larger message.
+  p2p::FrameHeader smallHead = badDtype;
+  smallHead.type = p2p::FrameType::kRtsHead;
+  smallHead.dtype = static_cast<uint8_t>(DType::kInt32);
+  p2p::FrameHeader smallTail = smallHead;
+  smallTail.type = p2p::FrameType::kDataTail;
   for (Net net : {Net::kShm, Net::kTcp}) {
     testViolation(net, "an unknown frame type", eager, true);
     testViolation(net, "an eager message of 4 TiB", eager, false);
     testViolation(net, "an unknown dtype", badDtype, false);
+    testViolation(net, "an RTS_HEAD of a message no larger than its head", smallHead, false);
+    testViolation(net, "a DATA_TAIL of a message no larger than a head", smallTail, false);
   }
   std::printf("1..%d\n", hora::testing::gCount);
   return hora::testing::gFailed == 0 ? 0 : 1;

@@ -167,8 +167,9 @@ void PointToPoint::postSend(Channel& c, Op* op) {
   const Work& w = *op->work;
   op->seq = c.nextSeq++;
   op->eager = op->bytes <= kEagerBytes && c.unackedEager + op->bytes <= kEagerCredit;
+  const bool headed = !op->eager && op->bytes > p2p::kHeadBytes && c.unackedEager + p2p::kHeadBytes <= kEagerCredit;
   FrameHeader h;
-  h.type = op->eager ? FrameType::kEager : FrameType::kRts;
+  h.type = op->eager ? FrameType::kEager : headed ? FrameType::kRtsHead : FrameType::kRts;
   h.dtype = static_cast<uint8_t>(w.dtype);
   h.tag = w.tag;
   h.group = groupOf(w);
@@ -179,14 +180,20 @@ void PointToPoint::postSend(Channel& c, Op* op) {
   p2p::encodeHeader(h, f.head.data());
   f.owner = op;
   if (op->eager) {
-    c.unackedEager += op->bytes;
+    op->credit = op->bytes;
     if (op->bytes <= kInlineBytes) {
       f.head.insert(f.head.end(), w.data, w.data + op->bytes);
     } else {
       f.payload = w.data;
       f.payloadLen = op->bytes;
     }
+  } else if (headed) {
+    op->head = p2p::kHeadBytes;
+    op->credit = op->head;
+    f.payload = w.data;
+    f.payloadLen = op->head;
   }
+  c.unackedEager += op->credit;
   op->state = State::kFramed;
   c.data.push_back(std::move(f));
   c.sent[op->seq] = op;
@@ -218,15 +225,15 @@ void PointToPoint::matchBuffered(Channel& c, MatchKey key) {
   }
 }
 
-// A message (h) meets a receive (op): from the unexpected queue (buffered set; its EAGER payload is there)
-// or straight off the stream (buffered null; an EAGER's payload is still to be read).
+// A message (h) meets a receive (op): from the unexpected queue (buffered set; its EAGER payload or its
+// RTS_HEAD's head is there) or straight off the stream (buffered null; those bytes are still to be read).
 void PointToPoint::match(Channel& c, Op* op, const FrameHeader& h, Unexpected* buffered) {
   const Work& w = *op->work;
   if (h.dtype != static_cast<uint8_t>(w.dtype) || h.count != w.count) {
     if (c.dead.isOk()) sendControl(c, FrameType::kNack, h.seq, static_cast<uint8_t>(w.dtype), w.count);
-    if (buffered == nullptr && h.type == FrameType::kEager) {
-      size_t bytes = 0;
-      multiplyFits(h.count, dtypeSize(static_cast<DType>(h.dtype)), &bytes);
+    if (buffered == nullptr && (h.type == FrameType::kEager || h.type == FrameType::kRtsHead)) {
+      size_t bytes = p2p::kHeadBytes;
+      if (h.type == FrameType::kEager) multiplyFits(h.count, dtypeSize(static_cast<DType>(h.dtype)), &bytes);
       c.inPayload = bytes > 0;
       c.inDst = nullptr;
       c.inLen = bytes;
@@ -240,12 +247,26 @@ void PointToPoint::match(Channel& c, Op* op, const FrameHeader& h, Unexpected* b
                                  describeMessage(w.count, static_cast<uint8_t>(w.dtype)),
                              w.peer));
   }
-  if (h.type == FrameType::kRts) {
+  if (h.type == FrameType::kRts || h.type == FrameType::kRtsHead) {
     if (!c.dead.isOk()) return finish(op, c.dead);
     sendControl(c, FrameType::kCts, h.seq, h.dtype, h.count);
     op->state = State::kAwaitData;
     op->seq = h.seq;
     c.awaitingData[h.seq] = op;
+    if (h.type == FrameType::kRts) return;
+    // The head goes into the array's first bytes; the receive completes with the DATA_TAIL.
+    op->head = p2p::kHeadBytes;
+    if (buffered != nullptr) {
+      memcpy(w.data, buffered->payload.data(), op->head);
+      return;
+    }
+    c.inPayload = true;
+    c.inDst = w.data;
+    c.inLen = op->head;
+    c.inDone = 0;
+    c.inCompletes = op;
+    c.inFinishes = false;
+    c.inAck = false;
     return;
   }
   if (buffered != nullptr) {
@@ -259,6 +280,7 @@ void PointToPoint::match(Channel& c, Op* op, const FrameHeader& h, Unexpected* b
   c.inLen = op->bytes;
   c.inDone = 0;
   c.inCompletes = op;
+  c.inFinishes = true;
   c.inAck = true;
   if (op->bytes == 0) onPayloadDone(c);
 }
@@ -359,6 +381,9 @@ bool PointToPoint::readFrames(Channel& c) {
       if (c.headerGot < p2p::kHeaderBytes) break;
       c.headerGot = 0;
       onHeader(c);
+      // A matched RTS_HEAD queued its CTS: send it (pump() writes next) before reading the head, so the
+      // sender's rest is on its way while the head is read.
+      if (c.in.type == FrameType::kRtsHead && !c.control.empty()) break;
       continue;
     }
     size_t got = 0;
@@ -390,7 +415,8 @@ void PointToPoint::onHeader(Channel& c) {
   if (!p2p::decodeHeader(c.header, &h)) return violation("unknown frame type " + std::to_string(c.header[0]));
   c.in = h;
   size_t bytes = 0;
-  const bool carriesMessage = h.type == FrameType::kEager || h.type == FrameType::kRts || h.type == FrameType::kData;
+  const bool carriesMessage = h.type == FrameType::kEager || h.type == FrameType::kRts || h.type == FrameType::kData ||
+                              h.type == FrameType::kRtsHead || h.type == FrameType::kDataTail;
   if (carriesMessage) {
     if (h.dtype >= kNumDTypes || !multiplyFits(h.count, dtypeSize(static_cast<DType>(h.dtype)), &bytes)) {
       return violation("a message of " + std::to_string(h.count) + " elements of dtype " + std::to_string(h.dtype));
@@ -398,9 +424,13 @@ void PointToPoint::onHeader(Channel& c) {
   }
   switch (h.type) {
     case FrameType::kEager:
-    case FrameType::kRts: {
+    case FrameType::kRts:
+    case FrameType::kRtsHead: {
       if (h.type == FrameType::kEager && bytes > kEagerBytes) {
         return violation("an eager message of " + std::to_string(bytes) + " bytes");
+      }
+      if (h.type == FrameType::kRtsHead && bytes <= p2p::kHeadBytes) {
+        return violation("an RTS_HEAD of a message of " + std::to_string(bytes) + " bytes");
       }
       // Straight into a posted receive, unless older messages of this tag are still unmatched.
       auto posted = c.posted.find(matchKey(h.group, h.tag));
@@ -410,20 +440,22 @@ void PointToPoint::onHeader(Channel& c) {
         if (posted->second.empty()) c.posted.erase(posted);
         return match(c, op, h, nullptr);
       }
+      // An EAGER's payload and an RTS_HEAD's head are buffered until a receive takes them.
+      const size_t held = h.type == FrameType::kEager ? bytes : h.type == FrameType::kRtsHead ? p2p::kHeadBytes : 0;
       Unexpected m;
       m.header = h;
-      m.complete = h.type == FrameType::kRts || bytes == 0;
-      if (h.type == FrameType::kEager) {
-        if (c.unexpectedBytes + bytes > kEagerCredit) return violation("more eager bytes than its credit");
-        m.payload.resize(bytes);
-        c.unexpectedBytes += bytes;
+      m.complete = held == 0;
+      if (held > 0) {
+        if (c.unexpectedBytes + held > kEagerCredit) return violation("more eager bytes than its credit");
+        m.payload.resize(held);
+        c.unexpectedBytes += held;
       }
       auto& q = c.unexpected[matchKey(h.group, h.tag)];
       q.push_back(std::move(m));
       if (!q.back().complete) {
         c.inPayload = true;
         c.inDst = q.back().payload.data();
-        c.inLen = bytes;
+        c.inLen = held;
         c.inDone = 0;
         c.inCompletes = nullptr;
         c.inAck = false;
@@ -432,22 +464,27 @@ void PointToPoint::onHeader(Channel& c) {
       }
       return matchBuffered(c, matchKey(h.group, h.tag));
     }
-    case FrameType::kData: {
+    case FrameType::kData:
+    case FrameType::kDataTail: {
+      const bool tail = h.type == FrameType::kDataTail;
+      if (tail && bytes <= p2p::kHeadBytes) return violation("a DATA_TAIL of a message of " + std::to_string(bytes) + " bytes");
+      const size_t from = tail ? p2p::kHeadBytes : 0;
       auto it = c.awaitingData.find(h.seq);
       Op* op = it != c.awaitingData.end() ? it->second : nullptr;
       if (op != nullptr) {
         c.awaitingData.erase(it);
-        if (bytes != op->bytes) return violation("DATA of another size than its RTS");
+        if (bytes != op->bytes || from != op->head) return violation("DATA of another size than its RTS");
         op->state = State::kStreaming;
       }
       // A receive that timed out after its CTS leaves its DATA to be discarded.
-      c.inPayload = bytes > 0;
-      c.inDst = op != nullptr ? op->work->data : nullptr;
-      c.inLen = bytes;
+      c.inPayload = bytes > from;
+      c.inDst = op != nullptr ? op->work->data + from : nullptr;
+      c.inLen = bytes - from;
       c.inDone = 0;
       c.inCompletes = op;
+      c.inFinishes = true;
       c.inAck = false;
-      if (bytes == 0 && op != nullptr) onPayloadDone(c);
+      if (bytes == from && op != nullptr) onPayloadDone(c);
       return;
     }
     case FrameType::kAck:
@@ -457,7 +494,8 @@ void PointToPoint::onHeader(Channel& c) {
       if (it == c.sent.end()) return;  // the send timed out meanwhile
       Op* op = it->second;
       c.sent.erase(it);
-      if (op->eager) c.unackedEager -= op->bytes;
+      c.unackedEager -= op->credit;
+      op->credit = 0;
       const Work& w = *op->work;
       if (h.type == FrameType::kAck) return finish(op, Status::ok());
       if (h.type == FrameType::kNack) {
@@ -469,7 +507,7 @@ void PointToPoint::onHeader(Channel& c) {
       }
       if (op->eager) return violation("CTS for an eager message");
       FrameHeader d;
-      d.type = FrameType::kData;
+      d.type = op->head > 0 ? FrameType::kDataTail : FrameType::kData;
       d.dtype = static_cast<uint8_t>(w.dtype);
       d.tag = w.tag;
       d.group = groupOf(w);
@@ -478,8 +516,8 @@ void PointToPoint::onHeader(Channel& c) {
       OutFrame f;
       f.head.resize(p2p::kHeaderBytes);
       p2p::encodeHeader(d, f.head.data());
-      f.payload = w.data;
-      f.payloadLen = op->bytes;
+      f.payload = w.data + op->head;
+      f.payloadLen = op->bytes - op->head;
       f.completes = op;
       f.owner = op;
       op->state = State::kStreaming;
@@ -498,7 +536,9 @@ void PointToPoint::onPayloadDone(Channel& c) {
   }
   Op* op = c.inCompletes;
   c.inCompletes = nullptr;
-  if (op == nullptr) return;
+  const bool finishes = c.inFinishes;
+  c.inFinishes = true;
+  if (op == nullptr || !finishes) return;
   if (c.inAck) sendControl(c, FrameType::kAck, c.in.seq, 0, 0);
   finish(op, Status::ok());
 }
@@ -574,6 +614,7 @@ void PointToPoint::breakChannel(Channel& c, const Status& st) {
   c.inUnexpected = false;
   c.inPayload = false;
   c.inCompletes = nullptr;
+  c.inFinishes = true;
   const int peer = c.pair->peer();
   for (auto it = ops_.begin(); it != ops_.end();) {
     Op* op = &*it;
@@ -590,7 +631,8 @@ void PointToPoint::detach(Op* op) {
   if (w.kind == Kind::kSend) {
     auto it = c.sent.find(op->seq);
     if (it != c.sent.end() && it->second == op) {
-      if (op->eager) c.unackedEager -= op->bytes;
+      c.unackedEager -= op->credit;
+      op->credit = 0;
       c.sent.erase(it);
     }
     for (auto f = c.data.begin(); f != c.data.end();) {

@@ -9,14 +9,17 @@
 // Protocol, per direction of a channel (frames in p2p_frames.h):
 //  - A send takes the next sequence number of its (sender, receiver) pair. A message of at most
 //    kEagerBytes goes out at once as EAGER (header + payload) while the sender's unacknowledged eager
-//    bytes to that peer stay within kEagerCredit; anything else goes out as RTS (header only) and its
-//    payload waits for the receiver.
+//    bytes to that peer stay within kEagerCredit. A larger one goes out as RTS_HEAD, with the first
+//    kHeadBytes of its payload (counted against the same credit), or as RTS (header only) where the
+//    credit is spent; the rest of its payload waits for the receiver. The head travels while the CTS
+//    comes back, so a large message does not spend a whole round trip idle before its payload moves.
 //  - The receiver reads frames in order. A message is matched with the oldest posted receive of its
 //    (peer, tag); with none, it is kept as unexpected (an EAGER's payload is buffered, an RTS only
 //    remembered), and the next receive posted for that (peer, tag) takes the oldest unexpected one first.
 //    Messages of one (peer, tag) thus match receives in order; other tags and peers never wait on them.
 //  - A match checks dtype and count. Equal: an EAGER is delivered and acknowledged (ACK), an RTS is
-//    answered with CTS and the sender streams DATA straight into the receive's array. Different: the
+//    answered with CTS and the sender streams DATA straight into the receive's array (an RTS_HEAD: its
+//    head goes into the array's first bytes, and DATA_TAIL brings the rest). Different: the
 //    receive fails with ERR_MISMATCH and the receiver answers NACK with its own dtype and count, so the
 //    send fails with ERR_MISMATCH naming both sides too. The message is dropped.
 //  - A send completes when a receive has taken its message: on ACK (eager: delivered), or once its DATA
@@ -24,7 +27,8 @@
 //    So a send never completes before a matching receive exists, a mismatch reaches both ends, and a
 //    process may exit as soon as its sends complete.
 //  - Why this bounds memory: the credit caps what a receiver buffers from one peer at kEagerCredit bytes
-//    of payload (a peer exceeding it breaks the channel), and large messages are never buffered. Why it
+//    of payload, eager messages and heads together (a peer exceeding it breaks the channel), and the
+//    rest of a large message is never buffered. Why it
 //    cannot deadlock: a receiver always reads on (it never stops behind an unmatched frame), and control
 //    frames (CTS, ACK, NACK) go out between frames, never behind a whole queue of payloads.
 //  - Failures stay with the messages they touch and never break the collectives: a peer that is gone
@@ -101,6 +105,8 @@ class PointToPoint : public BackgroundProgress {
     uint64_t seq = 0;
     bool eager = false;
     size_t bytes = 0;
+    size_t credit = 0;  // send: payload bytes counted against the channel's credit until ACK, CTS or NACK
+    size_t head = 0;    // large send or its receive: payload bytes that travel with the RTS_HEAD
   };
   struct OutFrame {
     std::vector<uint8_t> head;  // the header, and a small payload copied behind it
@@ -112,7 +118,7 @@ class PointToPoint : public BackgroundProgress {
   };
   struct Unexpected {
     p2p::FrameHeader header;
-    std::vector<uint8_t> payload;  // EAGER only
+    std::vector<uint8_t> payload;  // an EAGER's payload, an RTS_HEAD's head
     bool complete = false;         // false while its payload is still being read
   };
   struct Channel {
@@ -129,7 +135,8 @@ class PointToPoint : public BackgroundProgress {
     bool inPayload = false;
     uint8_t* inDst = nullptr;  // nullptr: discard
     size_t inLen = 0, inDone = 0;
-    Op* inCompletes = nullptr;  // receive completed when the payload is in
+    Op* inCompletes = nullptr;  // receive completed when the payload is in (or, for a head, written to)
+    bool inFinishes = true;     // false while reading a head: the receive completes with its DATA_TAIL
     bool inAck = false;         // acknowledge in.seq then
     bool inUnexpected = false;  // the payload goes to the last unexpected message of tag in.tag
     std::map<MatchKey, std::deque<Unexpected>> unexpected;

@@ -18,8 +18,13 @@ enum class FrameType : uint8_t {
   kData = 4,   // sender -> receiver: the payload of RTS `seq`
   kAck = 5,    // receiver -> sender: the EAGER `seq` matched a receive and was delivered
   kNack = 6,   // receiver -> sender: `seq` matched a receive of another dtype or count (carried here)
+  kRtsHead = 7,   // sender -> receiver: an RTS followed by the first kHeadBytes of the payload
+  kDataTail = 8,  // sender -> receiver: the rest of RTS_HEAD `seq`'s payload, from byte kHeadBytes on
 };
-constexpr uint8_t kMaxFrameType = 6;
+constexpr uint8_t kMaxFrameType = 8;
+
+// How much of a large message travels with its RTS_HEAD, ahead of the receiver's CTS.
+constexpr size_t kHeadBytes = 64 * 1024;
 
 constexpr size_t kHeaderBytes = 32;
 
