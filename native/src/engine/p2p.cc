@@ -234,12 +234,7 @@ void PointToPoint::match(Channel& c, Op* op, const FrameHeader& h, Unexpected* b
     if (buffered == nullptr && (h.type == FrameType::kEager || h.type == FrameType::kRtsHead)) {
       size_t bytes = p2p::kHeadBytes;
       if (h.type == FrameType::kEager) multiplyFits(h.count, dtypeSize(static_cast<DType>(h.dtype)), &bytes);
-      c.inPayload = bytes > 0;
-      c.inDst = nullptr;
-      c.inLen = bytes;
-      c.inDone = 0;
-      c.inCompletes = nullptr;
-      c.inAck = false;
+      expectPayload(c, nullptr, bytes, nullptr);
     }
     return finish(op, Status(Code::kMismatch,
                              "rank " + std::to_string(w.peer) + " sent " + describeMessage(h.count, h.dtype) +
@@ -260,14 +255,7 @@ void PointToPoint::match(Channel& c, Op* op, const FrameHeader& h, Unexpected* b
       memcpy(w.data, buffered->payload.data(), op->head);
       return;
     }
-    c.inPayload = true;
-    c.inDst = w.data;
-    c.inLen = op->head;
-    c.inDone = 0;
-    c.inCompletes = op;
-    c.inFinishes = false;
-    c.inAck = false;
-    return;
+    return expectPayload(c, w.data, op->head, op, /*finishes=*/false);
   }
   if (buffered != nullptr) {
     if (op->bytes > 0) memcpy(w.data, buffered->payload.data(), op->bytes);
@@ -275,14 +263,20 @@ void PointToPoint::match(Channel& c, Op* op, const FrameHeader& h, Unexpected* b
     return finish(op, Status::ok());
   }
   op->state = State::kStreaming;
-  c.inPayload = true;
-  c.inDst = w.data;
-  c.inLen = op->bytes;
-  c.inDone = 0;
-  c.inCompletes = op;
-  c.inFinishes = true;
-  c.inAck = true;
+  expectPayload(c, w.data, op->bytes, op, /*finishes=*/true, /*ack=*/true);
   if (op->bytes == 0) onPayloadDone(c);
+}
+
+// The payload that follows the frame just read goes to dst (nullptr: discarded); once it is in, `completes`
+// (if any) completes when `finishes`, acknowledged with ACK when `ack`.
+void PointToPoint::expectPayload(Channel& c, uint8_t* dst, size_t len, Op* completes, bool finishes, bool ack) {
+  c.inPayload = len > 0;
+  c.inDst = dst;
+  c.inLen = len;
+  c.inDone = 0;
+  c.inCompletes = completes;
+  c.inFinishes = finishes;
+  c.inAck = ack;
 }
 
 void PointToPoint::sendControl(Channel& c, FrameType type, uint64_t seq, uint8_t dtype, uint64_t count) {
@@ -453,12 +447,7 @@ void PointToPoint::onHeader(Channel& c) {
       auto& q = c.unexpected[matchKey(h.group, h.tag)];
       q.push_back(std::move(m));
       if (!q.back().complete) {
-        c.inPayload = true;
-        c.inDst = q.back().payload.data();
-        c.inLen = held;
-        c.inDone = 0;
-        c.inCompletes = nullptr;
-        c.inAck = false;
+        expectPayload(c, q.back().payload.data(), held, nullptr);
         c.inUnexpected = true;
         return;
       }
@@ -477,13 +466,7 @@ void PointToPoint::onHeader(Channel& c) {
         op->state = State::kStreaming;
       }
       // A receive that timed out after its CTS leaves its DATA to be discarded.
-      c.inPayload = bytes > from;
-      c.inDst = op != nullptr ? op->work->data + from : nullptr;
-      c.inLen = bytes - from;
-      c.inDone = 0;
-      c.inCompletes = op;
-      c.inFinishes = true;
-      c.inAck = false;
+      expectPayload(c, op != nullptr ? op->work->data + from : nullptr, bytes - from, op);
       if (bytes == from && op != nullptr) onPayloadDone(c);
       return;
     }

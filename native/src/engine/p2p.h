@@ -157,6 +157,7 @@ class PointToPoint : public BackgroundProgress {
   bool readFrames(Channel& c);
   void onHeader(Channel& c);
   void onPayloadDone(Channel& c);
+  void expectPayload(Channel& c, uint8_t* dst, size_t len, Op* completes, bool finishes = true, bool ack = false);
   void sendControl(Channel& c, p2p::FrameType type, uint64_t seq, uint8_t dtype, uint64_t count);
   void checkDeadlines(Clock::time_point now);
   void checkLiveness(Channel& c, Clock::time_point now);
