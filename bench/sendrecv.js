@@ -13,6 +13,7 @@
 // Rank 0 prints one JSON line per size. bench/mpi_pingpong.c is the same program on Open MPI, and
 // bench/sendrecv-compare.js runs the two alternately.
 const hora = require('..');
+const loops = require('./pingpong');
 
 const WINDOW = 64;
 
@@ -31,22 +32,8 @@ async function main() {
   const me = hora.rank(), peer = 1 - me;
   const done = useAwait ? async (w) => w : (w) => w.wait();
   const ack = new Uint8Array(4);
-  // One round trip per i, times in µs per one-way trip from i = 0 on. With wait() the loop is a plain
-  // loop, as MPI_Send/MPI_Recv are called in C: an `await` on the value wait() returns would still
-  // suspend the function once per call, a cost of the benchmark and not of the messages.
-  const pingPongWaited = (buf, from, to, t) => {
-    for (let i = from; i < to; i++) {
-      const t0 = process.hrtime.bigint();
-      if (me === 0) {
-        hora.send(buf, { to: peer }).wait();
-        hora.recv(buf, { from: peer }).wait();
-      } else {
-        hora.recv(buf, { from: peer }).wait();
-        hora.send(buf, { to: peer }).wait();
-      }
-      if (i >= 0) t[i] = Number(process.hrtime.bigint() - t0) / 2e3;
-    }
-  };
+  // One round trip per i, times in µs per one-way trip from i = 0 on.
+  const pingPongWaited = (buf, from, to, t) => loops.pingPongWaited(hora, buf, from, to, t);
   const pingPongAwaited = async (buf, from, to, t) => {
     for (let i = from; i < to; i++) {
       const t0 = process.hrtime.bigint();
