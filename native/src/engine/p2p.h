@@ -14,9 +14,9 @@
 //    credit is spent; the rest of its payload waits for the receiver. The head travels while the CTS
 //    comes back, so a large message does not spend a whole round trip idle before its payload moves.
 //  - The receiver reads frames in order. A message is matched with the oldest posted receive of its
-//    (peer, tag); with none, it is kept as unexpected (an EAGER's payload is buffered, an RTS only
-//    remembered), and the next receive posted for that (peer, tag) takes the oldest unexpected one first.
-//    Messages of one (peer, tag) thus match receives in order; other tags and peers never wait on them.
+//    (peer, tag); with none, it is kept as unexpected (an EAGER's payload and an RTS_HEAD's head are
+//    buffered, an RTS only remembered), and the next receive posted for that (peer, tag) takes the
+//    oldest unexpected one first. Messages of one (peer, tag) thus match receives in order; other tags and peers never wait on them.
 //  - A match checks dtype and count. Equal: an EAGER is delivered and acknowledged (ACK), an RTS is
 //    answered with CTS and the sender streams DATA straight into the receive's array (an RTS_HEAD: its
 //    head goes into the array's first bytes, and DATA_TAIL brings the rest). Different: the
@@ -28,9 +28,9 @@
 //    process may exit as soon as its sends complete.
 //  - Why this bounds memory: the credit caps what a receiver buffers from one peer at kEagerCredit bytes
 //    of payload, eager messages and heads together (a peer exceeding it breaks the channel), and the
-//    rest of a large message is never buffered. Why it
-//    cannot deadlock: a receiver always reads on (it never stops behind an unmatched frame), and control
-//    frames (CTS, ACK, NACK) go out between frames, never behind a whole queue of payloads.
+//    rest of a large message is never buffered. Why it cannot deadlock: a receiver always reads on (it
+//    never stops behind an unmatched frame), and control frames (CTS, ACK, NACK) go out between frames,
+//    never behind a whole queue of payloads.
 //  - Failures stay with the messages they touch and never break the collectives: a peer that is gone
 //    fails the operations with that peer (ERR_PEER_LOST; messages already buffered can still be received),
 //    an operation past its deadline fails alone (ERR_TIMEOUT naming peer and tag), unless its frame was
