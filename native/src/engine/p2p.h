@@ -16,7 +16,8 @@
 //  - The receiver reads frames in order. A message is matched with the oldest posted receive of its
 //    (peer, tag); with none, it is kept as unexpected (an EAGER's payload and an RTS_HEAD's head are
 //    buffered, an RTS only remembered), and the next receive posted for that (peer, tag) takes the
-//    oldest unexpected one first. Messages of one (peer, tag) thus match receives in order; other tags and peers never wait on them.
+//    oldest unexpected one first. Messages of one (peer, tag) thus match receives in order; other tags
+//    and peers never wait on them.
 //  - A match checks dtype and count. Equal: an EAGER is delivered and acknowledged (ACK), an RTS is
 //    answered with CTS and the sender streams DATA straight into the receive's array (an RTS_HEAD: its
 //    head goes into the array's first bytes, and DATA_TAIL brings the rest). Different: the
