@@ -365,7 +365,7 @@ bool PointToPoint::readFrames(Channel& c) {
   while (c.dead.isOk()) {
     if (!c.inPayload) {
       size_t got = 0;
-      Status st = c.pair->tryRecvInto(c.header + c.headerGot, p2p::kHeaderBytes - c.headerGot, &got);
+      Status st = c.pair->tryRecvAhead(c.header + c.headerGot, p2p::kHeaderBytes - c.headerGot, kReadAheadBytes, &got);
       if (!st.isOk()) {
         breakChannel(c, st);
         break;

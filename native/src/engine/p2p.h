@@ -73,6 +73,11 @@ class PointToPoint : public BackgroundProgress {
   // Largest message sent eagerly, and the most eager bytes in flight to one peer.
   static constexpr size_t kEagerBytes = 64 * 1024;
   static constexpr size_t kEagerCredit = 4 * 1024 * 1024;
+  // A frame header is read from TCP with up to this many bytes at once (Pair::tryRecvAhead): a small
+  // message's payload, or a run of control frames, comes in the same system call as the header. The bytes
+  // pass through a buffer, a copy that stays cheap at this size. Payloads are read straight into the
+  // receive's array: reading ahead at the end of each made a 64 KiB ping-pong 10-30% slower.
+  static constexpr size_t kReadAheadBytes = 4 * 1024;
 
   // finish runs once per Work, on whichever thread progressed it, with its outcome; `what` names the
   // operation ("send to rank 2 (tag 0)").

@@ -41,6 +41,15 @@ class Pair {
   }
   // Copies up to len received bytes into dst; *got says how many (possibly 0).
   virtual Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) = 0;
+  // The same, for a reader that knows more bytes will follow (the next frame's header): a transport that
+  // reads with a system call may, for a read shorter than `ahead`, take up to `ahead` bytes in that call
+  // and keep the rest, in order, for the next tryRecvInto, tryRecvAhead or peek. A stream of small frames
+  // then costs one call per frame rather than one per header and one per payload. Shared memory has
+  // nothing to save and reads as tryRecvInto does.
+  virtual Status tryRecvAhead(uint8_t* dst, size_t len, size_t ahead, size_t* got) {
+    (void)ahead;
+    return tryRecvInto(dst, len, got);
+  }
   // Exposes received bytes in place, contiguous, at most max; *avail may be 0. consume() releases them.
   virtual Status peek(size_t max, const uint8_t** data, size_t* avail) = 0;
   virtual void consume(size_t n) = 0;

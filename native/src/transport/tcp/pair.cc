@@ -55,15 +55,45 @@ Status TcpPair::trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size
   return Status::ok();
 }
 
-Status TcpPair::tryRecvInto(uint8_t* dst, size_t len, size_t* got) {
-  *got = 0;
-  size_t buffered = bounceEnd_ - bounceBegin_;
-  if (buffered > 0) {
-    size_t n = buffered < len ? buffered : len;
+size_t TcpPair::takeBuffered(uint8_t* dst, size_t len) {
+  const size_t buffered = bounceEnd_ - bounceBegin_;
+  const size_t n = buffered < len ? buffered : len;
+  if (n > 0) {
     memcpy(dst, bounce_.data() + bounceBegin_, n);
     consume(n);
-    *got = n;
   }
+  return n;
+}
+
+Status TcpPair::tryRecvAhead(uint8_t* dst, size_t len, size_t ahead, size_t* got) {
+  *got = takeBuffered(dst, len);
+  if (*got == len) return Status::ok();
+  if (ahead > bounce_.size()) ahead = bounce_.size();
+  if (len - *got >= ahead) {
+    // Long enough to go straight into dst. (A second iovec for the bytes ahead made the kernel copy
+    // the whole read the slow way: a 64 KiB ping-pong took 10% longer.)
+    size_t more = 0;
+    Status st = tryRecvInto(dst + *got, len - *got, &more);
+    *got += more;
+    return st;
+  }
+  // The buffer is empty (dst took all of it): one recv fills it from the start, dst's part is copied out.
+  for (;;) {
+    ssize_t n = ::recv(fd_, bounce_.data(), ahead, MSG_DONTWAIT);
+    if (n > 0) {
+      bounceBegin_ = 0;
+      bounceEnd_ = static_cast<size_t>(n);
+      *got += takeBuffered(dst + *got, len - *got);
+      return Status::ok();
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
+    return lost(n == 0 ? "was closed by the peer" : "failed while receiving", n < 0 ? errno : 0);
+  }
+}
+
+Status TcpPair::tryRecvInto(uint8_t* dst, size_t len, size_t* got) {
+  *got = takeBuffered(dst, len);
   while (*got < len) {
     ssize_t n = ::recv(fd_, dst + *got, len - *got, MSG_DONTWAIT);
     if (n > 0) {

@@ -17,6 +17,7 @@ class TcpPair : public Pair {
   Status trySend(const uint8_t* data, size_t len, size_t* taken) override;
   Status trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size_t blen, size_t* taken) override;
   Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) override;
+  Status tryRecvAhead(uint8_t* dst, size_t len, size_t ahead, size_t* got) override;
   Status peek(size_t max, const uint8_t** data, size_t* avail) override;
   void consume(size_t n) override;
   int pollFd() const override { return fd_; }
@@ -28,11 +29,13 @@ class TcpPair : public Pair {
 
  private:
   Status lost(const char* what, int err);
+  // Copies buffered bytes into dst; returns how many.
+  size_t takeBuffered(uint8_t* dst, size_t len);
 
   int fd_;
   int noticeFd_ = -1;
-  // Bytes read ahead for peek(); tryRecvInto drains these before it reads the socket, so the stream
-  // stays in order. Sized to stay in L2 while a segment is reduced out of it.
+  // Bytes read ahead for peek() and tryRecvAhead(); tryRecvInto drains these before it reads the
+  // socket, so the stream stays in order. Sized to stay in L2 while a segment is reduced out of it.
   std::vector<uint8_t> bounce_;
   size_t bounceBegin_ = 0;
   size_t bounceEnd_ = 0;
