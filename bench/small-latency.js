@@ -4,7 +4,9 @@
 // times ITERS allreduces (sum) one by one and prints the median: on a shared machine a rare stall of a
 // few milliseconds (a garbage collection, another process taking the core) moves a mean over 200 calls
 // of a microsecond-scale collective by tens of microseconds, but not the median. With CPU=1 it also
-// prints the process's CPU time per second of the loop (1.0: one core busy). Rank 0 prints one JSON line.
+// prints the process's CPU time per second of the loop (1.0: one core busy); with MEAN=1 the mean as well
+// (which the stalls do move: a benchmark that times a whole loop, as bench/compare.js does, sees it).
+// Rank 0 prints one JSON line.
 const hora = require('..');
 
 async function main() {
@@ -34,6 +36,7 @@ async function main() {
       const cpu = process.cpuUsage(cpu0);
       t.sort();
       out[`${mode} ${bytes}`] = +t[iters >> 1].toFixed(2);
+      if (process.env.MEAN) out[`mean ${mode} ${bytes}`] = +(t.reduce((s, v) => s + v, 0) / iters).toFixed(2);
       if (process.env.CPU) out[`cpu ${mode} ${bytes}`] = +((cpu.user + cpu.system) / wallUs).toFixed(2);
     }
   }

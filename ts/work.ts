@@ -129,6 +129,7 @@ function isLoneCollective(item: NativeItem): boolean {
 }
 
 interface Outstanding {
+  id: number;
   work: Work<any>;
   finish: Finish<any>;
   site: CallSite;
@@ -138,10 +139,71 @@ interface Outstanding {
   stats?: SubmittedCollective;
 }
 
+/**
+ * The works submitted and not yet settled, by id, oldest first. Ids are handed out in increasing order and
+ * works mostly settle in that order, so a ring of slots indexed by id holds them. A Map did the same, but
+ * V8 re-allocates a small Map's table as it empties and refills: with one work at a time (a loop of
+ * wait()), a new table on almost every call, a third of the garbage that each small collective left.
+ */
+export class OutstandingTable {
+  private slots: Array<Outstanding | undefined> = new Array(16).fill(undefined);
+  /** Every live id is in [lo, hi). */
+  private lo = 0;
+  private hi = 0;
+  size = 0;
+
+  /** Adds o; its id is above every id added before. */
+  add(o: Outstanding): void {
+    if (this.size === 0) this.lo = o.id;
+    if (o.id - this.lo >= this.slots.length) this.grow(o.id - this.lo + 1);
+    this.slots[o.id & (this.slots.length - 1)] = o;
+    this.size++;
+    this.hi = o.id + 1;
+  }
+
+  get(id: number): Outstanding | undefined {
+    if (id < this.lo || id >= this.hi) return undefined;
+    const o = this.slots[id & (this.slots.length - 1)];
+    return o !== undefined && o.id === id ? o : undefined;
+  }
+
+  /** Removes and returns the work of this id, if it is here. */
+  take(id: number): Outstanding | undefined {
+    const o = this.get(id);
+    if (o === undefined) return undefined;
+    const mask = this.slots.length - 1;
+    this.slots[id & mask] = undefined;
+    this.size--;
+    while (this.lo < this.hi && this.slots[this.lo & mask] === undefined) this.lo++;
+    return o;
+  }
+
+  *values(): IterableIterator<Outstanding> {
+    const mask = this.slots.length - 1;
+    for (let id = this.lo; id < this.hi; id++) {
+      const o = this.slots[id & mask];
+      if (o !== undefined && o.id === id) yield o;
+    }
+  }
+
+  private grow(span: number): void {
+    let capacity = this.slots.length;
+    while (capacity < span * 2) capacity *= 2;
+    const slots: Array<Outstanding | undefined> = new Array(capacity).fill(undefined);
+    for (const o of this.values()) slots[o.id & (capacity - 1)] = o;
+    this.slots = slots;
+  }
+}
+
 export class Dispatcher {
   private nextId = 1;
-  private outstanding = new Map<number, Outstanding>();
-  private batch: NativeItem[] = [];
+  private outstanding = new OutstandingTable();
+  // What is submitted but not yet handed to the engine, in order: the first item (its id beside it), and
+  // the rest. A lone item (the usual call, and every call of a wait() loop) takes no array, and no id
+  // property added to its object (a property added to an object literal takes an allocation of its own).
+  private first: NativeItem | null = null;
+  private firstId = 0;
+  private rest: NativeItem[] = [];
   private batchBytes = 0;
   private flushScheduled = false;
   // A flush microtask is queued and has not run yet. A wait() loop never lets microtasks run, and each
@@ -202,7 +264,7 @@ export class Dispatcher {
     return new CallSite(callee);
   }
 
-  /** The Stats records of the outstanding collectives, in submission order (a Map keeps insertion order). */
+  /** The Stats records of the outstanding collectives, in submission order. */
   private *pendingStats(): Iterable<SubmittedCollective> {
     for (const o of this.outstanding.values()) if (o.stats) yield o.stats;
   }
@@ -220,10 +282,15 @@ export class Dispatcher {
     // Messages are not collectives: the stall inspector's view of the ordered queue leaves them out.
     const p2p = item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
     const stats = p2p ? undefined : this.stats.submitted(item.kind, item.name, bytes, item.dtype, !item.group);
-    this.outstanding.set(id, { work, finish, site, keep, stats });
+    this.outstanding.add({ id, work, finish, site, keep, stats });
     if (this.timeline) this.timeline.called(id, item);
-    (item as NativeItem).id = id;
-    this.batch.push(item as NativeItem);
+    if (this.first === null) {
+      this.first = item as NativeItem;
+      this.firstId = id;
+    } else {
+      (item as NativeItem).id = id;
+      this.rest.push(item as NativeItem);
+    }
     this.batchBytes += bytes;
     if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes) {
       this.flush();
@@ -241,7 +308,7 @@ export class Dispatcher {
   track<T>(finish: Finish<T>, site: CallSite, start: (id: number) => void): Work<T> {
     const id = this.nextId++;
     const work = new Work<T>(() => this.waitFor(id));
-    this.outstanding.set(id, { work, finish, site, keep: [] });
+    this.outstanding.add({ id, work, finish, site, keep: [] });
     start(id);
     return work;
   }
@@ -249,15 +316,21 @@ export class Dispatcher {
   /** willWait: the caller goes on to wait() at once (and runs the batch itself when the engine is idle). */
   flush(willWait = false): void {
     this.flushScheduled = false;
-    if (this.batch.length === 0) return;
-    const items = this.batch;
-    this.batch = [];
+    const one = this.first;
+    if (one === null) return;
+    this.first = null;
     this.batchBytes = 0;
-    const one = items[0];
+    const id = this.firstId;
+    if (this.rest.length === 0 && (isHostMessage(one) || isLoneCollective(one))) {
+      if (isHostMessage(one)) this.comm.submitMessage(id, one.kind, one.dtype, one.data!, one.peer!, one.tag!, one.group ?? 0, willWait);
+      else this.comm.submitOne(id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out, willWait);
+      return;
+    }
+    one.id = id;
+    const items = [one, ...this.rest];
+    this.rest = [];
     if (items.every(isHostMessage)) {
       for (const m of items) this.comm.submitMessage(m.id, m.kind, m.dtype, m.data!, m.peer!, m.tag!, m.group ?? 0, willWait);
-    } else if (items.length === 1 && isLoneCollective(one)) {
-      this.comm.submitOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out, willWait);
     } else {
       this.comm.submit(items, willWait);
     }
@@ -278,22 +351,22 @@ export class Dispatcher {
     this.wantsCallSite = true;
     // Not while calls are still being batched (then() in the same run of JS as the call): the batch is
     // submitted at the end of the run, and must stay whole.
-    if (this.batch.length > 0) return;
+    if (this.first !== null) return;
     const result = this.comm.spin(id, SPIN_MICROS);
     if (result) this.settle(id, result);
   }
 
   private waitFor(id: number): void {
     this.wantsCallSite = false;
-    const one = this.batch.length === 1 ? this.batch[0] : null;
-    if (one !== null && one.id === id && (isLoneCollective(one) || isHostMessage(one))) {
+    const one = this.rest.length === 0 ? this.first : null;
+    if (one !== null && this.firstId === id && (isLoneCollective(one) || isHostMessage(one))) {
       // Submitted and waited for in one crossing into the addon.
-      this.batch = [];
+      this.first = null;
       this.batchBytes = 0;
       this.flushScheduled = false;
       this.settle(id, isHostMessage(one)
-        ? this.comm.runMessage(one.id, one.kind, one.dtype, one.data!, one.peer!, one.tag!, one.group ?? 0)
-        : this.comm.runOne(one.id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out));
+        ? this.comm.runMessage(id, one.kind, one.dtype, one.data!, one.peer!, one.tag!, one.group ?? 0)
+        : this.comm.runOne(id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out));
       return;
     }
     this.flush(true);
@@ -307,9 +380,8 @@ export class Dispatcher {
   }
 
   private settle(id: number, taken: NativeResult | true): void {
-    const o = this.outstanding.get(id);
+    const o = this.outstanding.take(id);
     if (!o) return;
-    this.outstanding.delete(id);
     const result = taken === true ? SUCCESS : taken;
     if (o.stats) this.stats.settled(o.stats, result);
     if (result.code) {
