@@ -37,7 +37,8 @@ export class Work<T = unknown> implements PromiseLike<T> {
   private state: 'pending' | 'fulfilled' | 'rejected' = 'pending';
   private value?: T;
   private error?: HoraError;
-  private listeners: Array<() => void> = [];
+  // Made on the first listener: most works (every wait()ed one) never get one.
+  private listeners: Array<() => void> | null = null;
 
   /**
    * @internal onAwait: told when the work is first awaited (or given a callback with then()); it may
@@ -61,7 +62,7 @@ export class Work<T = unknown> implements PromiseLike<T> {
     return new Promise<T>((resolve, reject) => {
       const settle = () => (this.state === 'fulfilled' ? resolve(this.value as T) : reject(this.error));
       if (this.state !== 'pending') settle();
-      else this.listeners.push(settle);
+      else (this.listeners ??= []).push(settle);
     }).then(onFulfilled, onRejected);
   }
 
@@ -107,12 +108,13 @@ export class Work<T = unknown> implements PromiseLike<T> {
    */
   onSettled(fn: () => void): void {
     if (this.state !== 'pending') fn();
-    else this.listeners.push(fn);
+    else (this.listeners ??= []).push(fn);
   }
 
   private flushListeners(): void {
     const ls = this.listeners;
-    this.listeners = [];
+    if (ls === null) return;
+    this.listeners = null;
     for (const l of ls) l();
   }
 }
