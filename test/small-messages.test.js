@@ -3,7 +3,8 @@
 // when the engine is idle, without the communication thread; awaited, it runs on the communication
 // thread. Both must give the same bytes, keep the failure semantics (a killed peer is ERR_PEER_LOST
 // soon, a stopped one ERR_TIMEOUT at the deadline, even while the waiting thread spins), mix with large
-// collectives outstanding at the same time, and leave memory flat over a long wait() loop.
+// collectives outstanding at the same time, and leave memory flat over a long wait() loop. An awaited one
+// whose partner's message is already there runs at once on the calling thread, as it cannot wait.
 const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
@@ -61,6 +62,29 @@ t.test('p=2 shm: 100,000 small allreduces in a wait() loop, memory flat', async 
     t.ok(heapGrowth < 4, `rank ${rep.rank}: JS heap flat (grew ${heapGrowth.toFixed(1)} MiB)`);
   }
 });
+
+// Two ranks, one of them late: its awaited small collective finds the partner's message there and runs
+// at once, on the calling thread (it cannot wait on anyone), and settles before any completion callback
+// could arrive. A rank whose partner is late still hands its collective to the communication thread.
+for (const transport of ['shm', 'tcp']) {
+  t.test(`p=2 ${transport}: the rank that comes second runs its awaited small collective at once`, async (t) => {
+    const env = transport === 'tcp' ? { HORA_TRANSPORT: 'tcp' } : {};
+    const job = await runJob(2, WORKER, { args: ['second'], env, timeoutMs: 120000 });
+    if (!assertReports(t, job, 2)) return;
+    for (const rep of job.reports) {
+      t.same(rep.failures, [], `rank ${rep.rank}: every result is right`);
+      t.same(rep.notAtOnce, [], `rank ${rep.rank}: each late call of at most 4 KiB was settled after microtasks alone (${rep.atOnce} of its ${rep.cases / 2})`);
+      t.ok(rep.atOnce >= 8, `rank ${rep.rank}: ${rep.atOnce} late calls ran at once`);
+      for (const [i, m] of rep.mismatches.entries()) {
+        t.equal(m && m.code, 'ERR_MISMATCH', `rank ${rep.rank}: mismatch ${i + 1} is ERR_MISMATCH on this rank`, { got: m });
+      }
+    }
+    const [early, late] = job.reports;
+    t.equal(late.barrierAtOnce, true, 'the late rank\'s barrier ran at once');
+    t.equal(early.earlySettled, false, 'a call whose partner is late is not settled at once');
+    t.ok(early.ticks >= 10, `the event loop ran while it waited 200 ms (${early.ticks} ticks of 5 ms)`);
+  });
+}
 
 // Without a launcher only the data plane can see the death: the survivor is spinning in wait().
 for (const transport of ['shm', 'tcp']) {

@@ -127,9 +127,13 @@ export interface NativeCommunicator {
    * and members. Throws on a bad list.
    */
   addGroup(id: number, members: number[]): void;
-  /** The same for a batch of one host collective (no message, device item or invalid call), without an item object to read. */
+  /**
+   * The same for a batch of one host collective (no message, device item or invalid call), without an item
+   * object to read. Without willWait, a collective that cannot wait on a peer (two ranks, a small allreduce
+   * or a barrier, the partner's message already here) runs at once: then its result, as wait() gives it.
+   */
   submitOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
-    name: string | null, data: ArrayBufferView | null, out: ArrayBufferView | null, willWait: boolean): void;
+    name: string | null, data: ArrayBufferView | null, out: ArrayBufferView | null, willWait: boolean): NativeResult | true | undefined;
   /** The same for one host send or recv: group 0 is the world. */
   submitMessage(id: number, kind: NativeKind, dtype: NativeDType, data: ArrayBufferView, peer: number, tag: number,
     group: number, willWait: boolean): void;

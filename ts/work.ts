@@ -325,7 +325,10 @@ export class Dispatcher {
     const id = this.firstId;
     if (this.rest.length === 0 && (isHostMessage(one) || isLoneCollective(one))) {
       if (isHostMessage(one)) this.comm.submitMessage(id, one.kind, one.dtype, one.data!, one.peer!, one.tag!, one.group ?? 0, willWait);
-      else this.comm.submitOne(id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out, willWait);
+      else {
+        const result = this.comm.submitOne(id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out, willWait);
+        if (result !== undefined) this.settle(id, result);
+      }
       return;
     }
     one.id = id;

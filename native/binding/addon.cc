@@ -329,12 +329,23 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // collective (not a message, not a device item, not an invalid call), positional. A small collective
   // waited at once costs a few microseconds in all, and reading a dozen properties of an item object
   // through Node-API was a good part of that.
+  // Returns the result when the collective ran at once (Communicator::runIfReady: it could not wait on a
+  // peer), else undefined: it is queued, and completes through the callback or wait().
   Napi::Value SubmitOne(const Napi::CallbackInfo& info) {
+    const bool willWait = info[9].ToBoolean().Value();
+    if (!willWait) {
+      auto here = Untracked(info.Env(), info[0]);
+      FillOne(info, here.get());
+      if (comm_->runIfReady(here)) return ResultOf(info.Env(), *here);
+      Adopt(info.Env(), here);
+      comm_->submit({std::move(here)}, false);
+      return info.Env().Undefined();
+    }
     auto w = Track(info.Env(), info[0]);
     FillOne(info, w.get());
     std::vector<std::shared_ptr<Work>> batch;
     batch.push_back(std::move(w));
-    comm_->submit(std::move(batch), info[9].ToBoolean().Value());
+    comm_->submit(std::move(batch), willWait);
     return info.Env().Undefined();
   }
 
@@ -583,9 +594,14 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
     auto w = std::make_shared<Work>();
     w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
+    Adopt(env, w);
+    return w;
+  }
+
+  // Tracks an untracked work from now on: its result is taken through the callback, wait() or spin().
+  void Adopt(Napi::Env env, const std::shared_ptr<Work>& w) {
     if (pending_.empty() && !released_) tsfn_.Ref(env);
     pending_[w->id] = w;
-    return w;
   }
 
   friend Napi::Value TakeResult(const Napi::CallbackInfo& info);

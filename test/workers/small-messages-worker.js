@@ -9,6 +9,10 @@
 //   soak     SOAK_SMALL allreduces of 2 floats in a wait() loop, resident memory sampled as it goes
 //   kill     rank $KILL_RANK SIGKILLs itself while the others are in a wait() loop of small allreduces
 //   stop     rank $KILL_RANK SIGSTOPs itself in the same loop; the others must time out at HORA_TIMEOUT_S
+//   second   2 ranks: one awaits, the other calls 30 ms later, when the first one's message is there; the
+//            second runs its collective at once when it cannot wait (it is settled after microtasks
+//            alone, before any callback could come). Results, mismatches, and an event loop that keeps
+//            running while a call waits for a late peer.
 const hora = require('../../dist/ts/index.js');
 const { report, prng, describeError } = require('../support/worker-util');
 
@@ -169,6 +173,82 @@ async function failure(how) {
   return { rejectedAt: null };
 }
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Calls fn (which starts a collective and returns its Work) and lets only microtasks run: whether the
+// Work has settled by then, and the Work.
+async function callAndPeek(fn) {
+  const w = fn();
+  for (let i = 0; i < 4; i++) await null;
+  return { settled: w.done, w };
+}
+
+async function second() {
+  const r = hora.rank();
+  const failures = [];
+  const notAtOnce = [];
+  let atOnce = 0;
+  // Allreduces of float32 and int32 sums and avgs, 1 to 1025 elements; the late rank alternates.
+  const cases = [];
+  for (const n of [1, 2, 255, 1023, 1024, 1025]) for (const dtype of ['float32', 'int32']) for (const op of ['sum', 'avg', 'max']) cases.push([n, dtype, op]);
+  for (let k = 0; k < cases.length; k++) {
+    const [n, dtype, op] = cases[k];
+    const ctor = DTYPES[dtype];
+    const x = fill(ctor, n, r, k + 1);
+    const late = k % 2;
+    const want = reference(ctor, n, 2, k + 1, op);
+    if (op === 'avg') for (let i = 0; i < n; i++) want[i] = dtype === 'int32' ? Math.trunc(want[i] / 2) : want[i] / 2;
+    let got;
+    if (r === late) {
+      await sleep(30);
+      const { settled, w } = await callAndPeek(() => hora.allreduce(x, { op, dtype }));
+      // Up to 4 KiB the whole message travels in one piece and is there at once; above, not always.
+      if (settled) atOnce++;
+      else if (n * 4 <= 4096) notAtOnce.push(`${n} x ${dtype} ${op}`);
+      got = await w;
+    } else {
+      got = await hora.allreduce(x, { op, dtype });
+    }
+    if (!bytesOf(got).equals(bytesOf(want))) failures.push(`${n} x ${dtype} ${op}: got ${Array.from(got.slice(0, 3))}, want ${Array.from(want.slice(0, 3))}`);
+  }
+  // A barrier, the late rank's settled at once too.
+  let barrierAtOnce = null;
+  if (r === 1) {
+    await sleep(30);
+    const { settled, w } = await callAndPeek(() => hora.barrier());
+    barrierAtOnce = settled;
+    await w;
+  } else {
+    await hora.barrier();
+  }
+  // Mismatches met by the late rank: another count, then a barrier against an allreduce. Both ranks fail
+  // with ERR_MISMATCH, and the next collective is right.
+  const mismatches = [];
+  for (const [mine, theirs] of [[4, 8], ['barrier', 4]]) {
+    const what = r === 1 ? mine : theirs;
+    const call = () => (what === 'barrier' ? hora.barrier() : hora.allreduce(new Float32Array(what).fill(1), { op: 'sum' }));
+    if (r === 1) await sleep(30);
+    const outcome = await (r === 1 ? callAndPeek(call).then(({ w }) => w) : call()).then(() => null, describeError);
+    mismatches.push(outcome);
+    const after = await hora.allreduce(new Float32Array([r + 1]), { op: 'sum' });
+    if (after[0] !== 3) failures.push(`after the mismatch ${mine}/${theirs}: got ${after[0]}`);
+  }
+  // A peer that is late: the early call cannot run at once, and the event loop runs while it waits.
+  let ticks = 0;
+  let earlySettled = null;
+  if (r === 0) {
+    const timer = setInterval(() => ticks++, 5);
+    const { settled, w } = await callAndPeek(() => hora.allreduce(new Float32Array([1]), { op: 'sum' }));
+    earlySettled = settled;
+    await w;
+    clearInterval(timer);
+  } else {
+    await sleep(200);
+    await hora.allreduce(new Float32Array([1]), { op: 'sum' });
+  }
+  return { failures, atOnce, cases: cases.length, notAtOnce, barrierAtOnce, mismatches, ticks, earlySettled };
+}
+
 async function main() {
   const scenario = process.argv[2];
   await hora.init();
@@ -178,6 +258,7 @@ async function main() {
     case 'mixed': result = await mixed(); break;
     case 'soak': result = await soak(); break;
     case 'kill': case 'stop': result = await failure(scenario); break;
+    case 'second': result = await second(); break;
     default: throw new Error(`unknown scenario ${scenario}`);
   }
   report(hora.rank(), { ...result, jobId: process.env.HORA_JOB_ID });

@@ -239,6 +239,20 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
 
 }  // namespace
 
+bool partnerMessageArrived(Context& ctx) {
+  if (ctx.size() != 2) return false;
+  Pair* pair = ctx.pair(1 - ctx.rank());
+  if (pair == nullptr) return false;
+  const uint8_t* data = nullptr;
+  size_t avail = 0;
+  if (!pair->peek(kHeadBytes, &data, &avail).isOk() || avail < kHeadBytes) return false;
+  Message head;
+  memcpy(&head, data, kHeadBytes);
+  if (head.payloadBytes > kSmallAllreduceBytes) return false;
+  const size_t whole = kHeadBytes + (head.state != 0 ? sizeof(head.text) : 0) + head.payloadBytes;
+  return pair->peek(whole, &data, &avail).isOk() && avail >= whole;
+}
+
 bool carriesPayload(const Proposal& p, const Context& ctx) {
   if (p.kind != static_cast<uint8_t>(Kind::kAllreduce) || p.count == 0 || p.onDevice) return false;
   if (p.count * dtypeSize(static_cast<DType>(p.dtype)) > kSmallAllreduceBytes) return false;

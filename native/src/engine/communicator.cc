@@ -205,6 +205,40 @@ void Communicator::run(const std::shared_ptr<Work>& work) {
   if (!queue_.empty()) queueCv_.notify_one();
 }
 
+// An awaited collective goes to the communication thread, and its completion comes back: on two cores shared
+// by two ranks' JS and communication threads, each hand-off waits for a core. When the partner is there
+// first, its message already waiting, the collective cannot block: the caller runs it at once. So in a loop
+// of awaited small collectives the rank that arrives second runs its call without a hand-off. A peer that
+// is late is never waited for here: the event loop is not held (invariant 1).
+bool Communicator::runsWithoutWaiting(const Work& w) {
+  if (w.group != nullptr || w.device >= 0 || !broken_.isOk()) return false;
+  if (w.kind == Kind::kAllreduce) {
+    if (w.count == 0 || !carriesPayload(proposalFor(w, 0, 1, w.count), ctx_)) return false;
+  } else if (w.kind != Kind::kBarrier) {
+    return false;
+  }
+  return partnerMessageArrived(ctx_);
+}
+
+bool Communicator::runIfReady(const std::shared_ptr<Work>& work) {
+  applyAlgorithmChoice(*work);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_ || !queue_.empty() || p2p_.busy() || waitedFor_ != nullptr || !runsWithoutWaiting(*work)) return false;
+    running_ = true;
+    waitedFor_ = work.get();
+  }
+  if (options_.timeline) work->times.enqueued = monotonicNanos();
+  runHere_.assign(1, work);
+  runBatch(runHere_);
+  runHere_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  running_ = false;
+  waitedFor_ = nullptr;
+  if (!queue_.empty()) queueCv_.notify_one();
+  return true;
+}
+
 // The caller blocks anyway, so while the engine is idle it runs the queued tasks itself, in order, up to
 // the one it waits for: no hand-off to the communication thread and back, which on a machine whose idle
 // cores sleep costs tens of microseconds each way. running_ keeps to one task at a time, whichever thread

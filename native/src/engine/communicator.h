@@ -81,6 +81,10 @@ class Communicator {
   // submit({work}, true) and waitFor(work) in one: a collective of at most 64 KiB, when the engine is
   // idle, nothing is queued and no message is moving, the caller runs at once, without the queue.
   void run(const std::shared_ptr<Work>& work);
+  // For a collective about to be queued and awaited: runs it at once on the calling thread when that
+  // cannot wait on a peer (runsWithoutWaiting), and returns true; its completion posts no callback (the
+  // caller takes the result). Otherwise does nothing and returns false.
+  bool runIfReady(const std::shared_ptr<Work>& work);
   bool isDone(const std::shared_ptr<Work>& work);
   // Spins up to micros for work to complete on the communication thread; true when it has, and then
   // its completion posted no callback (the caller takes the result). Does nothing when oversubscribed.
@@ -117,6 +121,10 @@ class Communicator {
   // Between collectives: moves messages until a task is queued or nothing is left to move.
   void progressMessages();
   void waitForMessage(const std::shared_ptr<Work>& work);
+  // A collective of the world whose whole run is one agreement between two ranks (a small allreduce
+  // riding on it, or a barrier), whose partner's message has arrived. Call with mutex_ held and the
+  // engine idle.
+  bool runsWithoutWaiting(const Work& w);
   bool fusable(const Work& w) const;
   // Timeline: stores the time at *at when the timeline is on; one branch otherwise.
   void stamp(int64_t* at) const {
