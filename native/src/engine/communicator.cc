@@ -194,6 +194,10 @@ void Communicator::run(const std::shared_ptr<Work>& work) {
     return;
   }
   applyAlgorithmChoice(*work);
+  runClaimed(work);
+}
+
+void Communicator::runClaimed(const std::shared_ptr<Work>& work) {
   if (options_.timeline) work->times.enqueued = monotonicNanos();
   runHere_.assign(1, work);
   runBatch(runHere_);
@@ -228,14 +232,7 @@ bool Communicator::runIfReady(const std::shared_ptr<Work>& work) {
     running_ = true;
     waitedFor_ = work.get();
   }
-  if (options_.timeline) work->times.enqueued = monotonicNanos();
-  runHere_.assign(1, work);
-  runBatch(runHere_);
-  runHere_.clear();
-  std::lock_guard<std::mutex> lock(mutex_);
-  running_ = false;
-  waitedFor_ = nullptr;
-  if (!queue_.empty()) queueCv_.notify_one();
+  runClaimed(work);
   return true;
 }
 

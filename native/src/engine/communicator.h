@@ -125,6 +125,9 @@ class Communicator {
   // riding on it, or a barrier), whose partner's message has arrived. Call with mutex_ held and the
   // engine idle.
   bool runsWithoutWaiting(const Work& w);
+  // Runs work on the calling thread, which has claimed the engine for it (running_ and waitedFor_ set),
+  // then releases the engine.
+  void runClaimed(const std::shared_ptr<Work>& work);
   bool fusable(const Work& w) const;
   // Timeline: stores the time at *at when the timeline is on; one branch otherwise.
   void stamp(int64_t* at) const {
