@@ -14,7 +14,7 @@
 //            alone, before any callback could come). Results, mismatches, and an event loop that keeps
 //            running while a call waits for a late peer.
 const hora = require('../../dist/ts/index.js');
-const { report, prng, describeError } = require('../support/worker-util');
+const { report, prng, describeError, growYoungGeneration } = require('../support/worker-util');
 
 const DTYPES = {
   float32: Float32Array, float64: Float64Array, int32: Int32Array, uint8: Uint8Array, int64: BigInt64Array,
@@ -135,6 +135,7 @@ async function soak() {
   const samples = [];
   let failure = '';
   const every = Math.max(1, Math.floor(n / 20));
+  growYoungGeneration();
   const t0 = process.hrtime.bigint();
   for (let i = 0; i < n; i++) {
     const got = hora.allreduce(new Float32Array([r + 1, i % 1000]), { op: 'sum' }).wait();

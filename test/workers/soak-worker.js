@@ -6,7 +6,7 @@
 // Reports one JSON line per rank (test/support/worker-util.js); exits 1 on a wrong result.
 const fs = require('node:fs');
 const hora = require('../../dist/ts/index.js');
-const { report } = require('../support/worker-util');
+const { report, growYoungGeneration } = require('../support/worker-util');
 
 const SMALL = Number(process.env.SOAK_SMALL || 100000);
 const LARGE = Number(process.env.SOAK_LARGE || 1000);
@@ -61,6 +61,8 @@ async function main() {
   }
   const mixedOk = (await Promise.all(mixed.map(([w]) => w))).map((r, k) => mixed[k][1](r));
 
+  growYoungGeneration();
+  collect();
   await hora.barrier();
   const fdsBefore = openFds();
   const shmBefore = shmSegments();
