@@ -333,19 +333,11 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // peer), else undefined: it is queued, and completes through the callback or wait().
   Napi::Value SubmitOne(const Napi::CallbackInfo& info) {
     const bool willWait = info[9].ToBoolean().Value();
-    if (!willWait) {
-      auto here = Untracked(info.Env(), info[0]);
-      FillOne(info, here.get());
-      if (comm_->runIfReady(here)) return ResultOf(info.Env(), *here);
-      Adopt(info.Env(), here);
-      comm_->submit({std::move(here)}, false);
-      return info.Env().Undefined();
-    }
-    auto w = Track(info.Env(), info[0]);
+    auto w = Untracked(info.Env(), info[0]);
     FillOne(info, w.get());
-    std::vector<std::shared_ptr<Work>> batch;
-    batch.push_back(std::move(w));
-    comm_->submit(std::move(batch), willWait);
+    if (!willWait && comm_->runIfReady(w)) return ResultOf(info.Env(), *w);
+    Adopt(info.Env(), w);
+    comm_->submit({std::move(w)}, willWait);
     return info.Env().Undefined();
   }
 

@@ -47,8 +47,8 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr);
 bool carriesPayload(const Proposal& p, const Context& ctx);
 // Whether the next agreement would finish without waiting on a peer: a world of two ranks, whose partner's
-// whole message for it (head, text, payload) has arrived. Reads nothing; call only while no collective
-// runs (it looks at the pair that one would read).
+// whole message for it (head, text, payload) has arrived. Takes nothing from the stream (TCP may read
+// bytes into the pair's buffer); call only while no collective runs, as it uses the pair one would read.
 bool partnerMessageArrived(Context& ctx);
 
 }  // namespace hora

@@ -215,7 +215,7 @@ void Communicator::runClaimed(const std::shared_ptr<Work>& work) {
 // of awaited small collectives the rank that arrives second runs its call without a hand-off. A peer that
 // is late is never waited for here: the event loop is not held (invariant 1).
 bool Communicator::runsWithoutWaiting(const Work& w) {
-  if (ctx_.size() != 2 || w.group != nullptr || w.device >= 0 || !broken_.isOk()) return false;
+  if (w.group != nullptr || w.device >= 0 || !broken_.isOk()) return false;
   if (w.kind == Kind::kAllreduce) {
     if (w.count == 0 || !carriesPayload(proposalFor(w, 0, 1, w.count), ctx_)) return false;
   } else if (w.kind != Kind::kBarrier) {
@@ -225,6 +225,7 @@ bool Communicator::runsWithoutWaiting(const Work& w) {
 }
 
 bool Communicator::runIfReady(const std::shared_ptr<Work>& work) {
+  if (ctx_.size() != 2) return false;
   applyAlgorithmChoice(*work);
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -77,19 +77,12 @@ Status TcpPair::tryRecvAhead(uint8_t* dst, size_t len, size_t ahead, size_t* got
     *got += more;
     return st;
   }
-  // The buffer is empty (dst took all of it): one recv fills it from the start, dst's part is copied out.
-  for (;;) {
-    ssize_t n = ::recv(fd_, bounce_.data(), ahead, MSG_DONTWAIT);
-    if (n > 0) {
-      bounceBegin_ = 0;
-      bounceEnd_ = static_cast<size_t>(n);
-      *got += takeBuffered(dst + *got, len - *got);
-      return Status::ok();
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
-    return lost(n == 0 ? "was closed by the peer" : "failed while receiving", n < 0 ? errno : 0);
-  }
+  // The buffer is empty (dst took all of it): peek() fills it with one recv, and dst's part is copied out.
+  const uint8_t* data = nullptr;
+  size_t avail = 0;
+  HORA_RETURN_IF_ERROR(peek(ahead, &data, &avail));
+  *got += takeBuffered(dst + *got, len - *got);
+  return Status::ok();
 }
 
 Status TcpPair::tryRecvInto(uint8_t* dst, size_t len, size_t* got) {
