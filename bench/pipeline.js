@@ -7,7 +7,8 @@
 // and the figure quoted is the median):
 //   throughput  8 dense layers of equal cost (width 512) in 2 stages, m = 8 micro-batches of a batch of 256,
 //               samples per second against the same model trained by one process on the same batch, with
-//               backwards from kept records and recomputing; GPipe's bound is S x m / (m + S - 1) = 1.78x.
+//               backwards from kept records, recomputing, and keeping records with deferWeightGradients;
+//               GPipe's bound is S x m / (m + S - 1) = 1.78x.
 //               Also two such processes at once, one per core, no communication (machineFactor: the slower
 //               one's speed over one alone): what the machine gives two busy processes.
 //   bubble      the same model with m = 2, 4, 8, 16: the bubble fraction measured (pipe.stats) against
@@ -18,7 +19,8 @@
 //               auto's slowest stage against the best cut's, and its throughput against the even cut's.
 //   microbatch  one process, no hora: the throughput model's batch trained whole against the same batch as
 //               m = 8 micro-batches whose gradients are summed and applied once (what the stages compute
-//               between them), alternating: what cutting the batch costs tfjs before any pipelining.
+//               between them), alternating: what cutting the batch costs tfjs before any pipelining. Also
+//               the micro-batches through one stage with deferWeightGradients (kernel gradients once).
 // --quick shrinks every model and run so that the whole script finishes in about a minute (for the tests;
 // its figures mean nothing). Prints one JSON line per measurement and a summary; --out writes them all.
 'use strict';
@@ -50,7 +52,20 @@ async function worker() {
   let step;
   let finish = async () => ({});
   let hora = null;
-  if (c.single && c.accumulate) {
+  if (c.single && c.accumulate && c.defer) {
+    // The same, through a pipeline stage that is both first and last, its Dense kernels' gradients
+    // computed once per batch (deferWeightGradients).
+    const { Stage } = require(path.join(ROOT, 'dist', 'adapters', 'tfjs', 'pipeline', 'stage.js'));
+    const stage = new Stage(model.layers, [null, c.widths[0]], true, true, true);
+    const optimizer = tf.train.sgd(0.01);
+    stage.compile({ optimizer, loss: 'meanSquaredError' });
+    const xs = tf.split(x, c.accumulate);
+    const ys = tf.split(y, c.accumulate);
+    step = () => {
+      for (let i = 0; i < c.accumulate; i++) stage.lossAndBackward(xs[i], ys[i], 1 / c.accumulate, i + 1);
+      stage.update(optimizer, null);
+    };
+  } else if (c.single && c.accumulate) {
     // The batch as c.accumulate micro-batches: their gradients summed, weighted by their share, applied once.
     const optimizer = tf.train.sgd(0.01);
     const xs = tf.split(x, c.accumulate);
@@ -73,7 +88,9 @@ async function worker() {
     hora = require(path.join(ROOT, 'dist', 'ts', 'index.js'));
     const { pipeline } = require(path.join(ROOT, 'dist', 'adapters', 'tfjs', 'index.js'));
     await hora.init();
-    const pipe = pipeline(model, { stages: hora.size(), microBatches: c.micro, schedule: c.schedule, partition: c.partition, recompute: Boolean(c.recompute) });
+    const pipe = pipeline(model, {
+      stages: hora.size(), microBatches: c.micro, schedule: c.schedule, partition: c.partition, recompute: Boolean(c.recompute), deferWeightGradients: Boolean(c.defer),
+    });
     pipe.compile({ optimizer: tf.train.sgd(0.01), loss: 'meanSquaredError' });
     step = () => pipe.trainOnBatch(x, y);
     const start = { busy: null, wall: 0 };
@@ -144,6 +161,7 @@ function main() {
     const single = [];
     const piped = [];
     const recomputed = [];
+    const deferred = [];
     const twins = [];
     for (let i = 0; i < repeats; i++) {
       single.push(run({ ...base, widths: equal, single: true }).samplesPerSecond);
@@ -151,12 +169,14 @@ function main() {
       twins.push(Math.min(...pair.map((r) => r.samplesPerSecond)));
       piped.push(run({ ...base, widths: equal, micro: 8, partition: 'auto' }).samplesPerSecond);
       recomputed.push(run({ ...base, widths: equal, micro: 8, partition: 'auto', recompute: true }).samplesPerSecond);
+      deferred.push(run({ ...base, widths: equal, micro: 8, partition: 'auto', defer: true }).samplesPerSecond);
     }
     emit({
       part: 'throughput', stages: 2, micro: 8, bound: 2 * 8 / (8 + 1),
-      singleSamplesPerSecond: single, pipelineSamplesPerSecond: piped, recomputeSamplesPerSecond: recomputed,
+      singleSamplesPerSecond: single, pipelineSamplesPerSecond: piped, recomputeSamplesPerSecond: recomputed, deferredSamplesPerSecond: deferred,
       twinSamplesPerSecond: twins, machineFactor: median(twins.map((p, i) => p / single[i])),
       speedup: median(piped.map((p, i) => p / single[i])), recomputeSpeedup: median(recomputed.map((p, i) => p / single[i])),
+      deferredSpeedup: median(deferred.map((p, i) => p / single[i])),
     });
   }
   if (parts.includes('bubble')) {
@@ -200,15 +220,20 @@ function main() {
   if (parts.includes('microbatch')) {
     const whole = [];
     const cut = [];
+    const cutDeferred = [];
     for (let i = 0; i < repeats; i++) {
       whole.push(run({ ...base, widths: equal, single: true }).samplesPerSecond);
       cut.push(run({ ...base, widths: equal, single: true, accumulate: q ? 2 : 8 }).samplesPerSecond);
+      cutDeferred.push(run({ ...base, widths: equal, single: true, accumulate: q ? 2 : 8, defer: true }).samplesPerSecond);
     }
     // boundWithThisCost: the throughput part's bound (m = 8) scaled by what micro-batching costs here.
     const ratio = median(cut.map((c, i) => c / whole[i]));
+    const deferredRatio = median(cutDeferred.map((c, i) => c / whole[i]));
     emit({
       part: 'microbatch', micro: q ? 2 : 8, wholeSamplesPerSecond: whole, microBatchedSamplesPerSecond: cut,
+      microBatchedDeferredSamplesPerSecond: cutDeferred,
       microBatchedOverWhole: ratio, boundWithThisCost: (2 * 8 / (8 + 1)) * ratio,
+      deferredOverWhole: deferredRatio, boundWithDeferredCost: (2 * 8 / (8 + 1)) * deferredRatio,
     });
   }
   if (args.out) fs.writeFileSync(args.out, JSON.stringify({ date: new Date().toISOString(), quick: q, repeats, results }, null, 2) + '\n');

@@ -20,15 +20,23 @@ const EQUIV = [
   { np: 3, schedule: '1f1b', partition: '[1,2,1]', opt: 'sgd', B: 11, micro: 4, recompute: false },
   { np: 3, schedule: 'gpipe', partition: 'auto', opt: 'adam', B: 9, micro: 2, recompute: false },
   { np: 3, schedule: '1f1b', partition: '[2,1,1]', opt: 'adam', B: 12, micro: 5, recompute: true },
+  // Dense kernel gradients once per batch: relu's product (recorded unfused), tanh's and the last
+  // layer's (fused, linear), from kept records and recomputed.
+  { np: 2, schedule: '1f1b', partition: '[2,2]', opt: 'adam', B: 10, micro: 4, recompute: false, defer: true, activation: 'relu' },
+  { np: 3, schedule: 'gpipe', partition: '[1,2,1]', opt: 'sgd', B: 11, micro: 3, recompute: true, defer: true, activation: 'linear' },
 ];
 
 for (const c of EQUIV) {
   const name = `${c.np} stages, ${c.schedule}, partition ${c.partition}, ${c.opt}, ${c.B} samples in ${c.micro} micro-batches, ` +
-    `backward ${c.recompute ? 'recomputing the forward' : 'from the kept record'}`;
+    `backward ${c.recompute ? 'recomputing the forward' : 'from the kept record'}` +
+    (c.defer ? `, ${c.activation} layers' kernel gradients once per batch` : '');
   t.test(`${name}: the same weights as one process on the whole batch`, async (t) => {
     const job = await runJob(c.np, WORKER, {
       args: ['equiv'], timeoutMs: 90000,
-      env: { PIPE_SCHEDULE: c.schedule, PIPE_PARTITION: c.partition, PIPE_OPT: c.opt, PIPE_B: String(c.B), PIPE_MICRO: String(c.micro), PIPE_RECOMPUTE: String(c.recompute) },
+      env: {
+        PIPE_SCHEDULE: c.schedule, PIPE_PARTITION: c.partition, PIPE_OPT: c.opt, PIPE_B: String(c.B), PIPE_MICRO: String(c.micro), PIPE_RECOMPUTE: String(c.recompute),
+        PIPE_DEFER: String(Boolean(c.defer)), PIPE_ACTIVATION: c.activation || 'tanh',
+      },
     });
     t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
     if (!job.reports.every(Boolean)) return t.fail('every rank reported', { output: tail(job) });
@@ -40,8 +48,18 @@ for (const c of EQUIV) {
       rep.losses.forEach((l, i) => t.ok(Math.abs(l - rep.refLosses[i]) <= 1e-5 * Math.abs(rep.refLosses[i]), `rank ${r}: batch ${i} loss ${l} = ${rep.refLosses[i]}`));
       t.same(rep.plan, job.reports[0].plan, `rank ${r}: the same plan as rank 0`);
       t.equal(rep.recompute, c.recompute, `rank ${r}: recompute is ${c.recompute}`);
+      t.equal(rep.deferWeightGradients, Boolean(c.defer), `rank ${r}: deferWeightGradients is ${Boolean(c.defer)}`);
       t.ok(rep.tensors.every((n) => n === rep.tensors[0]), `rank ${r}: no tensor leaked from batch to batch (${rep.tensors.join(', ')})`);
     });
+    if (c.defer) {
+      // The last stage keeps nothing for its backwards but, with deferral, each Dense layer's input and
+      // output gradient for the whole batch: exactly B x (in + out) floats per layer at the batch's end.
+      const widths = [6, 10, 8, 7, 3];
+      const counts = JSON.parse(c.partition);
+      const lastIn = widths.length - 1 - counts[counts.length - 1];
+      const floats = widths.slice(lastIn, -1).reduce((n, w, i) => n + c.B * (w + widths[lastIn + i + 1]), 0);
+      t.equal(job.reports[c.np - 1].stats.peakStashBytes, 4 * floats, `the last stage kept ${4 * floats} bytes for its kernel gradients: they were deferred`);
+    }
     const rep = job.reports[0];
     t.ok(rep.moved > 1e-2, 'training moved the weights (the comparison says something)');
     t.equal(rep.plan.counts.reduce((a, b) => a + b, 0), 4, 'the plan covers the 4 layers');
@@ -51,22 +69,24 @@ for (const c of EQUIV) {
   });
 }
 
-t.test('2 stages x 2 replicas (rank = replica x stages + stage): each replica on its shard = one process on the whole batch', async (t) => {
-  const job = await runJob(4, WORKER, {
-    args: ['equiv'], timeoutMs: 120000,
-    env: { PIPE_STAGES: '2', PIPE_SCHEDULE: '1f1b', PIPE_PARTITION: '[2,2]', PIPE_OPT: 'adam', PIPE_B: '20', PIPE_MICRO: '3' },
+for (const defer of [false, true]) {
+  t.test(`2 stages x 2 replicas (rank = replica x stages + stage)${defer ? ', kernel gradients once per batch' : ''}: each replica on its shard = one process on the whole batch`, async (t) => {
+    const job = await runJob(4, WORKER, {
+      args: ['equiv'], timeoutMs: 120000,
+      env: { PIPE_STAGES: '2', PIPE_SCHEDULE: '1f1b', PIPE_PARTITION: '[2,2]', PIPE_OPT: 'adam', PIPE_B: '20', PIPE_MICRO: '3', PIPE_DEFER: String(defer) },
+    });
+    t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
+    if (!job.reports.every(Boolean)) return t.fail('every rank reported', { output: tail(job) });
+    job.reports.forEach((rep, r) => {
+      t.same([rep.stage, rep.replica, rep.stages, rep.replicas], [r % 2, Math.floor(r / 2), 2, 2], `rank ${r}: stage ${r % 2} of replica ${Math.floor(r / 2)}`);
+      t.ok(rep.worst <= EXACT_REL, `rank ${r}: every weight within ${EXACT_REL} of one process on the 20 samples (got ${rep.worst.toExponential(2)})`);
+      t.equal(rep.base64, job.reports[0].base64, `rank ${r}: the same weights as rank 0`);
+      rep.losses.forEach((l, i) => t.ok(Math.abs(l - rep.refLosses[i]) <= 1e-5 * Math.abs(rep.refLosses[i]), `rank ${r}: batch ${i} loss ${l} (mean over replicas) = ${rep.refLosses[i]}`));
+      t.ok(rep.tensors.every((n) => n === rep.tensors[0]), `rank ${r}: no tensor leaked`);
+    });
+    t.ok(job.reports[0].moved > 1e-2, 'training moved the weights');
   });
-  t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
-  if (!job.reports.every(Boolean)) return t.fail('every rank reported', { output: tail(job) });
-  job.reports.forEach((rep, r) => {
-    t.same([rep.stage, rep.replica, rep.stages, rep.replicas], [r % 2, Math.floor(r / 2), 2, 2], `rank ${r}: stage ${r % 2} of replica ${Math.floor(r / 2)}`);
-    t.ok(rep.worst <= EXACT_REL, `rank ${r}: every weight within ${EXACT_REL} of one process on the 20 samples (got ${rep.worst.toExponential(2)})`);
-    t.equal(rep.base64, job.reports[0].base64, `rank ${r}: the same weights as rank 0`);
-    rep.losses.forEach((l, i) => t.ok(Math.abs(l - rep.refLosses[i]) <= 1e-5 * Math.abs(rep.refLosses[i]), `rank ${r}: batch ${i} loss ${l} (mean over replicas) = ${rep.refLosses[i]}`));
-    t.ok(rep.tensors.every((n) => n === rep.tensors[0]), `rank ${r}: no tensor leaked`);
-  });
-  t.ok(job.reports[0].moved > 1e-2, 'training moved the weights');
-});
+}
 
 t.test('GPipe and 1F1B, recomputing or not, end with bit-identical weights (same micro-batch order of the sums)', async (t) => {
   const base = {};
@@ -166,6 +186,7 @@ const BAD = {
   notAChain: /argument 'model' must be a chain of layers.*layer 'branch_a' feeds 2 layers/,
   notAModel: /argument 'model' must be a tf.LayersModel/,
   unknownOption: /option 'micro' must be one of stages, microBatches/,
+  deferNotBoolean: /option 'deferWeightGradients' must be true or false; received 'yes'/,
   beforeCompile: /call pipe.compile/,
   microLarger: /option 'microBatches' must be at most the batch size \(batchSize 3, 8 samples\); received 4/,
   microLargerBatch: /option 'microBatches' must be at most the batch size \(3 samples\); received 4/,
@@ -190,6 +211,7 @@ t.test('bad input: ERR_INVALID_ARGUMENT naming the option and the value, on ever
 const MISMATCH = {
   microBatches: /different options: 'microBatches' differs \(rank 0: 4, rank 1: 5\)/,
   schedule: /different options: 'schedule' differs \(rank 0: '1f1b', rank 1: 'gpipe'\)/,
+  deferWeightGradients: /different options: 'deferWeightGradients' differs \(rank 0: false, rank 1: true\)/,
   layers: /different models: 'layer count' differs \(rank 0: 4, rank 1: 5\)/,
   shapes: /different models: 'layer shapes' differs \(layer 1 \('d2' here: output \[null, (8|9)\]/,
 };
@@ -280,7 +302,7 @@ t.test('bench/pipeline.js --quick runs every part and reports its figures', asyn
   const { results } = JSON.parse(fs.readFileSync(out, 'utf8'));
   const part = (name) => results.filter((r) => r.part === name);
   const [tp] = part('throughput');
-  t.ok(tp && tp.speedup > 0 && tp.recomputeSpeedup > 0 && Math.abs(tp.bound - 16 / 9) < 1e-12, 'throughput: both speed-ups against one process, and the bound');
+  t.ok(tp && tp.speedup > 0 && tp.recomputeSpeedup > 0 && tp.deferredSpeedup > 0 && Math.abs(tp.bound - 16 / 9) < 1e-12, 'throughput: the three speed-ups against one process, and the bound');
   t.ok(tp && tp.machineFactor > 0 && tp.twinSamplesPerSecond.length === tp.singleSamplesPerSecond.length, 'throughput: two processes at once without communication, against one alone');
   t.same(part('bubble').map((r) => [r.schedule, r.micro, r.expected]), [['gpipe', 2, 1 / 3], ['gpipe', 4, 1 / 5], ['1f1b', 2, 1 / 3], ['1f1b', 4, 1 / 5]], 'bubble: each m and schedule against (S-1)/(m+S-1)');
   t.ok(part('bubble').every((r) => r.bubbleFraction >= 0 && r.bubbleFraction < 1), 'bubble fractions measured');
@@ -294,4 +316,6 @@ t.test('bench/pipeline.js --quick runs every part and reports its figures', asyn
   const [mb] = part('microbatch');
   t.ok(mb && mb.micro === 2 && mb.microBatchedOverWhole > 0 && Math.abs(mb.boundWithThisCost - (16 / 9) * mb.microBatchedOverWhole) < 1e-12,
     'microbatch: one process, the batch whole against micro-batched, and the bound scaled by it');
+  t.ok(mb && mb.deferredOverWhole > 0 && Math.abs(mb.boundWithDeferredCost - (16 / 9) * mb.deferredOverWhole) < 1e-12,
+    'microbatch: micro-batched with kernel gradients once per batch too');
 });

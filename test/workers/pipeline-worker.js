@@ -95,13 +95,16 @@ async function equiv() {
   const steps = Number(env('PIPE_STEPS', '4'));
   // PIPE_DROPOUT=1: a Dropout layer after the first (the 1-process comparison then means nothing).
   const dropout = env('PIPE_DROPOUT', '') === '1' ? { after: 1, layer: () => tf.layers.dropout({ rate: 0.3, name: 'drop' }) } : null;
-  const model = buildModel({ extra: dropout });
+  // PIPE_ACTIVATION: the hidden layers' activation (tfjs records relu's product unfused, linear's fused).
+  const activation = env('PIPE_ACTIVATION', 'tanh');
+  const model = buildModel({ extra: dropout, activation });
   const recompute = env('PIPE_RECOMPUTE', 'false') === 'true';
+  const deferWeightGradients = env('PIPE_DEFER', 'false') === 'true';
   // PIPE_STAGES below the world size: size / stages replicas, each training its shard of every batch.
   const stages = Number(env('PIPE_STAGES', String(hora.size())));
-  const pipe = pipeline(model, { stages, microBatches, schedule, partition, recompute });
+  const pipe = pipeline(model, { stages, microBatches, schedule, partition, recompute, deferWeightGradients });
   pipe.compile({ optimizer: OPTIMIZERS[opt](), loss: 'meanSquaredError' });
-  const ref = buildModel({ seed: 99, extra: dropout });
+  const ref = buildModel({ seed: 99, extra: dropout, activation });
   ref.setWeights(await pipe.getWeights());
   ref.compile({ optimizer: OPTIMIZERS[opt](), loss: 'meanSquaredError' });
   const losses = [];
@@ -123,7 +126,7 @@ async function equiv() {
   const expected = ref.getWeights();
   report(hora.rank(), {
     worst: worstRel(weights, expected), moved: worstRel(weights, model.getWeights()), base64: flat(weights),
-    losses, refLosses, tensors, recompute: pipe.recompute, plan: pipe.plan, stats: pipe.stats, stage: pipe.stage, stages: pipe.stages, replica: pipe.replica, replicas: pipe.replicas,
+    losses, refLosses, tensors, recompute: pipe.recompute, deferWeightGradients: pipe.deferWeightGradients, plan: pipe.plan, stats: pipe.stats, stage: pipe.stage, stages: pipe.stages, replica: pipe.replica, replicas: pipe.replicas,
   });
 }
 
@@ -213,6 +216,7 @@ async function bad() {
   out.notAChain = await caught(() => pipeline(branched, { stages: size }));
   out.notAModel = await caught(() => pipeline({ layers: 3 }, { stages: size }));
   out.unknownOption = await caught(() => pipeline(model, { stages: size, micro: 2 }));
+  out.deferNotBoolean = await caught(() => pipeline(model, { stages: size, deferWeightGradients: 'yes' }));
   const pipe = pipeline(model, { stages: size, microBatches: 4, partition: [2, 2] });
   out.beforeCompile = await caught(() => pipe.trainOnBatch(tf.zeros([8, 6]), tf.zeros([8, 3])));
   pipe.compile({ optimizer: tf.train.sgd(0.1), loss: 'meanSquaredError' });
@@ -230,11 +234,12 @@ async function bad() {
 async function mismatch() {
   const r = hora.rank();
   const out = {};
-  for (const which of ['microBatches', 'schedule', 'layers', 'shapes', 'refused']) {
+  for (const which of ['microBatches', 'schedule', 'deferWeightGradients', 'layers', 'shapes', 'refused']) {
     const opts = { stages: hora.size(), microBatches: 4, schedule: '1f1b', partition: [2, 2] };
     let model = buildModel();
     if (which === 'microBatches') opts.microBatches = 4 + r;
     if (which === 'schedule') opts.schedule = r === 1 ? 'gpipe' : '1f1b';
+    if (which === 'deferWeightGradients') opts.deferWeightGradients = r === 1;
     if (which === 'layers') { model = buildModel({ widths: r === 1 ? [6, 10, 8, 7, 5, 3] : [6, 10, 8, 7, 3] }); opts.partition = 'auto'; }
     if (which === 'shapes') model = buildModel({ widths: r === 1 ? [6, 10, 9, 7, 3] : [6, 10, 8, 7, 3] });
     if (which === 'refused') opts.microBatches = r === 1 ? -1 : 4;

@@ -44,6 +44,13 @@ export interface PipelineOptions {
    * or from the forward's kept record (false, the default: no work repeated). docs/pipeline.md has the costs.
    */
   recompute?: boolean;
+  /**
+   * Compute each Dense layer's kernel gradient once per batch, from every micro-batch's layer input and
+   * output gradient kept until the batch's last backward (true), instead of once per micro-batch (false,
+   * the default). Faster (one product over the whole batch), but a stage holds those values for the
+   * whole batch, as GPipe holds its records. docs/pipeline.md has the costs.
+   */
+  deferWeightGradients?: boolean;
 }
 
 /** Where the model was cut, and what the planner predicted for it. */
@@ -166,12 +173,13 @@ interface Checked {
   partition: 'auto' | number[];
   profileBatchSize: number;
   recompute: boolean;
+  deferWeightGradients: boolean;
 }
 
 function checkOptions(options: unknown, layerCount: number, size: number): Checked {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) throw invalid('options', 'an object such as {stages: 2}', options);
   const o = options as PipelineOptions;
-  const known = ['stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize', 'recompute'];
+  const known = ['stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize', 'recompute', 'deferWeightGradients'];
   const unknown = Object.keys(o).filter((k) => !known.includes(k));
   if (unknown.length > 0) throw invalid(unknown[0], `one of ${known.join(', ')} (no such option)`, (o as unknown as Record<string, unknown>)[unknown[0]]);
   const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 1;
@@ -190,11 +198,14 @@ function checkOptions(options: unknown, layerCount: number, size: number): Check
   const recompute = o.recompute ?? !Stage.canRecord();
   if (typeof recompute !== 'boolean') throw invalid('recompute', 'true or false', recompute);
   if (!recompute && !Stage.canRecord()) throw invalid('recompute', 'true with this version of tfjs (its engine has no tape to keep)', recompute);
-  return { stages, microBatches, schedule, partition: partition === 'auto' ? 'auto' : partition.slice(), profileBatchSize, recompute };
+  const deferWeightGradients = o.deferWeightGradients ?? false;
+  if (typeof deferWeightGradients !== 'boolean') throw invalid('deferWeightGradients', 'true or false', deferWeightGradients);
+  if (deferWeightGradients && !Stage.canRecord()) throw invalid('deferWeightGradients', 'false with this version of tfjs (its engine has no tape to replay)', deferWeightGradients);
+  return { stages, microBatches, schedule, partition: partition === 'auto' ? 'auto' : partition.slice(), profileBatchSize, recompute, deferWeightGradients };
 }
 
 /** What every rank must agree on, as numbers (hashes where the field is large). */
-const FIELDS = ['refused', 'layer count', 'layer shapes', 'stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize', 'recompute'] as const;
+const FIELDS = ['refused', 'layer count', 'layer shapes', 'stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize', 'recompute', 'deferWeightGradients'] as const;
 
 function shapesOf(layers: Layer[]): string[] {
   return layers.map((l) => JSON.stringify([l.getClassName(), l.outputShape, l.weights.map((w) => w.shape)]));
@@ -218,6 +229,7 @@ function agree(layers: Layer[] | null, opts: Checked | null, refused: unknown): 
     mine[6] = opts.partition === 'auto' ? 0 : hash(opts.partition.join(','));
     mine[7] = opts.profileBatchSize;
     mine[8] = opts.recompute ? 1 : 0;
+    mine[9] = opts.deferWeightGradients ? 1 : 0;
   }
   const size = hora.size();
   const all = hora.allgather(mine, { name: 'pipeline.agree' }).wait();
@@ -230,6 +242,7 @@ function agree(layers: Layer[] | null, opts: Checked | null, refused: unknown): 
   }
   const show = (f: number, v: number) => {
     if (f === 5) return shown(Object.keys(SCHEDULE_CODES).find((k) => SCHEDULE_CODES[k] === v));
+    if (f === 8 || f === 9) return String(v === 1);
     if (f === 2 || f === 6) return v === 0 && f === 6 ? "'auto'" : `#${v.toString(16)}`;
     return String(v);
   };
@@ -279,6 +292,7 @@ export class Pipeline {
   readonly schedule: ScheduleKind;
   /** Whether a backward runs its micro-batch's forward again (true) or replays its kept record. */
   readonly recompute: boolean;
+  readonly deferWeightGradients: boolean;
   readonly plan: PipelinePlan;
   readonly stats: PipelineStats;
   private readonly stageOf: Stage;
@@ -322,6 +336,7 @@ export class Pipeline {
     this.microBatches = o.microBatches;
     this.schedule = o.schedule;
     this.recompute = o.recompute;
+    this.deferWeightGradients = o.deferWeightGradients;
     const id = pipelinesMade++;
     this.tags = { activation: TAG_BASE + 4 * id, gradient: TAG_BASE + 4 * id + 1, control: TAG_BASE + 4 * id + 2, output: TAG_BASE + 4 * id + 3 };
 
@@ -341,7 +356,7 @@ export class Pipeline {
     this.firstLayerName = firstLayer.map((a) => chain[a].name);
     this.lastLayerName = firstLayer.map((a, s) => chain[a + counts[s] - 1].name);
     const mine = chain.slice(firstLayer[this.stage], firstLayer[this.stage] + counts[this.stage]);
-    this.stageOf = new Stage(mine, this.inputShapes[this.stage], this.stage === 0, this.stage === this.stages - 1);
+    this.stageOf = new Stage(mine, this.inputShapes[this.stage], this.stage === 0, this.stage === this.stages - 1, o.deferWeightGradients);
     if (this.replicas > 1) {
       // Every rank makes every stage's group, in stage order (newGroup is a world collective); a stage's
       // replicas then start from replica 0's weights.
@@ -384,7 +399,7 @@ export class Pipeline {
     if (rank === 0) {
       const times = this.plan.stageTimes;
       log('INFO', `${this.stages} stages x ${this.replicas} replica(s), ${this.microBatches} micro-batches, schedule ${this.schedule}, ` +
-        `backward ${this.recompute ? 'recomputing the forward' : 'from the kept record'}, ` +
+        `backward ${this.recompute ? 'recomputing the forward' : 'from the kept record'}${o.deferWeightGradients ? ', Dense kernel gradients once per batch' : ''}, ` +
         `partition ${this.plan.partition}: ${this.plan.layers.map((ls, s) => `stage ${s}: ${ls.length} layers ${ls[0]}..${ls[ls.length - 1]}` +
         (times ? ` (predicted ${(times[s] * 1000).toFixed(3)} ms per micro-batch of ${o.profileBatchSize})` : '')).join('; ')}`);
     }
@@ -513,7 +528,13 @@ export class Pipeline {
     const now = () => Number(process.hrtime.bigint());
     const span = (name: string, k: number, startNs: number, endNs = now()) => {
       busy += (endNs - startNs) / 1e6;
-      if (tracing) timelineSpan(`${name} ${k}`, startNs, endNs, { stage: s, microBatch: k, batch: batchNo });
+      if (tracing) timelineSpan(k < 0 ? name : `${name} ${k}`, startNs, endNs, { stage: s, microBatch: k, batch: batchNo });
+    };
+    // Bytes held for backwards still to run: the stash, and what deferred kernel gradients keep.
+    const held = () => {
+      const bytes = stashBytes + this.stageOf.deferredBytes;
+      batchPeak = Math.max(batchPeak, bytes);
+      this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, bytes);
     };
     try {
       for (const ins of list) {
@@ -551,6 +572,7 @@ export class Pipeline {
                 r.dx.dispose();
               }
               span('backward', k, r.forwardEndNs);
+              held();
               yk?.dispose();
               input.dispose();
               continue;
@@ -583,8 +605,7 @@ export class Pipeline {
               const bytes = input.size * BYTES_PER_FLOAT + (record ? record.bytes : 0);
               stash.set(k, { input, record, bytes });
               stashBytes += bytes;
-              batchPeak = Math.max(batchPeak, stashBytes);
-              this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, stashBytes);
+              held();
               this.stats.peakStashMicroBatches = Math.max(this.stats.peakStashMicroBatches, stash.size);
             } else {
               input.dispose();
@@ -600,6 +621,7 @@ export class Pipeline {
           stash.delete(k);
           stashBytes -= bytes;
           const dx = record ? this.stageOf.backwardRecorded(record, input, dy) : this.stageOf.backward(input, dy, seedOf(k));
+          held();
           input.dispose();
           dy.dispose();
           if (dx) {
@@ -608,6 +630,11 @@ export class Pipeline {
           }
           span('backward', k, start);
         }
+      }
+      if (train && this.stageOf.deferredKernels > 0) {
+        const start = now();
+        this.stageOf.finishWeightGradients();
+        span('weight gradients', -1, start);
       }
       let grads: Float32Array[] | null = null;
       if (train && this.group) {

@@ -23,12 +23,17 @@
  *   invisible.
  *
  * The last stage needs neither: it has the loss at once and runs forward and backward in one call.
+ *
+ * With deferWeightGradients, every backward (kept record, recomputed, or the last stage's) replays a
+ * recorded tape whose Dense kernel products keep their input and output gradient, and the kernels'
+ * gradients are computed once per batch (weight-grads.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { LayersModel, Sequential } from '@tensorflow/tfjs-layers';
 import * as tfl from '@tensorflow/tfjs-layers';
 import { HoraError } from '../../../ts/errors';
 import type { Layer } from './layers';
+import { DeferredKernels, type TapeNode } from './weight-grads';
 
 type LossFn = (yTrue: tf.Tensor, yPred: tf.Tensor) => tf.Tensor;
 type LayerClass = { fromConfig(cls: unknown, config: unknown): Layer };
@@ -99,8 +104,10 @@ export class Stage {
   metricNames: string[] = [];
   /** Sum over the batch's micro-batches of each variable's gradient, by position in `variables`. */
   private sums: Array<tf.Tensor | null> = [];
+  /** Dense kernels whose gradients wait for the batch's end (deferWeightGradients), or null. */
+  private readonly deferred: DeferredKernels | null;
 
-  constructor(readonly layers: Layer[], inputShape: Array<number | null>, readonly first: boolean, readonly last: boolean) {
+  constructor(readonly layers: Layer[], inputShape: Array<number | null>, readonly first: boolean, readonly last: boolean, deferWeightGradients = false) {
     const model = tfl.sequential();
     model.add(tfl.layers.inputLayer({ batchInputShape: inputShape }));
     for (const layer of layers) {
@@ -120,6 +127,18 @@ export class Stage {
     this.variables = model.trainableWeights.map((w) => w.read() as tf.Variable);
     this.nonTrainable = model.nonTrainableWeights as unknown as NonTrainable[];
     this.weightBytes = model.weights.reduce((n, w) => n + w.shape.reduce((a: number, b) => a * (b ?? 1), 1) * BYTES_PER_FLOAT, 0);
+    const deferred = deferWeightGradients ? new DeferredKernels(model.layers as Layer[], this.variables) : null;
+    this.deferred = deferred && deferred.size > 0 ? deferred : null;
+  }
+
+  /** Dense kernels whose gradients are computed once per batch (0 without deferWeightGradients). */
+  get deferredKernels(): number {
+    return this.deferred?.size ?? 0;
+  }
+
+  /** Bytes kept for the kernel gradients still to compute this batch. */
+  get deferredBytes(): number {
+    return this.deferred?.bytes ?? 0;
   }
 
   /** Resolves the loss and metrics the way model.compile does (and fails the same way). */
@@ -144,14 +163,15 @@ export class Stage {
   /**
    * The forward of a micro-batch with the tape on, as engine.gradients runs it, keeping the tape for
    * backwardRecorded. The output y belongs to the record (disposeRecord or backwardRecorded frees it).
+   * `f` is what runs (the stage's layers on x unless given).
    */
-  forwardRecorded(x: tf.Tensor, seed: number): ForwardRecord {
+  forwardRecorded(x: tf.Tensor, seed: number, f: () => tf.Tensor = () => this.apply(x, true)): ForwardRecord {
     const e = tapeEngine() as TapeEngine;
     if (e.state.gradientDepth !== 0) throw new HoraError('ERR_INVALID_ARGUMENT', 'pipeline: a training step cannot run inside another gradient computation');
     let y: tf.Tensor;
     e.startTape();
     try {
-      y = e.tidy('forward', () => withSeed(seed, () => this.apply(x, true)));
+      y = e.tidy('forward', () => withSeed(seed, f));
     } finally {
       e.endTape();
     }
@@ -173,22 +193,30 @@ export class Stage {
     return { y, tape, bytes };
   }
 
-  /** The backward of a recorded forward, given dy: the tape replayed backwards; no forward runs again. */
-  backwardRecorded(record: ForwardRecord, x: tf.Tensor, dy: tf.Tensor): tf.Tensor | null {
+  /**
+   * The backward of a recorded forward, given dy (ones for a loss): the tape replayed backwards; no
+   * forward runs again.
+   */
+  backwardRecorded(record: ForwardRecord, x: tf.Tensor, dy?: tf.Tensor): tf.Tensor | null {
     const e = tapeEngine() as TapeEngine;
-    const [dx = null] = tf.tidy(() => {
-      const xs: tf.Tensor[] = this.first ? [...this.variables] : [x, ...this.variables];
-      // engine.gradients starts a fresh tape; the recorded one becomes it, and y is its output. It frees
-      // the tensors the tape saved once the backward is done.
-      const { grads } = e.gradients(() => {
-        (e.state.activeTape as unknown[]).push(...record.tape);
-        return record.y;
-      }, xs, dy, true);
-      this.accumulate(grads.slice(this.first ? 0 : 1));
-      return this.first ? [] : [grads[0]];
-    });
-    record.y.dispose();
-    return dx;
+    const standIns = this.deferred ? this.deferred.rewire(record.tape as unknown as TapeNode[]) : [];
+    try {
+      const [dx = null] = tf.tidy(() => {
+        const inputs = this.first ? [] : [x];
+        // engine.gradients starts a fresh tape; the recorded one becomes it, and y is its output. It
+        // frees the tensors the tape saved once the backward is done.
+        const { grads } = e.gradients(() => {
+          (e.state.activeTape as unknown[]).push(...record.tape);
+          return record.y;
+        }, [...inputs, ...this.variables, ...standIns], dy, true);
+        this.accumulate(grads.slice(inputs.length, inputs.length + this.variables.length));
+        return this.first ? [] : [grads[0]];
+      });
+      return dx;
+    } finally {
+      standIns.forEach((t) => t.dispose());
+      record.y.dispose();
+    }
   }
 
   /** The forward of one micro-batch with its seed (training) or without (inference). Caller disposes. */
@@ -215,20 +243,25 @@ export class Stage {
     // Where the forward ends and the backward begins inside the one gradient call (the cpu backend
     // computes as it goes: reading the loss has waited for the forward).
     let forwardEndNs = 0;
+    const total = (): tf.Scalar => {
+      const out = this.apply(x, true);
+      const mean = tf.mean(lossFn(y, out));
+      const values = [mean, ...this.metricFns.map((fn) => tf.mean(fn(y, out)))];
+      metrics = values.slice(1).map((v) => v.dataSync()[0]);
+      let weighted = tf.mul(mean, share) as tf.Scalar;
+      const p = this.penalty();
+      if (p) weighted = tf.add(weighted, tf.mul(p, share)) as tf.Scalar;
+      loss = (p ? tf.add(mean, p) : mean).dataSync()[0];
+      forwardEndNs = Number(process.hrtime.bigint());
+      return weighted;
+    };
+    if (this.deferred) {
+      const dx = this.backwardRecorded(this.forwardRecorded(x, seed, total), x);
+      return { loss, metrics, dx, forwardEndNs };
+    }
     const [dx = null] = tf.tidy(() => {
       const xs: tf.Tensor[] = this.first ? [...this.variables] : [x, ...this.variables];
-      const { value, grads } = tf.engine().gradients(() => withSeed(seed, () => {
-        const out = this.apply(x, true);
-        const mean = tf.mean(lossFn(y, out));
-        const values = [mean, ...this.metricFns.map((fn) => tf.mean(fn(y, out)))];
-        metrics = values.slice(1).map((v) => v.dataSync()[0]);
-        let total = tf.mul(mean, share) as tf.Scalar;
-        const p = this.penalty();
-        if (p) total = tf.add(total, tf.mul(p, share)) as tf.Scalar;
-        loss = (p ? tf.add(mean, p) : mean).dataSync()[0];
-        forwardEndNs = Number(process.hrtime.bigint());
-        return total;
-      }), xs, undefined, true);
+      const { value, grads } = tf.engine().gradients(() => withSeed(seed, total), xs, undefined, true);
       value.dispose();
       const first = this.first ? 0 : 1;
       this.accumulate(grads.slice(first));
@@ -241,6 +274,7 @@ export class Stage {
   backward(x: tf.Tensor, dy: tf.Tensor, seed: number): tf.Tensor | null {
     const saved = this.nonTrainable.map((w) => tf.clone(w.read()));
     try {
+      if (this.deferred) return this.backwardRecorded(this.forwardRecorded(x, seed), x, dy);
       const [dx = null] = tf.tidy(() => {
         const xs: tf.Tensor[] = this.first ? [...this.variables] : [x, ...this.variables];
         const { value, grads } = tf.engine().gradients(() => withSeed(seed, () => this.apply(x, true)), xs, dy, true);
@@ -255,18 +289,28 @@ export class Stage {
     }
   }
 
-  private accumulate(grads: Array<tf.Tensor | null>): void {
+  private accumulate(grads: Array<tf.Tensor | null | undefined>): void {
+    grads.forEach((g, i) => { if (g) this.add(i, g); });
+  }
+
+  private add(i: number, g: tf.Tensor): void {
     if (this.sums.length === 0) this.sums = new Array(this.variables.length).fill(null);
-    grads.forEach((g, i) => {
-      if (!g) return;
-      const prev = this.sums[i];
-      this.sums[i] = tf.keep(prev ? tf.add(prev, g) : tf.clone(g));
-      prev?.dispose();
-    });
+    const prev = this.sums[i];
+    this.sums[i] = tf.keep(prev ? tf.add(prev, g) : tf.clone(g));
+    prev?.dispose();
+  }
+
+  /**
+   * The kernel gradients deferred to the batch's end, computed and added to the sums (after the batch's
+   * last backward; gradientArrays and update call it too).
+   */
+  finishWeightGradients(): void {
+    this.deferred?.finish((i, g) => this.add(i, g));
   }
 
   /** The summed gradients as flat float32 arrays (zeros for a variable no micro-batch reached). */
   gradientArrays(): Float32Array[] {
+    this.finishWeightGradients();
     return this.variables.map((v, i) => {
       const g = this.sums[i];
       return g ? Float32Array.from(g.dataSync() as Float32Array) : new Float32Array(v.size);
@@ -275,6 +319,7 @@ export class Stage {
 
   /** Applies one update with the given gradients (one per variable), then forgets the batch. */
   update(optimizer: tf.Optimizer, grads: Float32Array[] | null): void {
+    this.finishWeightGradients();
     const named: tf.NamedTensorMap = {};
     this.variables.forEach((v, i) => {
       const g = grads ? grads[i] : null;
@@ -288,6 +333,7 @@ export class Stage {
   }
 
   resetGradients(): void {
+    this.deferred?.discard();
     this.sums.forEach((t) => t?.dispose());
     this.sums = [];
   }
