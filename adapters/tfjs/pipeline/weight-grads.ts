@@ -50,7 +50,7 @@ interface Kernel {
 }
 
 export class DeferredKernels {
-  private readonly kernels = new Map<DataId, Kernel>();
+  private readonly kernels: Kernel[] = [];
   /** Bytes of the inputs and output gradients kept for the batch's kernel gradients. */
   bytes = 0;
 
@@ -58,19 +58,19 @@ export class DeferredKernels {
    * The Dense layers' kernels among `layers`, found in `variables` (the stage's trainable variables):
    * tfjs-layers' Dense multiplies its input by its kernel untransposed, the one case handled.
    */
-  constructor(layers: Layer[], variables: tf.Variable[]) {
+  constructor(layers: Layer[], private readonly variables: tf.Variable[]) {
     for (const layer of layers) {
       if (layer.getClassName() !== 'Dense' || !layer.trainable) continue;
       const kernel = (layer as unknown as { kernel?: { read(): tf.Tensor } }).kernel?.read();
       if (!kernel || kernel.rank !== 2) continue;
-      const index = variables.findIndex((v) => dataIdOf(v) === dataIdOf(kernel));
+      const index = variables.indexOf(kernel as tf.Variable);
       if (index < 0) continue;
-      this.kernels.set(dataIdOf(kernel), { index, shape: kernel.shape as [number, number], inputs: [], grads: [] });
+      this.kernels.push({ index, shape: kernel.shape as [number, number], inputs: [], grads: [] });
     }
   }
 
   get size(): number {
-    return this.kernels.size;
+    return this.kernels.length;
   }
 
   /**
@@ -80,8 +80,11 @@ export class DeferredKernels {
    */
   rewire(tape: TapeNode[]): tf.Scalar[] {
     const standIns: tf.Scalar[] = [];
+    // A tape names a kernel by its data (the fused product reads a reshape of it), and a variable's data
+    // changes with every update: look them up as they are now.
+    const byData = new Map(this.kernels.map((k) => [dataIdOf(this.variables[k.index]), k]));
     for (const node of tape) {
-      const plan = this.planFor(node);
+      const plan = this.planFor(node, byData);
       if (!plan) continue;
       const { key, kernel, fused } = plan;
       const standIn = tf.keep(tf.scalar(0));
@@ -107,18 +110,18 @@ export class DeferredKernels {
   }
 
   /** The node's kernel input and how to handle it, or null to leave the node as it is. */
-  private planFor(node: TapeNode): { key: string; kernel: Kernel; fused: boolean } | null {
+  private planFor(node: TapeNode, byData: Map<DataId, Kernel>): { key: string; kernel: Kernel; fused: boolean } | null {
     if (!node.gradient || !node.saved) return null;
     if (node.kernelName === 'BatchMatMul') {
       const { a, b } = node.inputs;
-      const kernel = b ? this.kernels.get(dataIdOf(b)) : undefined;
+      const kernel = b ? byData.get(dataIdOf(b)) : undefined;
       if (!kernel || !a || a.rank !== 2 || b.rank !== 2 || node.saved.length !== 2) return null;
       return { key: 'b', kernel, fused: false };
     }
     if (node.kernelName === FUSED_MATMUL) {
       const keys = Object.keys(node.inputs);
       const b = node.inputs[1];
-      const kernel = b ? this.kernels.get(dataIdOf(b)) : undefined;
+      const kernel = b ? byData.get(dataIdOf(b)) : undefined;
       if (!kernel || keys.some((k) => k !== '0' && k !== '1' && k !== '2')) return null;
       const [a3, b3, y3, bias] = node.saved;
       const [rows, inner] = [a3?.shape[1], a3?.shape[2]];
@@ -143,7 +146,7 @@ export class DeferredKernels {
    * what was kept. Nothing to do when no micro-batch was replayed since the last call.
    */
   finish(accumulate: (index: number, grad: tf.Tensor) => void): void {
-    for (const kernel of this.kernels.values()) {
+    for (const kernel of this.kernels) {
       if (kernel.inputs.length === 0) continue;
       const grad = tf.tidy(() => {
         const a = kernel.inputs.length === 1 ? kernel.inputs[0] : tf.concat(kernel.inputs, 0);
@@ -159,7 +162,7 @@ export class DeferredKernels {
 
   /** Frees what was kept for a batch that will not finish. */
   discard(): void {
-    for (const kernel of this.kernels.values()) this.release(kernel);
+    for (const kernel of this.kernels) this.release(kernel);
     this.bytes = 0;
   }
 
