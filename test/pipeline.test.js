@@ -24,18 +24,21 @@ const EQUIV = [
   // layer's (fused, linear), from kept records and recomputed.
   { np: 2, schedule: '1f1b', partition: '[2,2]', opt: 'adam', B: 10, micro: 4, recompute: false, defer: true, activation: 'relu' },
   { np: 3, schedule: 'gpipe', partition: '[1,2,1]', opt: 'sgd', B: 11, micro: 3, recompute: true, defer: true, activation: 'linear' },
+  // Regularizers on every stage's layers: each stage's penalty is part of the loss and of its gradients.
+  { np: 3, schedule: '1f1b', partition: '[1,2,1]', opt: 'adam', B: 10, micro: 4, recompute: false, l2: 0.05 },
+  { np: 2, schedule: '1f1b', partition: '[2,2]', opt: 'sgd', B: 10, micro: 4, recompute: true, defer: true, l2: 0.05 },
 ];
 
 for (const c of EQUIV) {
   const name = `${c.np} stages, ${c.schedule}, partition ${c.partition}, ${c.opt}, ${c.B} samples in ${c.micro} micro-batches, ` +
     `backward ${c.recompute ? 'recomputing the forward' : 'from the kept record'}` +
-    (c.defer ? `, ${c.activation} layers' kernel gradients once per batch` : '');
+    (c.defer ? `, ${c.activation || 'tanh'} layers' kernel gradients once per batch` : '') + (c.l2 ? ', L2 and L1 penalties on every layer' : '');
   t.test(`${name}: the same weights as one process on the whole batch`, async (t) => {
     const job = await runJob(c.np, WORKER, {
       args: ['equiv'], timeoutMs: 90000,
       env: {
         PIPE_SCHEDULE: c.schedule, PIPE_PARTITION: c.partition, PIPE_OPT: c.opt, PIPE_B: String(c.B), PIPE_MICRO: String(c.micro), PIPE_RECOMPUTE: String(c.recompute),
-        PIPE_DEFER: String(Boolean(c.defer)), PIPE_ACTIVATION: c.activation || 'tanh',
+        PIPE_DEFER: String(Boolean(c.defer)), PIPE_ACTIVATION: c.activation || 'tanh', PIPE_L2: String(c.l2 || 0),
       },
     });
     t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });

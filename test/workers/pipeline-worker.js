@@ -43,11 +43,12 @@ class Liar extends tf.layers.Layer {
 tf.serialization.registerClass(Liar);
 
 /** A chain of dense layers [in, ...widths], seeded weights, optionally with Boom layers between. */
-function buildModel({ widths = [6, 10, 8, 7, 3], activation = 'tanh', booms = false, seed = 7, extra = null } = {}) {
+function buildModel({ widths = [6, 10, 8, 7, 3], activation = 'tanh', booms = false, seed = 7, extra = null, l2 = 0 } = {}) {
   const layers = [];
   for (let i = 1; i < widths.length; i++) {
     const opts = { units: widths[i], activation: i === widths.length - 1 ? 'linear' : activation, name: `d${i}` };
     if (i === 1) opts.inputShape = [widths[0]];
+    if (l2) Object.assign(opts, { kernelRegularizer: tf.regularizers.l2({ l2 }), biasRegularizer: tf.regularizers.l1({ l1: l2 }) });
     layers.push(tf.layers.dense(opts));
     if (booms && i < widths.length - 1) layers.push(new Boom({ name: `boom${i}` }));
     if (extra && extra.after === i) layers.push(extra.layer());
@@ -97,14 +98,16 @@ async function equiv() {
   const dropout = env('PIPE_DROPOUT', '') === '1' ? { after: 1, layer: () => tf.layers.dropout({ rate: 0.3, name: 'drop' }) } : null;
   // PIPE_ACTIVATION: the hidden layers' activation (tfjs records relu's product unfused, linear's fused).
   const activation = env('PIPE_ACTIVATION', 'tanh');
-  const model = buildModel({ extra: dropout, activation });
+  // PIPE_L2: an L2 penalty on every kernel and an L1 on every bias, of this weight.
+  const l2 = Number(env('PIPE_L2', '0'));
+  const model = buildModel({ extra: dropout, activation, l2 });
   const recompute = env('PIPE_RECOMPUTE', 'false') === 'true';
   const deferWeightGradients = env('PIPE_DEFER', 'false') === 'true';
   // PIPE_STAGES below the world size: size / stages replicas, each training its shard of every batch.
   const stages = Number(env('PIPE_STAGES', String(hora.size())));
   const pipe = pipeline(model, { stages, microBatches, schedule, partition, recompute, deferWeightGradients });
   pipe.compile({ optimizer: OPTIMIZERS[opt](), loss: 'meanSquaredError' });
-  const ref = buildModel({ seed: 99, extra: dropout, activation });
+  const ref = buildModel({ seed: 99, extra: dropout, activation, l2 });
   ref.setWeights(await pipe.getWeights());
   ref.compile({ optimizer: OPTIMIZERS[opt](), loss: 'meanSquaredError' });
   const losses = [];

@@ -636,6 +636,9 @@ export class Pipeline {
         this.stageOf.finishWeightGradients();
         span('weight gradients', -1, start);
       }
+      // A stage before the last adds its layers' regularization penalty (the last counts its own in its
+      // loss); its value goes with the batch's report, into the loss every rank returns.
+      const penalty = train && !last ? this.stageOf.penaltyOfBatch() : 0;
       let grads: Float32Array[] | null = null;
       if (train && this.group) {
         // This stage's backwards are done: average its gradients with its replicas while the other
@@ -649,6 +652,7 @@ export class Pipeline {
       const wallMs = performance.now() - t0;
       const payload: Record<string, unknown> = { busy, wallMs, stage: s, replica: this.replica, n };
       if (last) Object.assign(payload, { loss: lossSum / n, metrics: metricSums.map((v) => v / n) });
+      if (penalty !== 0) payload.penalty = penalty;
       const reports = await round.finish(this.rank, payload);
       return { reports, output: keepOutput && last ? tf.concat(outputs) : null, grads, busyMs: busy, wallMs, stashBytes: batchPeak };
     } catch (e) {
@@ -664,10 +668,17 @@ export class Pipeline {
 
   /** Loss and metric values of the batch: the last stages' reports, averaged over replicas by samples. */
   private lastStageValues(reports: RoundReport[]): number[] {
-    const lasts = reports.filter((r) => r.rank % this.stages === this.stages - 1).map((r) => r.payload as { loss: number; metrics: number[]; n: number });
+    type Payload = { loss: number; metrics: number[]; n: number; replica: number; penalty?: number };
+    // The regularization penalties of a replica's other stages belong to its loss.
+    const penalties = new Map<number, number>();
+    for (const r of reports) {
+      const p = r.payload as Payload;
+      if (p.penalty) penalties.set(p.replica, (penalties.get(p.replica) ?? 0) + p.penalty);
+    }
+    const lasts = reports.filter((r) => r.rank % this.stages === this.stages - 1).map((r) => r.payload as Payload);
     const total = lasts.reduce((a, p) => a + p.n, 0);
     const values = new Array(1 + lasts[0].metrics.length).fill(0);
-    for (const p of lasts) [p.loss, ...p.metrics].forEach((v, i) => { values[i] += v * p.n / total; });
+    for (const p of lasts) [p.loss + (penalties.get(p.replica) ?? 0), ...p.metrics].forEach((v, i) => { values[i] += v * p.n / total; });
     return values;
   }
 

@@ -232,6 +232,23 @@ export class Stage {
   }
 
   /**
+   * A stage before the last: its layers' regularization penalty for the batch, whose gradient is added to
+   * the sums once (it does not depend on the data). Returns its value, 0 without regularizers. The last
+   * stage counts its own penalty in each micro-batch's loss instead (lossAndBackward).
+   */
+  penaltyOfBatch(): number {
+    if (this.last) return 0;
+    let value = 0;
+    tf.tidy(() => {
+      if (this.penalty() === null) return;
+      const { value: v, grads } = tf.engine().gradients(() => this.penalty() as tf.Scalar, this.variables, undefined, true);
+      value = v.dataSync()[0];
+      this.accumulate(grads);
+    });
+    return value;
+  }
+
+  /**
    * The last stage's forward and backward at once: the micro-batch's loss weighted by its share of the
    * batch, accumulated gradients, and the gradient of its input (null on a stage that is also the first).
    * Returns the unweighted loss and metric values of the micro-batch.
