@@ -112,3 +112,19 @@ t.test('profileLayers: output and weight bytes exactly, times that follow the wo
   t.throws(() => profileLayers(layerChain(model), [[1]]), /argument 'sample' must be a tf.Tensor; received object/);
   sample.dispose();
 });
+
+t.test('profileLayers times the layers in turns, run by run, so that a slow spell falls on all of them', async (t) => {
+  const model = tf.sequential({ layers: [dense(6, 'a', { inputShape: [4] }), dense(5, 'b'), dense(3, 'c')] });
+  const calls = [];
+  for (const layer of model.layers) {
+    const apply = layer.apply.bind(layer);
+    layer.apply = (...args) => { calls.push(layer.name); return apply(...args); };
+  }
+  const sample = tf.randomNormal([8, 4]);
+  profileLayers(layerChain(model), sample, { repeats: 3, warmup: 1 });
+  sample.dispose();
+  // One apply per layer to make the next one's input, then a forward and a gradient's forward per run.
+  const runs = calls.slice(3).filter((name, i, all) => i === 0 || all[i - 1] !== name);
+  t.same(calls.slice(0, 3), ['a', 'b', 'c'], 'the inputs first, through the chain');
+  t.same(runs, ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c'], 'then 4 rounds (1 warm-up, 3 timed) of a, b, c');
+});

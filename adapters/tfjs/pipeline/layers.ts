@@ -16,8 +16,8 @@
  * spent), its backward (tf.variableGrads of the sum of its output over its trainable weights and,
  * except for the first layer, its input, minus the forward that variableGrads runs first), the bytes
  * of its output, and the bytes of its trainable weights. Each time is the median of `repeats` runs
- * after `warmup` untimed ones: the first runs of a kernel are many times slower (V8 has not compiled
- * it yet, the backend allocates).
+ * after `warmup` untimed ones (the first runs of a kernel are many times slower: V8 has not compiled
+ * it yet, the backend allocates), the layers taking turns run by run.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { layers as tfl, LayersModel } from '@tensorflow/tfjs-layers';
@@ -113,18 +113,26 @@ export function profileLayers(layers: Layer[], sample: tf.Tensor, options: { rep
   if (!(sample instanceof tf.Tensor)) {
     throw new HoraError('ERR_INVALID_ARGUMENT', `profileLayers: argument 'sample' must be a tf.Tensor; received ${sample === null ? 'null' : typeof sample}`);
   }
-  const profiles: LayerProfile[] = [];
-  let x = tf.clone(sample);
+  // Every layer's input: the sample through the layers before it.
+  const inputs: tf.Tensor[] = [tf.clone(sample)];
+  const variables: tf.Variable[] = [];
   try {
-    layers.forEach((layer, index) => {
+    layers.forEach((layer, index) => { inputs.push(tf.tidy(() => layer.apply(inputs[index], { training: true }) as tf.Tensor)); });
+    const runs = layers.map((layer, index) => {
+      const x = inputs[index];
       const forward = (input: tf.Tensor) => layer.apply(input, { training: true }) as tf.Tensor;
       const weights = layer.trainableWeights.map((w) => w.read() as tf.Variable);
       // The first layer's input is data: no gradient flows to it.
       const input = index > 0 ? tf.variable(x, true) : null;
-      const wrt = input ? [input, ...weights] : weights;
-      const forwardTimes: number[] = [];
-      const backwardTimes: number[] = [];
-      for (let r = 0; r < warmup + repeats; r++) {
+      if (input) variables.push(input);
+      return { x, forward, weights, input, wrt: input ? [input, ...weights] : weights, forwardTimes: [] as number[], backwardTimes: [] as number[] };
+    });
+    // Round by round over all the layers, not one layer's runs after another's: a slow spell of the
+    // machine (another rank still starting, another tenant) then falls on every layer alike instead of
+    // making the layers profiled during it look dearer, which moves the cut of layers of equal cost.
+    for (let r = 0; r < warmup + repeats; r++) {
+      for (const run of runs) {
+        const { x, forward, input, wrt } = run;
         const t0 = performance.now();
         tf.tidy(() => { forward(x).dataSync(); });
         const t1 = performance.now();
@@ -137,25 +145,24 @@ export function profileLayers(layers: Layer[], sample: tf.Tensor, options: { rep
         }
         const t2 = performance.now();
         if (r >= warmup) {
-          forwardTimes.push(t1 - t0);
-          backwardTimes.push(wrt.length > 0 ? Math.max(0, (t2 - t1) - (t1 - t0)) : 0);
+          run.forwardTimes.push(t1 - t0);
+          run.backwardTimes.push(wrt.length > 0 ? Math.max(0, (t2 - t1) - (t1 - t0)) : 0);
         }
       }
-      input?.dispose();
-      const y = forward(x);
-      profiles.push({
-        name: layer.name,
-        forward: median(forwardTimes) / 1000,
-        backward: median(backwardTimes) / 1000,
+    }
+    return runs.map((run, index) => {
+      const y = inputs[index + 1];
+      return {
+        name: layers[index].name,
+        forward: median(run.forwardTimes) / 1000,
+        backward: median(run.backwardTimes) / 1000,
         outputBytes: bytesOf(y),
-        paramBytes: weights.reduce((sum, w) => sum + bytesOf(w), 0),
+        paramBytes: run.weights.reduce((sum, w) => sum + bytesOf(w), 0),
         outputShape: y.shape.slice(),
-      });
-      x.dispose();
-      x = y;
+      };
     });
   } finally {
-    x.dispose();
+    variables.forEach((v) => v.dispose());
+    inputs.forEach((t) => t.dispose());
   }
-  return profiles;
 }
