@@ -104,6 +104,8 @@ export class Stage {
   metricNames: string[] = [];
   /** Sum over the batch's micro-batches of each variable's gradient, by position in `variables`. */
   private sums: Array<tf.Tensor | null> = [];
+  /** Whether any of the stage's layers has a regularizer (known once compiled). */
+  private regularized = false;
   /** Dense kernels whose gradients wait for the batch's end (deferWeightGradients), or null. */
   private readonly deferred: DeferredKernels | null;
 
@@ -149,6 +151,7 @@ export class Stage {
     this.lossFn = m.lossFunctions[0];
     this.metricFns = m.metricsTensors.map(([fn]) => fn);
     this.metricNames = m.metricsNames.slice(1);
+    this.regularized = tf.tidy(() => this.penalty() !== null);
   }
 
   private apply(x: tf.Tensor, training: boolean): tf.Tensor {
@@ -239,8 +242,8 @@ export class Stage {
   penaltyOfBatch(): number {
     if (this.last) return 0;
     let value = 0;
+    if (!this.regularized) return value;
     tf.tidy(() => {
-      if (this.penalty() === null) return;
       const { value: v, grads } = tf.engine().gradients(() => this.penalty() as tf.Scalar, this.variables, undefined, true);
       value = v.dataSync()[0];
       this.accumulate(grads);
