@@ -228,7 +228,8 @@ void fiveSourceHalfSumWithinHalfUlp() {
 // back, for every pattern a against every b of a stride through all 65536, and a single source quieted.
 void halfMinMaxOnBits() {
   std::string details;
-  const uint32_t stride = 1 + static_cast<uint32_t>(gRng() % 61);
+  // 31..61: every a against 1,074-2,114 values of b. A stride of 1 would be 4.3 billion pairs (minutes).
+  const uint32_t stride = 31 + static_cast<uint32_t>(gRng() % 31);
   for (uint32_t a = 0; a < 0x10000u && details.empty(); ++a) {
     for (uint32_t b = a % stride; b < 0x10000u && details.empty(); b += stride) {
       const uint16_t ha = static_cast<uint16_t>(a), hb = static_cast<uint16_t>(b);
