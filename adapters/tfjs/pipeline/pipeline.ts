@@ -536,6 +536,8 @@ export class Pipeline {
       batchPeak = Math.max(batchPeak, bytes);
       this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, bytes);
     };
+    // The first stage's last backward: its result goes to no other stage, so nothing waits for it.
+    const lastBackward = list[list.map((i) => i.op).lastIndexOf('backward')];
     try {
       for (const ins of list) {
         const k = ins.microBatch;
@@ -615,6 +617,15 @@ export class Pipeline {
         } else {
           // The last stage ran its backward with its forward (above).
           if (last) continue;
+          if (first && ins === lastBackward && train && this.stageOf.deferredKernels > 0) {
+            // The kernel gradients of the micro-batches so far, while the last gradient is still on its
+            // way: with 1F1B the first stage would otherwise wait a whole round trip of the last
+            // micro-batch, idle, before its last backward and the batch's kernel gradients. Done here in
+            // every schedule, so that every schedule sums the same products.
+            const start = now();
+            this.stageOf.finishWeightGradients();
+            span('weight gradients', -1, start);
+          }
           const dy = await receive(s + 1, this.tags.gradient, [sizes[k], ...this.inputShapes[s + 1].slice(1)] as number[]);
           const start = now();
           const { input, record, bytes } = stash.get(k) as { input: tf.Tensor; record: ForwardRecord | null; bytes: number };
