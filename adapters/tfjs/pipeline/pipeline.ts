@@ -536,7 +536,7 @@ export class Pipeline {
       batchPeak = Math.max(batchPeak, bytes);
       this.stats.peakStashBytes = Math.max(this.stats.peakStashBytes, bytes);
     };
-    // The first stage's last backward: its result goes to no other stage, so nothing waits for it.
+    // This stage's last backward; on the first stage its result goes to no other stage, and nothing waits for it.
     const lastBackward = list[list.map((i) => i.op).lastIndexOf('backward')];
     try {
       for (const ins of list) {
