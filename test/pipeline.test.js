@@ -93,21 +93,19 @@ for (const defer of [false, true]) {
 
 t.test('GPipe and 1F1B, recomputing or not, end with bit-identical weights (same micro-batch order of the sums)', async (t) => {
   const base = {};
-  for (const [schedule, recompute] of [['gpipe', 'false'], ['1f1b', 'false'], ['1f1b', 'true']]) {
-    const job = await runJob(2, WORKER, { args: ['equiv'], timeoutMs: 90000, env: { PIPE_SCHEDULE: schedule, PIPE_PARTITION: '[2,2]', PIPE_OPT: 'adam', PIPE_B: '10', PIPE_MICRO: '4', PIPE_RECOMPUTE: recompute } });
-    t.equal(job.code, 0, `${schedule}, recompute ${recompute}: hora run exits 0`, { output: tail(job) });
-    base[`${schedule} ${recompute}`] = job.reports[0] && job.reports[0].base64;
+  // Also with kernel gradients once per batch: the first stage computes those of all but the last
+  // micro-batch before its last backward, in every schedule, so the sums are the same products.
+  for (const defer of ['false', 'true']) {
+    const deferred = defer === 'true' ? 'deferred ' : '';
+    for (const [schedule, recompute] of [['gpipe', 'false'], ['1f1b', 'false'], ['1f1b', 'true']]) {
+      const job = await runJob(2, WORKER, { args: ['equiv'], timeoutMs: 90000, env: { PIPE_SCHEDULE: schedule, PIPE_PARTITION: '[2,2]', PIPE_OPT: 'adam', PIPE_B: '10', PIPE_MICRO: '4', PIPE_RECOMPUTE: recompute, PIPE_DEFER: defer } });
+      t.equal(job.code, 0, `${schedule}, recompute ${recompute}${deferred ? ', deferred kernel gradients' : ''}: hora run exits 0`, { output: tail(job) });
+      base[`${deferred}${schedule} ${recompute}`] = job.reports[0] && job.reports[0].base64;
+    }
   }
   t.ok(base['gpipe false'], 'GPipe reported');
   t.equal(base['1f1b false'], base['gpipe false'], '1F1B = GPipe, bit for bit');
   t.equal(base['1f1b true'], base['gpipe false'], 'recomputing = keeping the record, bit for bit');
-  // With kernel gradients once per batch too: the first stage computes those of all but the last
-  // micro-batch before its last backward, in every schedule, so the sums are the same products.
-  for (const [schedule, recompute] of [['gpipe', 'false'], ['1f1b', 'false'], ['1f1b', 'true']]) {
-    const job = await runJob(2, WORKER, { args: ['equiv'], timeoutMs: 90000, env: { PIPE_SCHEDULE: schedule, PIPE_PARTITION: '[2,2]', PIPE_OPT: 'adam', PIPE_B: '10', PIPE_MICRO: '4', PIPE_RECOMPUTE: recompute, PIPE_DEFER: 'true' } });
-    t.equal(job.code, 0, `${schedule}, recompute ${recompute}, deferred kernel gradients: hora run exits 0`, { output: tail(job) });
-    base[`deferred ${schedule} ${recompute}`] = job.reports[0] && job.reports[0].base64;
-  }
   t.ok(base['deferred gpipe false'], 'GPipe with deferred kernel gradients reported');
   t.equal(base['deferred 1f1b false'], base['deferred gpipe false'], 'deferred: 1F1B = GPipe, bit for bit');
   t.equal(base['deferred 1f1b true'], base['deferred gpipe false'], 'deferred: recomputing = keeping the record, bit for bit');

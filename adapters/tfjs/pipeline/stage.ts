@@ -240,9 +240,8 @@ export class Stage {
    * stage counts its own penalty in each micro-batch's loss instead (lossAndBackward).
    */
   penaltyOfBatch(): number {
-    if (this.last) return 0;
+    if (this.last || !this.regularized) return 0;
     let value = 0;
-    if (!this.regularized) return value;
     tf.tidy(() => {
       const { value: v, grads } = tf.engine().gradients(() => this.penalty() as tf.Scalar, this.variables, undefined, true);
       value = v.dataSync()[0];
