@@ -211,6 +211,35 @@ void testContents(Net net) {
         describe(a) + " / " + describe(b) + " / " + describe(c));
 }
 
+// A window of 200 messages of mixed sizes on one tag, sent back to back (their frames are written
+// together) while the receives are posted: half before the sends, half after. All arrive intact and in order.
+void testWindow(Net net) {
+  World w;
+  Status st = connectWorld(net, 2, 30000, &w);
+  if (!st.isOk()) return check(false, std::string(netName(net)) + ": connect", describe(st));
+  const size_t head = p2p::kHeadBytes / 4;
+  const size_t sizes[] = {0, 1, 7, 1000, 4100, 5000, PointToPoint::kEagerBytes / 4, head + 1, 3 * head, 70000, 300000};
+  std::vector<std::vector<int32_t>> sent, got;
+  for (int i = 0; i < 200; ++i) {
+    const size_t n = sizes[(i * 7 + i / 11) % (sizeof(sizes) / sizeof(sizes[0]))];
+    sent.push_back(pattern(n, i));
+    got.emplace_back(n, -1);
+  }
+  std::vector<std::pair<int, uint64_t>> ids;
+  for (int i = 0; i < 100; ++i) ids.push_back({1, post(w, 1, Kind::kRecv, 0, 4, DType::kInt32, got[i].data(), got[i].size())});
+  for (int i = 0; i < 200; ++i) ids.push_back({0, post(w, 0, Kind::kSend, 1, 4, DType::kInt32, sent[i].data(), sent[i].size())});
+  for (int i = 100; i < 200; ++i) ids.push_back({1, post(w, 1, Kind::kRecv, 0, 4, DType::kInt32, got[i].data(), got[i].size())});
+  std::string failures;
+  for (auto& [rank, id] : ids) {
+    Status s = waitFor(w, rank, id);
+    if (!s.isOk()) failures += " rank " + std::to_string(rank) + ": " + describe(s) + ";";
+  }
+  for (size_t i = 0; i < sent.size(); ++i) {
+    if (sent[i] != got[i]) failures += " message " + std::to_string(i) + " differs;";
+  }
+  check(failures.empty(), std::string(netName(net)) + ": a window of 200 messages of mixed sizes arrives intact and in order", failures);
+}
+
 // 100 eager messages of 64 KiB on tag 9 exceed the credit; a message on tag 8 sent after them must still
 // get through to a receive for tag 8 (the excess goes rendezvous), and then all 100 arrive in order.
 void testCredit(Net net) {
@@ -296,6 +325,7 @@ int main() {
   testFrames();
   for (Net net : {Net::kShm, Net::kTcp, Net::kMixed}) testContents(net);
   for (Net net : {Net::kShm, Net::kTcp}) testCredit(net);
+  for (Net net : {Net::kShm, Net::kTcp}) testWindow(net);
   for (Net net : {Net::kShm, Net::kTcp}) testHeadMismatch(net);
   p2p::FrameHeader eager;
   eager.type = p2p::FrameType::kEager;

@@ -159,6 +159,7 @@ class PointToPoint : public BackgroundProgress {
   void matchBuffered(Channel& c, MatchKey key);
   bool pump(Channel& c);
   bool writeControlTogether(Channel& c);
+  bool writeDataTogether(Channel& c, bool* all);
   bool writeFrames(Channel& c);
   bool readFrames(Channel& c);
   void onHeader(Channel& c);

@@ -6,6 +6,8 @@
 // received bytes in place (peek/consume) so they can be reduced straight out of the shared segment.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -38,6 +40,20 @@ class Pair {
     Status st = trySend(b, blen, &more);
     *taken += more;
     return st;
+  }
+  // The same for n pieces in order (at most kMaxSendPieces are taken), as one stream; *taken counts all
+  // of them. TCP writes them with one system call: a run of frames, each a header and its payload, costs
+  // one call instead of one each.
+  static constexpr int kMaxSendPieces = 64;
+  virtual Status trySendv(const iovec* iov, int n, size_t* taken) {
+    *taken = 0;
+    for (int i = 0; i < n; ++i) {
+      size_t more = 0;
+      HORA_RETURN_IF_ERROR(trySend(static_cast<const uint8_t*>(iov[i].iov_base), iov[i].iov_len, &more));
+      *taken += more;
+      if (more < iov[i].iov_len) break;
+    }
+    return Status::ok();
   }
   // Copies up to len received bytes into dst; *got says how many (possibly 0).
   virtual Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) = 0;

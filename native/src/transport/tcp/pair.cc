@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -33,24 +34,38 @@ Status TcpPair::trySend(const uint8_t* data, size_t len, size_t* taken) {
 }
 
 Status TcpPair::trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size_t blen, size_t* taken) {
+  iovec iov[2] = {{const_cast<uint8_t*>(a), alen}, {const_cast<uint8_t*>(b), blen}};
+  return trySendv(iov, blen > 0 ? 2 : 1, taken);
+}
+
+// Writes until the socket takes no more. A partial write goes on from a copy of the pieces, advanced past
+// what went; at most kMaxSendPieces of them are taken in one call.
+Status TcpPair::trySendv(const iovec* iov, int n, size_t* taken) {
   *taken = 0;
-  while (*taken < alen + blen) {
-    iovec iov[2];
-    int parts = 0;
-    if (*taken < alen) iov[parts++] = {const_cast<uint8_t*>(a + *taken), alen - *taken};
-    const size_t intoB = *taken > alen ? *taken - alen : 0;
-    if (blen > intoB) iov[parts++] = {const_cast<uint8_t*>(b + intoB), blen - intoB};
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = parts;
-    ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      *taken += static_cast<size_t>(n);
+  iovec rest[kMaxSendPieces];
+  const size_t count = static_cast<size_t>(std::min(n, kMaxSendPieces));
+  std::copy(iov, iov + count, rest);
+  size_t first = 0;
+  while (first < count) {
+    if (rest[first].iov_len == 0) {
+      ++first;
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
-    return lost("failed while sending", n < 0 ? errno : 0);
+    msghdr msg{};
+    msg.msg_iov = rest + first;
+    msg.msg_iovlen = count - first;
+    ssize_t sent = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
+    if (sent <= 0) return lost("failed while sending", sent < 0 ? errno : 0);
+    *taken += static_cast<size_t>(sent);
+    for (size_t left = static_cast<size_t>(sent); left > 0;) {
+      const size_t k = std::min(left, rest[first].iov_len);
+      rest[first].iov_base = static_cast<uint8_t*>(rest[first].iov_base) + k;
+      rest[first].iov_len -= k;
+      left -= k;
+      if (rest[first].iov_len == 0) ++first;
+    }
   }
   return Status::ok();
 }

@@ -16,6 +16,7 @@ class TcpPair : public Pair {
 
   Status trySend(const uint8_t* data, size_t len, size_t* taken) override;
   Status trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size_t blen, size_t* taken) override;
+  Status trySendv(const iovec* iov, int n, size_t* taken) override;
   Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) override;
   Status tryRecvAhead(uint8_t* dst, size_t len, size_t ahead, size_t* got) override;
   Status peek(size_t max, const uint8_t** data, size_t* avail) override;
