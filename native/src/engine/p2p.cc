@@ -427,10 +427,11 @@ bool PointToPoint::readFrames(Channel& c) {
       c.headerGot = 0;
       onHeader(c);
       // A matched RTS_HEAD queued its CTS: send it (pump() writes next) before reading the head, so the
-      // sender's rest is on its way while the head is read. Where earlier messages' rests are still owed,
-      // the sender has those to write meanwhile: the CTSs of a window then wait to go out together.
+      // sender's rest is on its way while the head is read. Over TCP, where each write is a system call,
+      // a CTS may wait while earlier messages' rests are still owed (the sender has those to write
+      // meanwhile): the CTSs of a window then go out together.
       if (c.in.type == FrameType::kRtsHead && !c.control.empty() &&
-          (c.awaitingData.size() <= 1 || c.control.size() >= kControlBatch)) {
+          (c.pair->pollFd() < 0 || c.awaitingData.size() <= 1 || c.control.size() >= kControlBatch)) {
         break;
       }
       continue;
