@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "transport/resync.h"
@@ -29,6 +30,46 @@ Status ShmPair::trySend(const uint8_t* data, size_t len, size_t* taken) {
     ++txHead_;
     tx_->control.head.store(txHead_, std::memory_order_release);
     *taken += n;
+  }
+  return Status::ok();
+}
+
+Status ShmPair::trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size_t blen, size_t* taken) {
+  iovec iov[2] = {{const_cast<uint8_t*>(a), alen}, {const_cast<uint8_t*>(b), blen}};
+  return trySendv(iov, 2, taken);
+}
+
+Status ShmPair::trySendv(const iovec* iov, int n, size_t* taken) {
+  *taken = 0;
+  n = std::min(n, kMaxSendPieces);
+  int piece = 0;
+  size_t into = 0;  // bytes of iov[piece] already sent
+  for (;;) {
+    while (piece < n && into == iov[piece].iov_len) {
+      ++piece;
+      into = 0;
+    }
+    if (piece == n) break;
+    if (txHead_ - txTailSeen_ >= kSlots) {
+      txTailSeen_ = tx_->control.tail.load(std::memory_order_acquire);
+      if (txHead_ - txTailSeen_ >= kSlots) break;
+    }
+    const size_t slot = txHead_ % kSlots;
+    size_t used = 0;
+    while (piece < n && used < kSlotBytes) {
+      const size_t k = std::min(iov[piece].iov_len - into, kSlotBytes - used);
+      memcpy(tx_->slots[slot] + used, static_cast<const uint8_t*>(iov[piece].iov_base) + into, k);
+      used += k;
+      into += k;
+      if (into == iov[piece].iov_len) {
+        ++piece;
+        into = 0;
+      }
+    }
+    tx_->control.lengths[slot] = static_cast<uint32_t>(used);
+    ++txHead_;
+    tx_->control.head.store(txHead_, std::memory_order_release);
+    *taken += used;
   }
   return Status::ok();
 }

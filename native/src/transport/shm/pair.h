@@ -16,6 +16,11 @@ class ShmPair : public Pair {
   ~ShmPair() override;
 
   Status trySend(const uint8_t* data, size_t len, size_t* taken) override;
+  // Pieces sent together are one stream: they fill slots back to back (a frame's header shares its slot
+  // with the payload behind it) rather than each starting a slot of its own as trySend does. Only for
+  // readers that take bytes as a stream (the message channel), never for data reduced in place.
+  Status trySendTwo(const uint8_t* a, size_t alen, const uint8_t* b, size_t blen, size_t* taken) override;
+  Status trySendv(const iovec* iov, int n, size_t* taken) override;
   Status tryRecvInto(uint8_t* dst, size_t len, size_t* got) override;
   Status peek(size_t max, const uint8_t** data, size_t* avail) override;
   void consume(size_t n) override;
