@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "pieces.h"
 #include "tap.h"
 #include "transport/shm/pair.h"
 
@@ -60,14 +61,8 @@ void testStream() {
   std::string why;
   while (at < stream.size()) {
     iovec iov[80];
-    int n = 0;
     size_t offeredCapped = 0;
-    for (size_t next = at; n < 80 && next < stream.size(); ++n) {
-      const size_t len = rng() % 6 == 0 ? 0 : std::min<size_t>(stream.size() - next, rng() % (100 * 1024));
-      iov[n] = {stream.data() + next, len};
-      next += len;
-      if (n < Pair::kMaxSendPieces) offeredCapped += len;
-    }
+    const int n = testing::cutPieces(stream, at, rng, 6, 100 * 1024, iov, 80, &offeredCapped);
     const uint64_t before = ring->control.head.load();
     size_t taken = 0;
     Status st = pair.trySendv(iov, n, &taken);

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "pieces.h"
 #include "tap.h"
 #include "transport/tcp/pair.h"
 
@@ -221,14 +222,8 @@ void testGatheredWrites() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (at < stream.size() && st.isOk() && std::chrono::steady_clock::now() < until) {
     iovec iov[80];
-    int n = 0;
     size_t offeredCapped = 0;
-    for (size_t next = at; n < 80 && next < stream.size(); ++n) {
-      const size_t len = cut() % 5 == 0 ? 0 : std::min<size_t>(stream.size() - next, cut() % (64 * 1024));
-      iov[n] = {stream.data() + next, len};
-      next += len;
-      if (n < Pair::kMaxSendPieces) offeredCapped += len;
-    }
+    const int n = testing::cutPieces(stream, at, cut, 5, 64 * 1024, iov, 80, &offeredCapped);
     size_t taken = 0;
     st = pair.trySendv(iov, n, &taken);
     ++calls;
