@@ -5,8 +5,8 @@
 // consumer reads (or reduces) the slot in place and frees it by advancing `tail`. Slots hold at most
 // kSlotBytes, a multiple of 8, and a message always starts at a fresh slot, so an element never
 // straddles two slots. (The message channel's rings, read as a byte stream, are filled back to back by
-// ShmPair::trySendv instead.) Several slots give several chunks in flight: while the consumer reduces one slot,
-// the producer fills the next, which is the compute/communication overlap on shared memory.
+// ShmPair::trySendv instead.) Several slots give several chunks in flight: while the consumer reduces
+// one slot, the producer fills the next, which is the compute/communication overlap on shared memory.
 #pragma once
 
 #include <atomic>
