@@ -1,6 +1,6 @@
-// The ping-pong loop of bench/sendrecv.js and bench/pingpong-ab.js (and the window of pingpong-ab.js --window), with Work.wait(): ranks 0 and 1 send
-// `buf` to each other and back, round trips `from` to `to` - 1, and t[i] gets round trip i's half in µs
-// (negative i: warm-up, not recorded). A plain loop, as MPI_Send/MPI_Recv are called in C: an `await` on
+// The ping-pong loop of bench/sendrecv.js and bench/pingpong-ab.js (and the window of its --window), with
+// Work.wait(): ranks 0 and 1 send `buf` to each other and back, round trips `from` to `to` - 1, and t[i]
+// gets round trip i's half in µs (negative i: warm-up, not recorded). A plain loop, as MPI_Send/MPI_Recv are called in C: an `await` on
 // the value wait() returns would still suspend the function once per call, a cost of the benchmark and
 // not of the messages.
 'use strict';
