@@ -124,15 +124,16 @@ enum class Take { kDiscard, kReduce, kCopy };
 //
 // On the wire a message is its head (everything before the text), then the text only when the message
 // carries a verdict (state != 0), then the payload. Head, text and a payload of up to kCoalesceBytes go
-// out as one buffer: one write, and usually one read, for the allreduces that are pure latency. Larger
-// payloads go as a second send straight from their buffer, where a copy would cost more than the write.
+// out in one gathered write (Pair::trySendTwo: one shared-memory slot, or one sendmsg()), the payload
+// straight from its buffer: one write, and usually one read, for the allreduces that are pure latency.
+// Larger payloads go as a second send, also straight from their buffer.
 constexpr size_t kHeadBytes = offsetof(Message, text);
 constexpr size_t kCoalesceBytes = 4096;
 
 template <typename Decide>
 Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* payload, Message* in, bool send,
                 bool recv, uint8_t* into, ReduceOp op, DType dtype, Decide&& decide) {
-  alignas(64) static thread_local uint8_t wire[sizeof(Message) + kCoalesceBytes];
+  alignas(64) static thread_local uint8_t wire[sizeof(Message)];
   SendOp sends[2] = {{ctx.pair(partner), wire, 0}, {ctx.pair(partner), payload, out.payloadBytes}};
   int numSends = 0;
   if (send) {
@@ -143,13 +144,18 @@ Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* pa
       n += sizeof(out.text);
     }
     numSends = 1;
+    sends[0].len = n;
     if (out.payloadBytes > 0 && out.payloadBytes <= kCoalesceBytes) {
-      memcpy(wire + n, payload, out.payloadBytes);
-      n += out.payloadBytes;
+      // One gathered write, straight from the payload's buffer; what does not fit now goes on below.
+      size_t taken = 0;
+      HORA_RETURN_IF_ERROR(sends[0].pair->trySendTwo(wire, n, payload, out.payloadBytes, &taken));
+      const size_t headTaken = taken < n ? taken : n;
+      sends[0].done = headTaken;
+      sends[1].done = taken - headTaken;
+      numSends = sends[1].done < sends[1].len ? 2 : 1;
     } else if (out.payloadBytes > 0) {
       numSends = 2;
     }
-    sends[0].len = n;
   }
   RecvOp head{ctx.pair(partner), reinterpret_cast<uint8_t*>(in), kHeadBytes};
   HORA_RETURN_IF_ERROR(ctx.progress(sends, numSends, &head, recv ? 1 : 0));
