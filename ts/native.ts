@@ -129,20 +129,21 @@ export interface NativeCommunicator {
   addGroup(id: number, members: number[]): void;
   /**
    * The same for a batch of one host collective (no message, device item or invalid call), without an item
-   * object to read. Without willWait, a collective that cannot wait on a peer (two ranks, a small allreduce
+   * object to read; code is packCode()'s. Without willWait, a collective that cannot wait on a peer (two ranks, a small allreduce
    * or a barrier, the partner's message already here) runs at once: then its result, as wait() gives it.
    */
-  submitOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
-    name: string | null, data: ArrayBufferView | null, out: ArrayBufferView | null, willWait: boolean): NativeResult | true | undefined;
-  /** The same for one host send or recv: group 0 is the world. */
-  submitMessage(id: number, kind: NativeKind, dtype: NativeDType, data: ArrayBufferView, peer: number, tag: number,
-    group: number, willWait: boolean): void;
-  /** submitOne() and wait() in one call, for a wait() on a collective alone in its batch; its result. */
-  runOne(id: number, kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, algorithm: NativeAlgorithm,
-    name: string | null, data: ArrayBufferView | null, out: ArrayBufferView | null): NativeResult | true;
+  submitOne(id: number, code: number, root: number, data: ArrayBufferView | null, out: ArrayBufferView | null,
+    name: string | null): NativeResult | true | undefined;
+  /** The same for one host send or recv (code: packCode(), kind, dtype and willWait): group 0 is the world. */
+  submitMessage(id: number, code: number, data: ArrayBufferView, peer: number, tag: number, group: number): void;
+  /**
+   * submitOne() and wait() in one call, for a wait() on a collective alone in its batch; its result, or
+   * for plain success the nanoseconds the call took.
+   */
+  runOne(id: number, code: number, root: number, data: ArrayBufferView | null, out: ArrayBufferView | null,
+    name: string | null): NativeResult | number;
   /** submitMessage() and wait() in one call, for a wait() on a message alone in its batch; its result. */
-  runMessage(id: number, kind: NativeKind, dtype: NativeDType, data: ArrayBufferView, peer: number, tag: number,
-    group: number): NativeResult | true;
+  runMessage(id: number, code: number, data: ArrayBufferView, peer: number, tag: number, group: number): NativeResult | true;
   wait(id: number): NativeResult | true | null;
   /** Spins up to `micros` for work `id` to complete; its result, or null when it has not (its completion comes later as usual). */
   spin(id: number, micros: number): NativeResult | true | null;
@@ -217,4 +218,16 @@ export const DTYPE_BYTES: readonly number[] = [4, 8, 2, 2, 4, 8, 1];
 export function itemBytes(item: Omit<NativeItem, 'id'>): number {
   if (item.data) return item.data.byteLength;
   return item.devicePtr !== undefined ? (item.count ?? 0) * DTYPE_BYTES[item.dtype] : 0;
+}
+
+/**
+ * The code argument of submitOne(), runOne(), submitMessage() and runMessage(): an item's kind, op, dtype
+ * and algorithm, four bits each; then willWait (bit 16), and whether data, out and name are given (bits
+ * 17-19). Node-API copies a call's first six arguments into its frame and any more into a heap array:
+ * packed, a small collective's or message's call stays within six, and the addon asks for no argument
+ * that is absent.
+ */
+export function packCode(item: NativeItem, willWait = false): number {
+  return item.kind | (item.op << 4) | (item.dtype << 8) | (item.algorithm << 12) | (willWait ? 1 << 16 : 0) |
+    (item.data ? 1 << 17 : 0) | (item.out ? 1 << 18 : 0) | (item.name ? 1 << 19 : 0);
 }

@@ -12,7 +12,7 @@
  * difference into ERR_MISMATCH rather than wrong numbers.
  */
 import { CallSite, HoraError } from './errors';
-import { itemBytes, NativeKind } from './native';
+import { itemBytes, NativeKind, packCode } from './native';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
 import type { TimelineWriter } from './timeline';
@@ -324,9 +324,10 @@ export class Dispatcher {
     this.batchBytes = 0;
     const id = this.firstId;
     if (this.rest.length === 0 && (isHostMessage(one) || isLoneCollective(one))) {
-      if (isHostMessage(one)) this.comm.submitMessage(id, one.kind, one.dtype, one.data!, one.peer!, one.tag!, one.group ?? 0, willWait);
+      if (isHostMessage(one)) this.comm.submitMessage(id, packCode(one, willWait), one.data!, one.peer!, one.tag!, one.group ?? 0);
       else {
-        const result = this.comm.submitOne(id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out, willWait);
+        this.started(id, performance.now());
+        const result = this.comm.submitOne(id, packCode(one, willWait), one.root, one.data, one.out, one.name || null);
         if (result !== undefined) this.settle(id, result);
       }
       return;
@@ -334,8 +335,10 @@ export class Dispatcher {
     one.id = id;
     const items = [one, ...this.rest];
     this.rest = [];
+    const now = performance.now();
+    for (const item of items) this.started(item.id, now);
     if (items.every(isHostMessage)) {
-      for (const m of items) this.comm.submitMessage(m.id, m.kind, m.dtype, m.data!, m.peer!, m.tag!, m.group ?? 0, willWait);
+      for (const m of items) this.comm.submitMessage(m.id, packCode(m, willWait), m.data!, m.peer!, m.tag!, m.group ?? 0);
     } else {
       this.comm.submit(items, willWait);
     }
@@ -370,8 +373,8 @@ export class Dispatcher {
       this.batchBytes = 0;
       this.flushScheduled = false;
       this.settle(id, isHostMessage(one)
-        ? this.comm.runMessage(id, one.kind, one.dtype, one.data!, one.peer!, one.tag!, one.group ?? 0)
-        : this.comm.runOne(id, one.kind, one.op, one.dtype, one.root, one.algorithm, one.name || null, one.data, one.out));
+        ? this.comm.runMessage(id, packCode(one), one.data!, one.peer!, one.tag!, one.group ?? 0)
+        : this.comm.runOne(id, packCode(one), one.root, one.data, one.out, one.name || null));
       return;
     }
     this.flush(true);
@@ -379,16 +382,23 @@ export class Dispatcher {
     if (result) this.settle(id, result);
   }
 
+  /** Tells the Stats counters that the collective `id` (not a message) is handed to the engine. */
+  private started(id: number, now: number): void {
+    const stats = this.outstanding.get(id)?.stats;
+    if (stats) this.stats.started(stats, now);
+  }
+
   private onComplete(id: number): void {
     const result = this.addon.take(this.comm, id);
     if (result) this.settle(id, result);
   }
 
-  private settle(id: number, taken: NativeResult | true): void {
+  /** taken: a result; true for plain success; a number for plain success that took that many nanoseconds (runOne). */
+  private settle(id: number, taken: NativeResult | true | number): void {
     const o = this.outstanding.take(id);
     if (!o) return;
-    const result = taken === true ? SUCCESS : taken;
-    if (o.stats) this.stats.settled(o.stats, result);
+    const result = typeof taken === 'object' ? taken : SUCCESS;
+    if (o.stats) this.stats.settled(o.stats, result, typeof taken === 'number' ? taken / 1e6 : 0);
     if (result.code) {
       const peer = result.peer ?? -1;
       const place = peer >= 0 && peer !== this.rank ? this.peerPlaces[peer] : undefined;

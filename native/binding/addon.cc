@@ -8,6 +8,7 @@
 //
 // The `cuda` object is the same flat style over cuda/device.h: device pointers and streams travel as
 // BigInt, each call is synchronous, and a failed Status is thrown as an Error whose code is its code name.
+#include <atomic>
 #include <napi.h>
 
 #include <algorithm>
@@ -65,6 +66,9 @@ const char* const kItemKeyNames[kNumItemKeys] = {"id", "kind", "op", "dtype", "r
                                                   "invalidReason", "device", "devicePtr", "count", "stream",
                                                   "outPtr", "data", "out", "peer", "tag", "group"};
 
+// The flags of submitOne() and runOne()'s code (ts/native.ts packCode).
+constexpr int32_t kWillWait = 1 << 16, kHasData = 1 << 17, kHasOut = 1 << 18, kHasName = 1 << 19;
+
 // An int32 argument or property; undefined counts as `absent`. One Node-API call for a number (a small
 // collective's arguments cross about twenty of them, and each costs tens of nanoseconds).
 int32_t int32Or(const Napi::Value& v, int32_t absent) {
@@ -82,12 +86,16 @@ bool present(const Napi::Value& v) {
 
 // An enum-valued property; absent counts as 0.
 template <typename T>
-T enumFrom(const Napi::Value& v, ItemKey key, int limit) {
-  const int n = int32Or(v, 0);
+T enumFrom(Napi::Env env, int n, ItemKey key, int limit) {
   if (n < 0 || n >= limit) {
-    throw Napi::RangeError::New(v.Env(), std::string("native: ") + kItemKeyNames[key] + " out of range: " + std::to_string(n));
+    throw Napi::RangeError::New(env, std::string("native: ") + kItemKeyNames[key] + " out of range: " + std::to_string(n));
   }
   return static_cast<T>(n);
+}
+
+template <typename T>
+T enumFrom(const Napi::Value& v, ItemKey key, int limit) {
+  return enumFrom<T>(v.Env(), int32Or(v, 0), key, limit);
 }
 
 // {alpha, beta} in seconds and seconds per byte, when present.
@@ -325,36 +333,49 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return info.Env().Undefined();
   }
 
-  // submitOne(id, kind, op, dtype, root, algorithm, name, data, out, willWait): a batch of one host
-  // collective (not a message, not a device item, not an invalid call), positional. A small collective
-  // waited at once costs a few microseconds in all, and reading a dozen properties of an item object
-  // through Node-API was a good part of that.
+  // submitOne(id, code, root, data, out, name): a batch of one host collective (not a message, not a
+  // device item, not an invalid call), positional; bit 16 of code is willWait. A small collective waited
+  // at once costs a microsecond or two in all, and reading a dozen properties of an item object through
+  // Node-API was a good part of that.
   // Returns the result when the collective ran at once (Communicator::runIfReady: it could not wait on a
   // peer), else undefined: it is queued, and completes through the callback or wait().
   Napi::Value SubmitOne(const Napi::CallbackInfo& info) {
-    const bool willWait = info[9].ToBoolean().Value();
     auto w = Untracked(info.Env(), info[0]);
     FillOne(info, w.get());
+    const bool willWait = int32Or(info[1], 0) & kWillWait;
     if (!willWait && comm_->runIfReady(w)) return ResultOf(info.Env(), *w);
     Adopt(info.Env(), w);
     comm_->submit({std::move(w)}, willWait);
     return info.Env().Undefined();
   }
 
-  // runOne(id, kind, op, dtype, root, algorithm, name, data, out): submitOne and wait in one call, for a
+  // runOne(id, code, root, data, out, name): submitOne and wait in one call, for a
   // wait() on a collective that is alone in its batch; returns what wait() would. The work is never
   // tracked (nothing else can take its result), which saves a crossing into the addon and its bookkeeping.
   Napi::Value RunOne(const Napi::CallbackInfo& info) {
     auto w = Untracked(info.Env(), info[0]);
     FillOne(info, w.get());
+    const int64_t start = hora::monotonicNanos();
     comm_->run(w);
-    return ResultOf(info.Env(), *w);
+    // Plain success comes back as the nanoseconds it took (the Stats report's busy time), which spares
+    // the JS side a clock read on each side of the call.
+    Napi::Value result = PlainSuccess(*w) ? Napi::Number::New(info.Env(), static_cast<double>(hora::monotonicNanos() - start))
+                                          : ResultOf(info.Env(), *w);
+    Recycle(std::move(w));
+    return result;
   }
 
-  // A work for runOne() and runMessage(): like Track(), but kept out of pending_.
+  // A work for runOne() and runMessage(): like Track(), but kept out of pending_. The work of the last
+  // runOne() is made anew in place when nothing else holds it (see Recycle()), rather than allocated.
   std::shared_ptr<Work> Untracked(Napi::Env env, const Napi::Value& idValue) {
     if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
-    auto w = std::make_shared<Work>();
+    std::shared_ptr<Work> w;
+    if (spare_ != nullptr) {
+      w = std::move(spare_);
+      *w = Work();
+    } else {
+      w = std::make_shared<Work>();
+    }
     w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
     return w;
   }
@@ -365,41 +386,46 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return ResultOf(env, *w);
   }
 
-  // The collective of submitOne() and runOne(), from arguments 1 to 8 (a name of null: none).
+  // The collective of submitOne() and runOne(), from arguments 1 to 5: code (ts/native.ts packCode: kind,
+  // op, dtype and algorithm, four bits each, then flags), root, data, out and name. Five arguments and no
+  // more: Node-API copies up to six into the call's frame, more into a heap array of their own. The flags
+  // say which of data, out and name are there, so an absent one costs no call to ask.
   void FillOne(const Napi::CallbackInfo& info, Work* w) {
     Napi::Env env = info.Env();
-    w->kind = enumFrom<hora::Kind>(info[1], kKind, 8);
+    const int32_t code = int32Or(info[1], -1);
+    if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
+    w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, 8);
     if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv || w->kind == hora::Kind::kInvalid) {
       throw Napi::TypeError::New(env, "native: submitOne and runOne take collectives only");
     }
-    w->op = enumFrom<hora::ReduceOp>(info[2], kOp, hora::kNumReduceOps);
-    w->dtype = enumFrom<hora::DType>(info[3], kDtype, hora::kNumDTypes);
-    w->root = int32Or(info[4], 0);
-    w->algorithm = enumFrom<hora::Algorithm>(info[5], kAlgorithm, hora::kNumAlgorithms);
-    if (info[6].IsString()) w->name = info[6].As<Napi::String>().Utf8Value();
-    if (present(info[7])) {
+    w->op = enumFrom<hora::ReduceOp>(env, (code >> 4) & 15, kOp, hora::kNumReduceOps);
+    w->dtype = enumFrom<hora::DType>(env, (code >> 8) & 15, kDtype, hora::kNumDTypes);
+    w->algorithm = enumFrom<hora::Algorithm>(env, (code >> 12) & 15, kAlgorithm, hora::kNumAlgorithms);
+    if (w->kind == hora::Kind::kBroadcast) w->root = int32Or(info[2], 0);
+    if (code & kHasData) {
       size_t bytes = 0;
-      viewOf(info[7], &w->data, &bytes);
+      viewOf(info[3], &w->data, &bytes);
       w->count = bytes / hora::dtypeSize(w->dtype);
     }
-    if (present(info[8])) {
+    if (code & kHasOut) {
       size_t bytes = 0;
-      viewOf(info[8], &w->out, &bytes);
+      viewOf(info[4], &w->out, &bytes);
     }
+    if (code & kHasName) w->name = info[5].As<Napi::String>().Utf8Value();
   }
 
-  // submitMessage(id, kind, dtype, data, peer, tag, group, willWait): one host send or recv (kinds 6, 7),
-  // positional, posted at once; group 0 is the world. As with submitOne, reading an item object's
-  // properties cost more than moving a small message.
+  // submitMessage(id, code, data, peer, tag, group): one host send or recv (kinds 6, 7), positional,
+  // posted at once; code is packed as for submitOne (kind, dtype, willWait); group 0 is the world. As with
+  // submitOne, reading an item object's properties cost more than moving a small message.
   Napi::Value SubmitMessage(const Napi::CallbackInfo& info) {
     auto w = Track(info.Env(), info[0]);
-    FillMessage(info, w.get());
-    comm_->post(std::move(w), info[7].ToBoolean().Value());
+    const bool willWait = FillMessage(info, w.get());
+    comm_->post(std::move(w), willWait);
     return info.Env().Undefined();
   }
 
-  // runMessage(id, kind, dtype, data, peer, tag, group): submitMessage and wait in one call, for a wait()
-  // on a message alone in its batch, as runOne for a collective; returns what wait() would.
+  // runMessage(id, code, data, peer, tag, group): submitMessage and wait in one call, for a wait() on a
+  // message alone in its batch, as runOne for a collective; returns what wait() would.
   Napi::Value RunMessage(const Napi::CallbackInfo& info) {
     auto w = Untracked(info.Env(), info[0]);
     FillMessage(info, w.get());
@@ -407,24 +433,27 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return WaitHere(info.Env(), w);
   }
 
-  // The message of submitMessage() and runMessage(), from arguments 1 to 6.
-  void FillMessage(const Napi::CallbackInfo& info, Work* w) {
+  // The message of submitMessage() and runMessage(), from arguments 1 to 5; returns code's willWait.
+  bool FillMessage(const Napi::CallbackInfo& info, Work* w) {
     Napi::Env env = info.Env();
-    w->kind = enumFrom<hora::Kind>(info[1], kKind, 8);
+    const int32_t code = int32Or(info[1], -1);
+    if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
+    w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, 8);
     if (w->kind != hora::Kind::kSend && w->kind != hora::Kind::kRecv) {
       throw Napi::TypeError::New(env, "native: submitMessage and runMessage take sends and receives only");
     }
-    w->dtype = enumFrom<hora::DType>(info[2], kDtype, hora::kNumDTypes);
+    w->dtype = enumFrom<hora::DType>(env, (code >> 8) & 15, kDtype, hora::kNumDTypes);
     size_t bytes = 0;
-    viewOf(info[3], &w->data, &bytes);
+    viewOf(info[2], &w->data, &bytes);
     w->count = bytes / hora::dtypeSize(w->dtype);
-    w->peer = info[4].As<Napi::Number>().Int32Value();
-    w->tag = info[5].As<Napi::Number>().Int32Value();
-    const uint32_t group = info[6].As<Napi::Number>().Uint32Value();
+    w->peer = info[3].As<Napi::Number>().Int32Value();
+    w->tag = info[4].As<Napi::Number>().Int32Value();
+    const uint32_t group = info[5].As<Napi::Number>().Uint32Value();
     if (group != 0) {
       w->group = comm_->findGroup(group);
       if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(group) + " on this rank");
     }
+    return code & kWillWait;
   }
 
   // wait(id): blocks until that work completes; then returns its result like take() would.
@@ -458,9 +487,12 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   }
 
   // A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
+  // Success with nothing to hand back: the common case.
+  static bool PlainSuccess(const Work& w) { return w.status.isOk() && w.kind != hora::Kind::kAllgather && !w.fused; }
+
   Napi::Value ResultOf(Napi::Env env, Work& w) {
-    // The common case, success with nothing to hand back, allocates nothing.
-    if (w.status.isOk() && w.kind != hora::Kind::kAllgather && !w.fused) return Napi::Boolean::New(env, true);
+    // The common case allocates nothing.
+    if (PlainSuccess(w)) return Napi::Boolean::New(env, true);
     Napi::Object r = Napi::Object::New(env);
     if (!w.status.isOk()) {
       r.Set("code", hora::codeName(w.status.code()));
@@ -590,6 +622,15 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return w;
   }
 
+  // Keeps a completed work whose result JS has taken, for Untracked() to reuse, when this is its last
+  // owner. The communication thread may drop its hold on a work (a task's batch) just after completing
+  // it: the acquire fence pairs with that release, so the thread's last writes are behind us.
+  void Recycle(std::shared_ptr<Work>&& w) {
+    if (w.use_count() != 1) return;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    spare_ = std::move(w);
+  }
+
   // Tracks an untracked work from now on: its result is taken through the callback, wait() or spin().
   void Adopt(Napi::Env env, const std::shared_ptr<Work>& w) {
     if (pending_.empty() && !released_) tsfn_.Ref(env);
@@ -602,6 +643,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   Napi::ThreadSafeFunction tsfn_;
   bool released_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<Work>> pending_;
+  std::shared_ptr<Work> spare_;  // see Recycle()
   Napi::Reference<Napi::Array> keys_;  // the ItemKey names
 };
 
