@@ -173,3 +173,42 @@ t.test('reportPipelineBatch: the rank\'s reports carry its stage\'s totals', asy
   }
   t.same(stats.snapshot().pipeline.batches, 1, 'a refused batch counts nothing');
 });
+
+t.test('CollectiveStats: busy time from hand-over to completion, or the time a wait() call ran', async (t) => {
+  const { CollectiveStats } = require('../dist/ts/stats.js');
+  const pending = [];
+  const stats = new CollectiveStats(() => pending);
+  const allreduce = () => stats.snapshot().kinds.find((k) => k.kind === 'allreduce');
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  // Submitted and not yet handed to the engine: pending, but not in flight, and no age yet.
+  const a = stats.submitted(0, 'grad/a', 1024, 0);
+  pending.push(a);
+  t.same(stats.snapshot().pending, [{ seq: 1, name: 'grad/a', kind: 'allreduce', ageMs: 0 }], 'no age before hand-over');
+  t.equal(allreduce().busyUs, 0, 'not busy before hand-over');
+  stats.started(a, performance.now());
+  await sleep(30);
+  t.ok(stats.snapshot().pending[0].ageMs >= 25, 'the age counts from hand-over');
+  t.ok(allreduce().busyUs >= 25000, 'busy while in flight');
+  pending.pop();
+  stats.settled(a, {});
+  const afterA = allreduce();
+  t.ok(afterA.busyUs >= 25000 && afterA.busyUs < 5e6, `busy ${afterA.busyUs} µs: hand-over to completion`);
+  t.same([afterA.count, afterA.bytes], [1, 1024]);
+
+  // Run inside one call (runOne): the call's time is the busy time.
+  const b = stats.submitted(0, '', 4096, 0);
+  stats.settled(b, {}, 2.5);
+  t.equal(allreduce().busyUs - afterA.busyUs, 2500, 'the time the call took');
+  t.same([allreduce().count, allreduce().bytes], [2, 1024 + 4096]);
+
+  // ... unless another of its kind was in flight meanwhile, whose span covers it.
+  const c = stats.submitted(0, '', 8, 0);
+  stats.started(c, performance.now());
+  const d = stats.submitted(0, '', 8, 0);
+  stats.settled(d, {}, 1000);
+  const during = allreduce().busyUs;
+  t.ok(during - afterA.busyUs - 2500 < 900000, 'not counted twice');
+  stats.settled(c, { code: 'ERR_TIMEOUT' });
+  t.same([allreduce().count, stats.snapshot().completed], [3, 4], 'a failure counts as completed, not in the totals');
+});

@@ -60,6 +60,9 @@ t.test('p=2 shm: 100,000 small allreduces in a wait() loop, memory flat', async 
     t.comment(`rank ${rep.rank}: ${(n / rep.seconds).toFixed(0)}/s, RSS growth ${growth.toFixed(1)} MiB, heap ${rep.samples[1].heapMiB}..${rep.samples.at(-1).heapMiB} MiB`);
     t.ok(growth < 8, `rank ${rep.rank}: resident memory flat (grew ${growth.toFixed(1)} MiB)`);
     t.ok(heapGrowth < 4, `rank ${rep.rank}: JS heap flat (grew ${heapGrowth.toFixed(1)} MiB)`);
+    t.ok(rep.stats.count >= n && rep.stats.bytes >= n * 8, `rank ${rep.rank}: the Stats report counts every call (${rep.stats.count})`);
+    t.ok(rep.stats.busyUs > 0 && rep.stats.busyUs <= rep.seconds * 1e6 + 1e6,
+      `rank ${rep.rank}: busy ${rep.stats.busyUs} µs of the loop's ${Math.round(rep.seconds * 1e6)}`);
   }
 });
 

@@ -36,11 +36,14 @@ export interface SubmittedCollective {
   bytes: number;
   /** Bytes per element, for an allgather's output counts. */
   elementBytes: number;
-  /** performance.now() at submission. */
+  /** performance.now() when handed to the engine (started()); -1 before, and for one that ran inside runOne. */
   at: number;
+  /** The totals of its kind; null for an invalid call. */
+  totals: KindTotals | null;
 }
 
-interface KindTotals {
+/** @internal */
+export interface KindTotals {
   count: number;
   bytes: number;
   busyMs: number;
@@ -62,28 +65,41 @@ export class CollectiveStats {
   constructor(private readonly pending: () => Iterable<SubmittedCollective>) {}
 
   /**
-   * Notes a collective handed to the engine; the returned record goes back to settled(), once. A process
-   * group's collective (inWorldOrder false) counts in the totals of its kind but takes no sequence number:
-   * the stall inspector compares sequence numbers across all ranks, and non-members never submit it.
+   * Notes a collective submitted; the returned record goes to started() when the batch holding it is handed
+   * to the engine, and to settled() once. A process group's collective (inWorldOrder false) counts in the
+   * totals of its kind but takes no sequence number: the stall inspector compares sequence numbers across
+   * all ranks, and non-members never submit it. Reads no clock: a small collective waited with wait() costs
+   * about a microsecond, and a clock read from JS a tenth of that.
    */
   submitted(kind: NativeKind, name: string, bytes: number, dtype: NativeDType, inWorldOrder = true): SubmittedCollective {
-    const c: SubmittedCollective = {
-      seq: inWorldOrder ? ++this.submittedCount : 0, kind: KIND_NAMES[kind] ?? 'invalid', name, bytes, elementBytes: DTYPE_BYTES[dtype] ?? 1, at: performance.now(),
+    const kindName = KIND_NAMES[kind] ?? 'invalid';
+    return {
+      seq: inWorldOrder ? ++this.submittedCount : 0, kind: kindName, name, bytes, elementBytes: DTYPE_BYTES[dtype] ?? 1, at: -1,
+      totals: kindName === 'invalid' ? null : this.totals(kindName),
     };
-    if (c.kind !== 'invalid') {
-      const k = this.totals(c.kind);
-      if (k.inFlight++ === 0) k.busySince = c.at;
-    }
-    return c;
   }
 
-  /** Notes its completion, successful or not. */
-  settled(c: SubmittedCollective, result: NativeResult): void {
+  /** Notes a collective handed to the engine at `now` (performance.now()): from then it is in flight. */
+  started(c: SubmittedCollective, now: number): void {
+    c.at = now;
+    const k = c.totals;
+    if (k !== null && k.inFlight++ === 0) k.busySince = now;
+  }
+
+  /**
+   * Notes its completion, successful or not. ranMs: for one that ran inside a single call (runOne, for a
+   * wait()), never started(), how long that call took; it counts as busy time unless others of its kind
+   * were in flight meanwhile (their span covers it).
+   */
+  settled(c: SubmittedCollective, result: NativeResult, ranMs = 0): void {
     if (c.seq > 0) this.completedCount++;
-    if (c.kind === 'invalid') return;
-    const k = this.totals(c.kind);
-    const now = performance.now();
-    if (--k.inFlight === 0) k.busyMs += now - k.busySince;
+    const k = c.totals;
+    if (k === null) return;
+    if (c.at >= 0) {
+      if (--k.inFlight === 0) k.busyMs += performance.now() - k.busySince;
+    } else if (k.inFlight === 0) {
+      k.busyMs += ranMs;
+    }
     if (result.code) return;
     k.count++;
     // Bus bandwidth counts an allgather by its output, which ranks may size differently: the element
@@ -101,7 +117,7 @@ export class CollectiveStats {
     for (const c of this.pending()) {
       if (pending.length === PENDING_REPORTED) break;
       if (c.seq === 0) continue;
-      pending.push({ seq: c.seq, name: reportableName(c.name), kind: c.kind, ageMs: Math.floor(now - c.at) });
+      pending.push({ seq: c.seq, name: reportableName(c.name), kind: c.kind, ageMs: c.at >= 0 ? Math.floor(now - c.at) : 0 });
     }
     const stepUs = Math.floor(1000 * steps.stepMs);
     const report: Stats = {

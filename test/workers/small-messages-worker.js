@@ -148,7 +148,10 @@ async function soak() {
     }
   }
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
-  return { failure, samples, seconds };
+  // What the Stats report says of the loop: every call counted, and its time as busy time (a wait()ed
+  // collective reports the time its one call into the addon took).
+  const stats = require('../../dist/ts/hora.js').current('soak').dispatcher.stats.snapshot().kinds.find((k) => k.kind === 'allreduce');
+  return { failure, samples, seconds, stats };
 }
 
 // The victim stops (or dies) after a few hundred waited allreduces; the others keep waiting in the loop.
