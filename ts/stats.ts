@@ -69,7 +69,7 @@ export class CollectiveStats {
    * to the engine, and to settled() once. A process group's collective (inWorldOrder false) counts in the
    * totals of its kind but takes no sequence number: the stall inspector compares sequence numbers across
    * all ranks, and non-members never submit it. Reads no clock: a small collective waited with wait() costs
-   * about a microsecond, and a clock read from JS a tenth of that.
+   * about a microsecond, and two clock reads from JS cost about a tenth of that.
    */
   submitted(kind: NativeKind, name: string, bytes: number, dtype: NativeDType, inWorldOrder = true): SubmittedCollective {
     const kindName = KIND_NAMES[kind] ?? 'invalid';

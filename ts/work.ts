@@ -335,11 +335,11 @@ export class Dispatcher {
     one.id = id;
     const items = [one, ...this.rest];
     this.rest = [];
-    const now = performance.now();
-    for (const item of items) this.started(item.id, now);
     if (items.every(isHostMessage)) {
       for (const m of items) this.comm.submitMessage(m.id, packCode(m, willWait), m.data!, m.peer!, m.tag!, m.group ?? 0);
     } else {
+      const now = performance.now();
+      for (const item of items) this.started(item.id, now);
       this.comm.submit(items, willWait);
     }
   }
