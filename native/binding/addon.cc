@@ -8,10 +8,10 @@
 //
 // The `cuda` object is the same flat style over cuda/device.h: device pointers and streams travel as
 // BigInt, each call is synchronous, and a failed Status is thrown as an Error whose code is its code name.
-#include <atomic>
 #include <napi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -66,7 +66,8 @@ const char* const kItemKeyNames[kNumItemKeys] = {"id", "kind", "op", "dtype", "r
                                                   "invalidReason", "device", "devicePtr", "count", "stream",
                                                   "outPtr", "data", "out", "peer", "tag", "group"};
 
-// The flags of submitOne() and runOne()'s code (ts/native.ts packCode).
+// The flags in the code argument of submitOne(), runOne(), submitMessage() and runMessage() (ts/native.ts
+// packCode).
 constexpr int32_t kWillWait = 1 << 16, kHasData = 1 << 17, kHasOut = 1 << 18, kHasName = 1 << 19;
 
 // An int32 argument or property; undefined counts as `absent`. One Node-API call for a number (a small
@@ -76,12 +77,6 @@ int32_t int32Or(const Napi::Value& v, int32_t absent) {
   if (napi_get_value_int32(v.Env(), v, &n) == napi_ok) return n;
   if (v.IsUndefined()) return absent;
   throw Napi::TypeError::New(v.Env(), "native: expected a number");
-}
-
-// Neither undefined nor null, in one call.
-bool present(const Napi::Value& v) {
-  const napi_valuetype t = v.Type();
-  return t != napi_undefined && t != napi_null;
 }
 
 // An enum-valued property; absent counts as 0.
@@ -341,17 +336,16 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // peer), else undefined: it is queued, and completes through the callback or wait().
   Napi::Value SubmitOne(const Napi::CallbackInfo& info) {
     auto w = Untracked(info.Env(), info[0]);
-    FillOne(info, w.get());
-    const bool willWait = int32Or(info[1], 0) & kWillWait;
+    const bool willWait = FillOne(info, w.get()) & kWillWait;
     if (!willWait && comm_->runIfReady(w)) return ResultOf(info.Env(), *w);
     Adopt(info.Env(), w);
     comm_->submit({std::move(w)}, willWait);
     return info.Env().Undefined();
   }
 
-  // runOne(id, code, root, data, out, name): submitOne and wait in one call, for a
-  // wait() on a collective that is alone in its batch; returns what wait() would. The work is never
-  // tracked (nothing else can take its result), which saves a crossing into the addon and its bookkeeping.
+  // runOne(id, code, root, data, out, name): submitOne and wait in one call, for a wait() on a collective
+  // that is alone in its batch; returns what wait() would. The work is never tracked (nothing else can
+  // take its result), which saves a crossing into the addon and its bookkeeping.
   Napi::Value RunOne(const Napi::CallbackInfo& info) {
     auto w = Untracked(info.Env(), info[0]);
     FillOne(info, w.get());
@@ -389,8 +383,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // The collective of submitOne() and runOne(), from arguments 1 to 5: code (ts/native.ts packCode: kind,
   // op, dtype and algorithm, four bits each, then flags), root, data, out and name. Five arguments and no
   // more: Node-API copies up to six into the call's frame, more into a heap array of their own. The flags
-  // say which of data, out and name are there, so an absent one costs no call to ask.
-  void FillOne(const Napi::CallbackInfo& info, Work* w) {
+  // say which of data, out and name are there, so an absent one costs no call to ask. Returns the code.
+  int32_t FillOne(const Napi::CallbackInfo& info, Work* w) {
     Napi::Env env = info.Env();
     const int32_t code = int32Or(info[1], -1);
     if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
@@ -412,6 +406,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       viewOf(info[4], &w->out, &bytes);
     }
     if (code & kHasName) w->name = info[5].As<Napi::String>().Utf8Value();
+    return code;
   }
 
   // submitMessage(id, code, data, peer, tag, group): one host send or recv (kinds 6, 7), positional,
@@ -486,10 +481,10 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return ResultOf(env, *w);
   }
 
-  // A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
   // Success with nothing to hand back: the common case.
   static bool PlainSuccess(const Work& w) { return w.status.isOk() && w.kind != hora::Kind::kAllgather && !w.fused; }
 
+  // A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
   Napi::Value ResultOf(Napi::Env env, Work& w) {
     // The common case allocates nothing.
     if (PlainSuccess(w)) return Napi::Boolean::New(env, true);
