@@ -20,7 +20,12 @@ for (let i = 2; i < process.argv.length; i += 2) {
   args[key] = typeof args[key] === 'number' ? Number(process.argv[i + 1]) : process.argv[i + 1];
 }
 const root = path.resolve(__dirname, '..');
-const maxBytes = Number(args.max.replace(/M$/i, '')) * (/M$/i.test(args.max) ? 1 << 20 : 1);
+const sizeMatch = /^(\d+)([KM]?)$/i.exec(args.max);
+if (!sizeMatch || Number(sizeMatch[1]) < 4) {
+  console.error(`sendrecv-compare.js: --max expects a size of at least 4 bytes such as 4096, 64K or 4M; received ${JSON.stringify(args.max)}`);
+  process.exit(2);
+}
+const maxBytes = Number(sizeMatch[1]) * { '': 1, k: 1 << 10, m: 1 << 20 }[sizeMatch[2].toLowerCase()];
 const tcp = args.transport === 'tcp';
 
 const mpiBin = path.join(os.tmpdir(), 'hora-mpi-pingpong');
