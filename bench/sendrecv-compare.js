@@ -21,11 +21,15 @@ for (let i = 2; i < process.argv.length; i += 2) {
 }
 const root = path.resolve(__dirname, '..');
 const sizeMatch = /^(\d+)([KM]?)$/i.exec(args.max);
-if (!sizeMatch || Number(sizeMatch[1]) < 4) {
+const maxBytes = sizeMatch ? Number(sizeMatch[1]) * { '': 1, k: 1 << 10, m: 1 << 20 }[sizeMatch[2].toLowerCase()] : 0;
+if (maxBytes < 4) {
   console.error(`sendrecv-compare.js: --max expects a size of at least 4 bytes such as 4096, 64K or 4M; received ${JSON.stringify(args.max)}`);
   process.exit(2);
 }
-const maxBytes = Number(sizeMatch[1]) * { '': 1, k: 1 << 10, m: 1 << 20 }[sizeMatch[2].toLowerCase()];
+if (!Number.isInteger(args.pairs) || args.pairs < 1) {
+  console.error(`sendrecv-compare.js: --pairs expects a whole number of at least 1; received ${JSON.stringify(process.argv[process.argv.indexOf('--pairs') + 1])}`);
+  process.exit(2);
+}
 const tcp = args.transport === 'tcp';
 
 const mpiBin = path.join(os.tmpdir(), 'hora-mpi-pingpong');
