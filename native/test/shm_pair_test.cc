@@ -14,6 +14,7 @@
 
 #include "pieces.h"
 #include "tap.h"
+#include "transport/shm/copy.h"
 #include "transport/shm/pair.h"
 
 using namespace hora;
@@ -89,12 +90,44 @@ void testStream() {
         "read " + std::to_string(out.size()) + " of " + std::to_string(stream.size()) + " bytes");
 }
 
+// copyToSlot writes chunks from kStreamMinBytes up (of sends of at most kStreamMaxBytes) with
+// non-temporal stores after a plain lead that aligns them: every alignment of either end, and lengths about the threshold and about whole lines, must
+// copy exactly the bytes asked for and nothing past them.
+void testCopyToSlot() {
+  const size_t sizes[] = {1, 63, 4096, shm::kStreamMinBytes - 1, shm::kStreamMinBytes, shm::kStreamMinBytes + 1,
+                          shm::kStreamMinBytes + 63, shm::kStreamMinBytes + 64, 65536 - 7, 65536};
+  std::mt19937 rng(7);
+  std::vector<uint8_t> src(65536 + 128), dst(65536 + 256);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  std::string why;
+  int cases = 0;
+  for (size_t n : sizes) {
+    for (size_t to = 0; to < 64; to += 1) {
+      for (size_t from : {size_t(0), size_t(3), size_t(32)}) {
+        const bool stream = (to + from) % 2 == 0;  // a chunk of a short send, or of a long one
+        std::fill(dst.begin(), dst.end(), 0xA5);
+        shm::copyToSlot(dst.data() + 64 + to, src.data() + from, n, stream);
+        ++cases;
+        const bool same = std::equal(src.begin() + from, src.begin() + from + n, dst.begin() + 64 + to);
+        const bool before = std::all_of(dst.begin(), dst.begin() + 64 + to, [](uint8_t b) { return b == 0xA5; });
+        const bool after = std::all_of(dst.begin() + 64 + to + n, dst.end(), [](uint8_t b) { return b == 0xA5; });
+        if ((!same || !before || !after) && why.empty()) {
+          why = std::to_string(n) + " bytes to offset " + std::to_string(to) + " from offset " + std::to_string(from) +
+                (same ? "" : ": bytes differ") + (before ? "" : ": wrote before the start") + (after ? "" : ": wrote past the end");
+        }
+      }
+    }
+  }
+  check(why.empty(), "copyToSlot copies exactly n bytes, streamed or not, at " + std::to_string(cases) + " alignments and lengths", why);
+}
+
 }  // namespace
 
 int main() {
   testing::startWatchdog();
   testHeaderSharesSlot();
   testStream();
+  testCopyToSlot();
   std::printf("1..%d\n", testing::gCount);
   return testing::gFailed == 0 ? 0 : 1;
 }

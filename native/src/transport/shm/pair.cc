@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "transport/resync.h"
+#include "transport/shm/copy.h"
 
 namespace hora {
 namespace shm {
@@ -14,6 +15,13 @@ ShmPair::ShmPair(int peer, Ring* tx, Ring* rx, int tcpFd) : Pair(peer), tx_(tx),
 
 ShmPair::~ShmPair() {
   if (tcpFd_ >= 0) close(tcpFd_);
+}
+
+void ShmPair::copyChunk(uint8_t* dst, const uint8_t* src, size_t n, size_t left) {
+  // A chunk that does not go on from the last one starts a send: whether it streams is decided here.
+  if (src != runEnd_) runStreams_ = left <= kStreamMaxBytes;
+  runEnd_ = src + n;
+  copyToSlot(dst, src, n, runStreams_);
 }
 
 Status ShmPair::trySend(const uint8_t* data, size_t len, size_t* taken) {
@@ -25,7 +33,7 @@ Status ShmPair::trySend(const uint8_t* data, size_t len, size_t* taken) {
     }
     size_t slot = txHead_ % kSlots;
     size_t n = len - *taken < kSlotBytes ? len - *taken : kSlotBytes;
-    memcpy(tx_->slots[slot], data + *taken, n);
+    copyChunk(tx_->slots[slot], data + *taken, n, len - *taken);
     tx_->control.lengths[slot] = static_cast<uint32_t>(n);
     ++txHead_;
     tx_->control.head.store(txHead_, std::memory_order_release);
@@ -58,7 +66,7 @@ Status ShmPair::trySendv(const iovec* iov, int n, size_t* taken) {
     size_t used = 0;
     while (piece < n && used < kSlotBytes) {
       const size_t k = std::min(iov[piece].iov_len - into, kSlotBytes - used);
-      memcpy(tx_->slots[slot] + used, static_cast<const uint8_t*>(iov[piece].iov_base) + into, k);
+      copyChunk(tx_->slots[slot] + used, static_cast<const uint8_t*>(iov[piece].iov_base) + into, k, iov[piece].iov_len - into);
       used += k;
       into += k;
       if (into == iov[piece].iov_len) {

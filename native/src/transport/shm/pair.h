@@ -32,6 +32,9 @@ class ShmPair : public Pair {
   bool usesMemory(const void* base, size_t bytes) const;
 
  private:
+  // Copies a chunk of a send into a slot (see copy.h); left: the send's bytes still to go, n included.
+  void copyChunk(uint8_t* dst, const uint8_t* src, size_t n, size_t left);
+
   Ring* tx_;
   Ring* rx_;
   int tcpFd_;
@@ -40,6 +43,8 @@ class ShmPair : public Pair {
   uint64_t rxTail_ = 0;       // consumer's own copy of rx_->tail
   uint64_t rxHeadSeen_ = 0;
   size_t rxOffset_ = 0;       // bytes already consumed from the current slot
+  const uint8_t* runEnd_ = nullptr;  // just past the last chunk copied: where a send going on resumes
+  bool runStreams_ = false;          // whether that send's chunks are streamed (copy.h)
 };
 
 }  // namespace shm

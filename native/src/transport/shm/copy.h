@@ -1,0 +1,64 @@
+// Copying a chunk into a ring slot that the other core will read.
+//
+// A plain store first takes the slot's line into this core's cache (and out of the reader's, which read
+// the same slot one lap ago); the reader then takes it back out of this core's cache. Every line crosses
+// between the cores twice, and what a crossing costs depends on where the two cores sit: on one 2-vCPU
+// guest it went from 27 ns to 150-160 ns when the hypervisor moved the vCPUs apart, and a ring of 64 KiB
+// chunks moved 12 GB/s in the one placement and 2.3 GB/s in the other. Non-temporal stores write whole
+// lines to memory without taking them first, and the reader reads them from memory: 18-25 GB/s in both
+// placements. For small chunks the trip through memory costs more than it saves (a 4 KiB ping-pong took
+// 0.9 µs against 0.4 µs with plain stores, cores close), so chunks below kStreamMinBytes go the plain way.
+// Nor do the chunks of a send of more than kStreamMaxBytes (ShmPair decides at a send's first chunk): its
+// data no longer fits the caches and comes from memory anyway, and a slot's trip through memory then adds
+// to that traffic (a 64 MiB allreduce of 2 ranks took 1.26x as long with every chunk streamed, cores
+// close; 4 MiB took 0.66x and 16 MiB 0.81x).
+// docs/pointtopoint.md, "Slots written past the cache", has the measurements.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+#define HORA_SHM_STREAM 1
+#endif
+
+namespace hora {
+namespace shm {
+
+constexpr size_t kStreamMinBytes = 16 * 1024;
+constexpr size_t kStreamMaxBytes = 16 * 1024 * 1024;
+
+// Copies n bytes to dst, a slot the peer reads, streamed when `stream` is set and n is at least
+// kStreamMinBytes. Stores made here are visible to the peer, in order with the stores that follow (the
+// head that publishes the slot), when this returns.
+inline void copyToSlot(uint8_t* dst, const uint8_t* src, size_t n, bool stream) {
+#ifdef HORA_SHM_STREAM
+  if (stream && n >= kStreamMinBytes) {
+    const size_t lead = (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63;
+    std::memcpy(dst, src, lead);
+    dst += lead;
+    src += lead;
+    n -= lead;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+    }
+    // Non-temporal stores are not ordered with later stores; the fence puts them before the head's.
+    _mm_sfence();
+  }
+#else
+  (void)stream;
+#endif
+  std::memcpy(dst, src, n);
+}
+
+}  // namespace shm
+}  // namespace hora
