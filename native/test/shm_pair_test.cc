@@ -121,6 +121,38 @@ void testCopyToSlot() {
   check(why.empty(), "copyToSlot copies exactly n bytes, streamed or not, at " + std::to_string(cases) + " alignments and lengths", why);
 }
 
+// A long send's chunks go plain while plain copies are fast, streamed after kSlowCopiesToStream slow ones
+// in a row, with a plain, timed probe every kProbeEvery-th chunk that brings plain copies back when fast.
+void testLongSendPolicy() {
+  using P = shm::LongSendPolicy;
+  const size_t slot = shm::kSlotBytes;
+  const int64_t fastNs = 4000, slowNs = 40000;  // 64 KiB in 4 µs (16 GB/s) and in 40 µs (1.6 GB/s)
+  P p;
+  bool plainWhileFast = true;
+  for (int i = 0; i < 100; ++i) {
+    plainWhileFast &= !p.stream();
+    p.copied(slot, fastNs);
+  }
+  check(plainWhileFast && !p.streaming(), "a long send's chunks go plain while plain copies run fast");
+  p.copied(slot, slowNs);
+  p.copied(slot, fastNs);
+  p.copied(slot, slowNs);
+  p.copied(slot, slowNs);
+  check(!p.streaming(), "slow copies with a fast one between them do not switch to streaming");
+  p.copied(slot, slowNs);
+  check(p.streaming(), "kSlowCopiesToStream slow plain copies in a row switch to streaming");
+  int streamed = 0;
+  while (p.stream()) ++streamed;
+  check(streamed == P::kProbeEvery - 1, "while streaming, every kProbeEvery-th chunk is a plain probe",
+        std::to_string(streamed) + " streamed before the probe");
+  p.copied(slot, slowNs);
+  check(p.streaming(), "a slow probe keeps streaming");
+  streamed = 0;
+  while (p.stream()) ++streamed;
+  p.copied(slot, fastNs);
+  check(streamed == P::kProbeEvery - 1 && !p.streaming() && !p.stream(), "a fast probe brings plain copies back");
+}
+
 }  // namespace
 
 int main() {
@@ -128,6 +160,7 @@ int main() {
   testHeaderSharesSlot();
   testStream();
   testCopyToSlot();
+  testLongSendPolicy();
   std::printf("1..%d\n", testing::gCount);
   return testing::gFailed == 0 ? 0 : 1;
 }

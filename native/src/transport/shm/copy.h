@@ -8,10 +8,13 @@
 // lines to memory without taking them first, and the reader reads them from memory: 18-25 GB/s in both
 // placements. For small chunks the trip through memory costs more than it saves (a 4 KiB ping-pong took
 // 0.9 µs against 0.4 µs with plain stores, cores close), so chunks below kStreamMinBytes go the plain way.
-// Nor do the chunks of a send of more than kStreamMaxBytes (ShmPair decides at a send's first chunk): its
-// data no longer fits the caches and comes from memory anyway, and a slot's trip through memory then adds
-// to that traffic (a 64 MiB allreduce of 2 ranks took 1.26x as long with every chunk streamed, cores
-// close; 4 MiB took 0.66x and 16 MiB 0.81x).
+//
+// A send of more than kStreamMaxBytes (ShmPair decides at a send's first chunk) is different: its data no
+// longer fits the caches and comes from memory anyway, and a slot's trip through memory adds to that
+// traffic (a 64 MiB allreduce of 2 ranks took 1.26x as long with every chunk streamed, cores close; 4 MiB
+// took 0.66x and 16 MiB 0.81x). Its chunks go the plain way while plain copies run fast, and streamed
+// while they run slowly, which is how cores far apart show on the writer's side: a plain 64 KiB copy into
+// a slot ran at 11 GB/s with the cores close and 2.6-3.6 GB/s with them apart (LongSendPolicy).
 // docs/pointtopoint.md, "Slots written past the cache", has the measurements.
 #pragma once
 
@@ -59,6 +62,37 @@ inline void copyToSlot(uint8_t* dst, const uint8_t* src, size_t n, bool stream) 
 #endif
   std::memcpy(dst, src, n);
 }
+
+// Whether the chunks of a long send are streamed. Plain while plain copies of whole slots run at
+// kFastCopyBytesPerUs or more; streamed once kSlowCopiesToStream of them in a row ran slower (one slow
+// copy may be a copy that lost its core for a while). While streaming, every kProbeEvery-th whole-slot
+// chunk goes the plain way again, timed, and one fast copy brings plain stores back.
+class LongSendPolicy {
+ public:
+  static constexpr double kFastCopyBytesPerUs = 5000;  // 5 GB/s
+  static constexpr int kSlowCopiesToStream = 3;
+  static constexpr int kProbeEvery = 64;
+
+  // Whether to stream the next whole-slot chunk; when this says no, report the copy's time to copied().
+  bool stream() {
+    if (!streaming_) return false;
+    if (++sinceProbe_ < kProbeEvery) return true;
+    sinceProbe_ = 0;
+    return false;
+  }
+  void copied(size_t bytes, int64_t nanos) {
+    const bool slow = static_cast<double>(bytes) * 1000 < kFastCopyBytesPerUs * static_cast<double>(nanos);
+    slowInRow_ = slow ? slowInRow_ + 1 : 0;
+    if (!slow) streaming_ = false;
+    else if (slowInRow_ >= kSlowCopiesToStream) streaming_ = true;
+  }
+  bool streaming() const { return streaming_; }
+
+ private:
+  bool streaming_ = false;
+  int slowInRow_ = 0;
+  int sinceProbe_ = 0;
+};
 
 }  // namespace shm
 }  // namespace hora

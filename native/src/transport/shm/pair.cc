@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/clock.h"
 #include "transport/resync.h"
-#include "transport/shm/copy.h"
 
 namespace hora {
 namespace shm {
@@ -18,10 +18,16 @@ ShmPair::~ShmPair() {
 }
 
 void ShmPair::copyChunk(uint8_t* dst, const uint8_t* src, size_t n, size_t left) {
-  // A chunk that does not go on from the last one starts a send: whether it streams is decided here.
-  if (src != runEnd_) runStreams_ = left <= kStreamMaxBytes;
+  // A chunk that does not go on from the last one starts a send: whether it is a long one is decided here.
+  if (src != runEnd_) runIsLong_ = left > kStreamMaxBytes;
   runEnd_ = src + n;
-  copyToSlot(dst, src, n, runStreams_);
+  if (!runIsLong_) return copyToSlot(dst, src, n, true);
+  // Only whole slots are timed; a part of one follows what they found.
+  if (n < kSlotBytes) return copyToSlot(dst, src, n, longSends_.streaming());
+  if (longSends_.stream()) return copyToSlot(dst, src, n, true);
+  const int64_t start = monotonicNanos();
+  copyToSlot(dst, src, n, false);
+  longSends_.copied(n, monotonicNanos() - start);
 }
 
 Status ShmPair::trySend(const uint8_t* data, size_t len, size_t* taken) {

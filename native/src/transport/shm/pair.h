@@ -3,6 +3,7 @@
 #pragma once
 
 #include "transport/pair.h"
+#include "transport/shm/copy.h"
 #include "transport/shm/ring.h"
 
 namespace hora {
@@ -44,7 +45,8 @@ class ShmPair : public Pair {
   uint64_t rxHeadSeen_ = 0;
   size_t rxOffset_ = 0;       // bytes already consumed from the current slot
   const uint8_t* runEnd_ = nullptr;  // just past the last chunk copied: where a send going on resumes
-  bool runStreams_ = false;          // whether that send's chunks are streamed (copy.h)
+  bool runIsLong_ = false;           // whether that send is longer than kStreamMaxBytes (copy.h)
+  LongSendPolicy longSends_;
 };
 
 }  // namespace shm
