@@ -90,9 +90,10 @@ void testStream() {
         "read " + std::to_string(out.size()) + " of " + std::to_string(stream.size()) + " bytes");
 }
 
-// copyToSlot writes chunks from kStreamMinBytes up (of sends of at most kStreamMaxBytes) with
-// non-temporal stores after a plain lead that aligns them: every alignment of either end, and lengths about the threshold and about whole lines, must
-// copy exactly the bytes asked for and nothing past them.
+// copyToSlot and streamToSlot: non-temporal stores after a plain lead that aligns them, for chunks from
+// kStreamMinBytes up when asked (copyToSlot) or of any size (streamToSlot). Every alignment of either end,
+// and lengths about the threshold and about whole lines, must copy exactly the bytes asked for and
+// nothing past them.
 void testCopyToSlot() {
   const size_t sizes[] = {1, 63, 4096, shm::kStreamMinBytes - 1, shm::kStreamMinBytes, shm::kStreamMinBytes + 1,
                           shm::kStreamMinBytes + 63, shm::kStreamMinBytes + 64, 65536 - 7, 65536};
@@ -104,9 +105,12 @@ void testCopyToSlot() {
   for (size_t n : sizes) {
     for (size_t to = 0; to < 64; to += 1) {
       for (size_t from : {size_t(0), size_t(3), size_t(32)}) {
-        const bool stream = (to + from) % 2 == 0;  // a chunk of a short send, or of a long one
         std::fill(dst.begin(), dst.end(), 0xA5);
-        shm::copyToSlot(dst.data() + 64 + to, src.data() + from, n, stream);
+        if ((to + from) % 2 == 0) {
+          shm::copyToSlot(dst.data() + 64 + to, src.data() + from, n, (to + from) % 4 == 0);
+        } else {
+          shm::streamToSlot(dst.data() + 64 + to, src.data() + from, n);  // streamed whatever its size
+        }
         ++cases;
         const bool same = std::equal(src.begin() + from, src.begin() + from + n, dst.begin() + 64 + to);
         const bool before = std::all_of(dst.begin(), dst.begin() + 64 + to, [](uint8_t b) { return b == 0xA5; });
@@ -118,7 +122,7 @@ void testCopyToSlot() {
       }
     }
   }
-  check(why.empty(), "copyToSlot copies exactly n bytes, streamed or not, at " + std::to_string(cases) + " alignments and lengths", why);
+  check(why.empty(), "copyToSlot and streamToSlot copy exactly n bytes, streamed or not, at " + std::to_string(cases) + " alignments and lengths", why);
 }
 
 // A long send's chunks go plain while plain copies are fast, streamed after kSlowCopiesToStream slow ones

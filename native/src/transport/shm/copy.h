@@ -18,6 +18,7 @@
 // docs/pointtopoint.md, "Slots written past the cache", has the measurements.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -33,33 +34,36 @@ namespace shm {
 constexpr size_t kStreamMinBytes = 16 * 1024;
 constexpr size_t kStreamMaxBytes = 16 * 1024 * 1024;
 
-// Copies n bytes to dst, a slot the peer reads, streamed when `stream` is set and n is at least
-// kStreamMinBytes. Stores made here are visible to the peer, in order with the stores that follow (the
-// head that publishes the slot), when this returns.
-inline void copyToSlot(uint8_t* dst, const uint8_t* src, size_t n, bool stream) {
+// Copies n bytes to dst with non-temporal stores (but for a plain lead up to dst's next cache line and a
+// plain tail of less than one). The stores are visible to the peer, in order with the stores that follow
+// (the head that publishes the slot), when this returns. Elsewhere than x86-64, a plain copy.
+inline void streamToSlot(uint8_t* dst, const uint8_t* src, size_t n) {
 #ifdef HORA_SHM_STREAM
-  if (stream && n >= kStreamMinBytes) {
-    const size_t lead = (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63;
-    std::memcpy(dst, src, lead);
-    dst += lead;
-    src += lead;
-    n -= lead;
-    for (; n >= 64; n -= 64, dst += 64, src += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
-      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
-    }
-    // Non-temporal stores are not ordered with later stores; the fence puts them before the head's.
-    _mm_sfence();
+  const size_t lead = std::min(n, (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63);
+  std::memcpy(dst, src, lead);
+  dst += lead;
+  src += lead;
+  n -= lead;
+  for (; n >= 64; n -= 64, dst += 64, src += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
   }
-#else
-  (void)stream;
+  // Non-temporal stores are not ordered with later stores; the fence puts them before the head's.
+  _mm_sfence();
 #endif
+  std::memcpy(dst, src, n);
+}
+
+// Copies n bytes to dst, a slot the peer reads: streamed when `stream` is set and n is at least
+// kStreamMinBytes, plain otherwise.
+inline void copyToSlot(uint8_t* dst, const uint8_t* src, size_t n, bool stream) {
+  if (stream && n >= kStreamMinBytes) return streamToSlot(dst, src, n);
   std::memcpy(dst, src, n);
 }
 
