@@ -3,19 +3,21 @@
 // A plain store first takes the slot's line into this core's cache (and out of the reader's, which read
 // the same slot one lap ago); the reader then takes it back out of this core's cache. Every line crosses
 // between the cores twice, and what a crossing costs depends on where the two cores sit: on one 2-vCPU
-// guest it went from 27 ns to 150-160 ns when the hypervisor moved the vCPUs apart, and a ring of 64 KiB
-// chunks moved 12 GB/s in the one placement and 2.3 GB/s in the other. Non-temporal stores write whole
-// lines to memory without taking them first, and the reader reads them from memory: 18-25 GB/s in both
-// placements. For small chunks the trip through memory costs more than it saves (a 4 KiB ping-pong took
-// 0.9 µs against 0.4 µs with plain stores, cores close), so chunks below kStreamMinBytes go the plain way.
+// guest a line took 27-44 ns one way, and 150-180 ns when the hypervisor moved the vCPUs apart; a ring
+// of 64 KiB chunks moved 10-12 GB/s in the one placement and 2.3-2.5 GB/s in the other. Non-temporal
+// stores write whole lines to memory without taking them first, and the reader reads them from memory:
+// 17-21 GB/s in both placements. For small chunks the trip through memory costs more than it saves (a
+// 4 KiB ping-pong took 1.0 µs against 0.44 µs with plain stores, cores close), so chunks below
+// kStreamMinBytes go the plain way.
 //
 // A send of more than kStreamMaxBytes (ShmPair decides at a send's first chunk) is different: its data no
 // longer fits the caches and comes from memory anyway, and a slot's trip through memory adds to that
 // traffic (a 64 MiB allreduce of 2 ranks took 1.26x as long with every chunk streamed, cores close; 4 MiB
 // took 0.66x and 16 MiB 0.81x). Its chunks go the plain way while plain copies run fast, and streamed
 // while they run slowly, which is how cores far apart show on the writer's side: a plain 64 KiB copy into
-// a slot ran at 11 GB/s with the cores close and 2.6-3.6 GB/s with them apart (LongSendPolicy).
-// docs/pointtopoint.md, "Slots written past the cache", has the measurements.
+// a slot ran at 10-12 GB/s with the cores close and 2.4-3.6 GB/s with them apart (LongSendPolicy).
+// bench/slot-copy.cc measures all of this without the engine; docs/pointtopoint.md, "Slots written past the
+// cache", has the figures.
 #pragma once
 
 #include <algorithm>
