@@ -72,7 +72,8 @@ Status ShmPair::trySendv(const iovec* iov, int n, size_t* taken) {
     size_t used = 0;
     while (piece < n && used < kSlotBytes) {
       const size_t k = std::min(iov[piece].iov_len - into, kSlotBytes - used);
-      copyChunk(tx_->slots[slot] + used, static_cast<const uint8_t*>(iov[piece].iov_base) + into, k, iov[piece].iov_len - into);
+      const uint8_t* from = static_cast<const uint8_t*>(iov[piece].iov_base) + into;
+      copyChunk(tx_->slots[slot] + used, from, k, iov[piece].iov_len - into);
       used += k;
       into += k;
       if (into == iov[piece].iov_len) {
