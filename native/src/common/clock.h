@@ -17,7 +17,8 @@ inline int64_t monotonicNanos() {
 
 class Deadline {
  public:
-  explicit Deadline(int64_t timeoutMs) : at_(Clock::now() + std::chrono::milliseconds(timeoutMs)) {}
+  explicit Deadline(int64_t timeoutMs) : Deadline(Clock::now(), timeoutMs) {}
+  Deadline(Clock::time_point from, int64_t timeoutMs) : at_(from + std::chrono::milliseconds(timeoutMs)) {}
   bool expired() const { return Clock::now() >= at_; }
   // Milliseconds left, clamped to [0, capMs]; for poll().
   int remainingMs(int capMs) const {

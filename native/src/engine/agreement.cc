@@ -106,8 +106,12 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   p.algorithm = static_cast<uint8_t>(w.algorithm);
   p.onDevice = w.device >= 0 ? 1 : 0;
   p.nameHash = numTensors > 1 ? 0 : fnv1a64(w.name);
-  std::string shown = numTensors > 1 ? "fused:" + w.name : w.name;
-  strncpy(p.name, shown.c_str(), sizeof(p.name) - 1);
+  // The name as error messages show it, cut to fit (name is zero-filled); no string is built for it.
+  const char* prefix = numTensors > 1 ? "fused:" : "";
+  const size_t lead = strlen(prefix), room = sizeof(p.name) - 1;
+  memcpy(p.name, prefix, lead);
+  const size_t n = w.name.size() < room - lead ? w.name.size() : room - lead;
+  memcpy(p.name + lead, w.name.data(), n);
   return p;
 }
 

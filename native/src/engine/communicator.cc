@@ -491,7 +491,8 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
         if (transferred) stamp(&first.times.transferEnd);
         if (options_.timeline) takeKernelTime(&first.times);
       }
-      complete(batch[i], st, describeWork(first));
+      // The words name a failure only: a collective that succeeded is not described (a string each call).
+      complete(batch[i], st, st.isOk() ? std::string() : describeWork(first));
     }
     i = j;
   }
@@ -554,7 +555,7 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     if (options_.timeline) takeKernelTime(&group);
     shareGroupTimes(*batch[begin]);
     for (size_t k = begin + 1; k < end; ++k) batch[k]->times.copyInStart = batch[k]->times.copyInEnd = 0;
-    complete(batch[begin], st, describeWork(first));
+    complete(batch[begin], st, st.isOk() ? std::string() : describeWork(first));
     return begin + 1;
   }
   if (st.isOk() && !carriesPayload(proposal, ctx)) {
@@ -578,8 +579,8 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     stamp(&w.times.copyOutEnd);
     off += w.count * elem;
     w.fused = true;
-    complete(batch[k], st,
-             describeWork(w) + " (fused with " + std::to_string(end - begin - 1) + " other tensors)");
+    complete(batch[k], st, st.isOk() ? std::string()
+                                     : describeWork(w) + " (fused with " + std::to_string(end - begin - 1) + " other tensors)");
   }
   return end;
 }

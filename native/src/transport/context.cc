@@ -445,6 +445,10 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     return Status::ok();
   }
   const Clock::time_point now = Clock::now();
+  if (deadlinePending_) {
+    deadline_ = Deadline(now, timeoutMs_);
+    deadlinePending_ = false;
+  }
   if (*idleSince == Clock::time_point()) *idleSince = now;
   const int64_t idleMicros = std::chrono::duration_cast<std::chrono::microseconds>(now - *idleSince).count();
   if (!trickling && idleMicros < (oversubscribed_ ? kOversubscribedSpinMicros : kSpinMicros)) {

@@ -110,8 +110,10 @@ class Context {
   // More ranks share this host than it has cores (set by connect()).
   bool oversubscribed() const { return oversubscribed_; }
 
-  // Starts the deadline of the next collective.
-  void startDeadline() { root().deadline_ = Deadline(timeoutMs_); }
+  // Starts the deadline of the next collective: from the first time one of its waits reads the clock
+  // (waitForProgress), which is within a microsecond of its start for a wait that is not answered at
+  // once. A small collective whose partner is there never reads the clock at all.
+  void startDeadline() { root().deadlinePending_ = true; }
   Status progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs);
 
   // Convenience: one send and one receive that progress together.
@@ -176,6 +178,7 @@ class Context {
   int size_;
   int64_t timeoutMs_;
   Deadline deadline_;
+  bool deadlinePending_ = false;  // startDeadline() was called; deadline_ starts at the next clock read
   int listenFd_ = -1;
   int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
   bool oversubscribed_ = false;  // more ranks on this host than cores
