@@ -198,11 +198,40 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       });
       if (s != napi_ok) delete copy;
     });
+    // The calls made once per collective or message are also the object's own functions, bound to this
+    // wrap: a method of the class finds its C++ object through napi_unwrap, a lookup of a private symbol
+    // on every call, which took about as long as the JS side's own bookkeeping of a small collective.
+    Napi::Object self = info.This().As<Napi::Object>();
+    bindOwn(env, self, "submitOne", &CommunicatorWrap::SubmitOne);
+    bindOwn(env, self, "runOne", &CommunicatorWrap::RunOne);
+    bindOwn(env, self, "submitMessage", &CommunicatorWrap::SubmitMessage);
+    bindOwn(env, self, "runMessage", &CommunicatorWrap::RunMessage);
+    bindOwn(env, self, "wait", &CommunicatorWrap::Wait);
+    bindOwn(env, self, "spin", &CommunicatorWrap::Spin);
   }
 
-  ~CommunicatorWrap() override { Shutdown(); }
+  ~CommunicatorWrap() override {
+    *self_ = nullptr;
+    Shutdown();
+  }
 
  private:
+  using Method = Napi::Value (CommunicatorWrap::*)(const Napi::CallbackInfo&);
+
+  // Defines self[name] as a function that calls method on this wrap. The function holds self_, not the
+  // wrap: one taken off the object and called after the wrap is gone throws instead of reaching freed memory.
+  void bindOwn(Napi::Env env, Napi::Object self, const char* name, Method method) {
+    std::shared_ptr<CommunicatorWrap*> wrap = self_;
+    Napi::Function f = Napi::Function::New(
+        env,
+        [wrap, method](const Napi::CallbackInfo& info) -> Napi::Value {
+          if (*wrap == nullptr) throw Napi::Error::New(info.Env(), "native: communicator is gone");
+          return ((*wrap)->*method)(info);
+        },
+        name);
+    self.DefineProperty(Napi::PropertyDescriptor::Value(name, f, static_cast<napi_property_attributes>(napi_writable | napi_configurable)));
+  }
+
   void Shutdown() {
     if (comm_ != nullptr) {
       comm_->abort(Status(Code::kShutdown, "the process is exiting"));
@@ -640,6 +669,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   std::unordered_map<uint64_t, std::shared_ptr<Work>> pending_;
   std::shared_ptr<Work> spare_;  // see Recycle()
   Napi::Reference<Napi::Array> keys_;  // the ItemKey names
+  std::shared_ptr<CommunicatorWrap*> self_ = std::make_shared<CommunicatorWrap*>(this);  // see bindOwn()
 };
 
 // take(communicator, id): the result of a completed work, once; null if already taken (e.g. by wait()).
