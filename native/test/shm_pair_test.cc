@@ -31,7 +31,7 @@ void testHeaderSharesSlot() {
   std::vector<uint8_t> head(32, 7), payload(1000, 9);
   size_t taken = 0;
   Status st = pair.trySendTwo(head.data(), head.size(), payload.data(), payload.size(), &taken);
-  const uint64_t slots = ring->control.head.load();
+  const uint64_t slots = shm::slotsOf(ring->control.head.load());
   check(st.isOk() && taken == 1032 && slots == 1 && ring->control.lengths[0] == 1032,
         "a header and its payload sent together share one slot",
         "took " + std::to_string(taken) + " bytes in " + std::to_string(slots) + " slots");
@@ -42,7 +42,7 @@ void testHeaderSharesSlot() {
   pair.trySend(head.data(), head.size(), &more);
   pair.trySend(payload.data(), payload.size(), &more);
   check(got == 1032 && std::equal(head.begin(), head.end(), out.begin()) && std::equal(payload.begin(), payload.end(), out.begin() + 32) &&
-            ring->control.head.load() == 3,
+            shm::slotsOf(ring->control.head.load()) == 3,
         "read back whole; the same two sent one by one take a slot each");
 }
 
@@ -64,7 +64,7 @@ void testStream() {
     iovec iov[80];
     size_t offeredCapped = 0;
     const int n = testing::cutPieces(stream, at, rng, 6, 100 * 1024, iov, 80, &offeredCapped);
-    const uint64_t before = ring->control.head.load();
+    const uint64_t before = shm::slotsOf(ring->control.head.load());
     size_t taken = 0;
     Status st = pair.trySendv(iov, n, &taken);
     if (!st.isOk() || taken > offeredCapped) {
@@ -72,7 +72,7 @@ void testStream() {
       why = "took " + std::to_string(taken) + " of " + std::to_string(offeredCapped) + " bytes";
       break;
     }
-    for (uint64_t s = before; s + 1 < ring->control.head.load(); ++s) {
+    for (uint64_t s = before; s + 1 < shm::slotsOf(ring->control.head.load()); ++s) {
       if (ring->control.lengths[s % shm::kSlots] != shm::kSlotBytes) slotsFull = false;
     }
     at += taken;

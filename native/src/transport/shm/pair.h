@@ -35,6 +35,9 @@ class ShmPair : public Pair {
  private:
   // Copies a chunk of a send into a slot (see copy.h); left: the send's bytes still to go, n included.
   void copyChunk(uint8_t* dst, const uint8_t* src, size_t n, size_t left);
+  // After a small slot is published: takes the next slot's first lines for writing while the slot is free
+  // (see pair.cc).
+  void prepareNextSlot(size_t used);
 
   Ring* tx_;
   Ring* rx_;
@@ -43,7 +46,10 @@ class ShmPair : public Pair {
   uint64_t txTailSeen_ = 0;   // last tail read from the consumer, to avoid touching its cache line
   uint64_t rxTail_ = 0;       // consumer's own copy of rx_->tail
   uint64_t rxHeadSeen_ = 0;
+  size_t rxLastLength_ = 0;   // the length of slot rxHeadSeen_ - 1, from the same head word
+  size_t rxLength_ = 0;       // the length of the current slot (rxTail_), as peek() found it
   size_t rxOffset_ = 0;       // bytes already consumed from the current slot
+  uint64_t rxFetched_ = ~uint64_t(0);  // the slot whose lines peek() last asked for at once
   const uint8_t* runEnd_ = nullptr;  // just past the last chunk copied: where a send going on resumes
   bool runIsLong_ = false;           // whether that send is longer than kStreamMaxBytes (copy.h)
   LongSendPolicy longSends_;

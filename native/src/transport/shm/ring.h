@@ -19,12 +19,21 @@ namespace shm {
 constexpr size_t kSlotBytes = 64 * 1024;
 constexpr size_t kSlots = 8;
 
+// The head word holds the number of slots published and, in its low kLengthBits, the length of the last
+// of them: a consumer that keeps up (the usual case for small messages) learns the length of the slot it
+// is about to read from the line it polls, without another trip to the producer's cache for lengths[].
+constexpr unsigned kLengthBits = 20;
+static_assert(kSlotBytes < (size_t(1) << kLengthBits), "a slot's length must fit the head word");
+inline uint64_t packHead(uint64_t slots, size_t lastLength) { return slots << kLengthBits | lastLength; }
+inline uint64_t slotsOf(uint64_t head) { return head >> kLengthBits; }
+inline size_t lastLengthOf(uint64_t head) { return head & ((uint64_t(1) << kLengthBits) - 1); }
+
 struct alignas(64) RingControl {
-  std::atomic<uint64_t> head;  // slots published by the producer
+  std::atomic<uint64_t> head;  // packHead(slots published by the producer, the last one's length)
   char padHead[64 - sizeof(std::atomic<uint64_t>)];
   std::atomic<uint64_t> tail;  // slots released by the consumer
   char padTail[64 - sizeof(std::atomic<uint64_t>)];
-  uint32_t lengths[kSlots];    // bytes used in each slot
+  uint32_t lengths[kSlots];    // bytes used in each slot (written before head)
 };
 
 struct Ring {
