@@ -287,11 +287,18 @@ export async function main(argv: string[]): Promise<number> {
     // Each loop's time is its slowest rank's, as in nccl-tests; with --reps the median of the loops'.
     const times: number[] = [];
     for (let rep = 0; rep < a.reps; rep++) {
-      await hora.barrier();
+      // The ranks leave the barrier together: a blocking one with --sync, as the peers' loops block in
+      // theirs. An awaited barrier completes on each rank when its event loop next runs, some microseconds
+      // apart, and a loop of 200 calls of a microsecond would start with the first rank waiting that long.
+      if (a.sync) hora.barrier().wait();
+      else await hora.barrier();
       const t0 = process.hrtime.bigint();
       await loop(a, x, iters);
       const seconds = Number(process.hrtime.bigint() - t0) / 1e9 / iters;
-      times.push((await hora.allreduce(new Float64Array([seconds]), { op: 'max' }))[0]);
+      // With --sync this blocks too: an awaited collective runs on the communication thread, which then
+      // watches for more work a while, on the cores the next loop needs.
+      const slowestRank = hora.allreduce(new Float64Array([seconds]), { op: 'max' });
+      times.push((a.sync ? slowestRank.wait() : await slowestRank)[0]);
     }
     times.sort((p, q) => p - q);
     const slowest = times[times.length >> 1];
