@@ -138,8 +138,11 @@ export function newGroup(ranks: readonly number[]): Work<Group | null> {
     kind: NativeKind.Allgather, op: NativeOp.Sum, dtype: NativeDType.Int32, root: 0, algorithm: NativeAlgorithm.Auto,
     name: 'hora.newGroup', data: mine, out: null,
   }, (r: NativeResult) => splitLists(new Int32Array(r.gathered as ArrayBuffer), r.counts ?? []), site, [mine]);
-  const made = new Work<Group | null>(() => {
-    try { lists.wait(); } catch { /* settles `made` below */ }
+  const made = new Work<Group | null>({
+    waitFor: () => {
+      try { lists.wait(); } catch { /* settles `made` below */ }
+    },
+    awaited: () => {},
   });
   lists.onSettled(() => {
     let all: number[][];

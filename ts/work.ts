@@ -33,6 +33,21 @@ const SPIN_MAX_BYTES = 64 * 1024;
 const SITE_BURST = 256;
 const SITES_PER_MS = 4;
 
+/** @internal What a Work's first await tells its driver. */
+export const enum OnAwait {
+  Nothing = 0,
+  /** The program awaits: collectives capture their call sites again (Dispatcher.wantsCallSite). */
+  Awaited = 1,
+  /** That, and a small collective is watched for a while before the event loop sleeps. */
+  Spin = 2,
+}
+
+/** @internal What a Work blocks in (wait()) and tells of its first await. */
+export interface WorkDriver {
+  waitFor(id: number): void;
+  awaited(id: number, spin: boolean): void;
+}
+
 export class Work<T = unknown> implements PromiseLike<T> {
   private state: 'pending' | 'fulfilled' | 'rejected' = 'pending';
   private value?: T;
@@ -41,10 +56,17 @@ export class Work<T = unknown> implements PromiseLike<T> {
   private listeners: Array<() => void> | null = null;
 
   /**
-   * @internal onAwait: told when the work is first awaited (or given a callback with then()); it may
-   * settle the work at once (see Dispatcher.spinFor).
+   * @internal driver: what wait() blocks in, and what is told when the work is first awaited (or given a
+   * callback with then()), which may settle the work at once (see Dispatcher.spinFor); null for a work
+   * settled where it is made. id: the work's id for the driver. onAwait: what to tell it then.
+   * A driver and an id rather than two closures per work: a loop of small wait()ed collectives makes
+   * one Work per call, and its garbage is what sets how often the young generation is collected.
    */
-  constructor(private readonly waitNative: (() => void) | null, private onAwait: (() => void) | null = null) {}
+  constructor(
+    private readonly driver: WorkDriver | null,
+    private readonly id = 0,
+    private onAwait: OnAwait = OnAwait.Nothing,
+  ) {}
 
   /** True once the collective has completed, successfully or not. */
   get done(): boolean {
@@ -55,9 +77,10 @@ export class Work<T = unknown> implements PromiseLike<T> {
     onFulfilled?: ((value: T) => R1 | PromiseLike<R1>) | null,
     onRejected?: ((reason: any) => R2 | PromiseLike<R2>) | null,
   ): Promise<R1 | R2> {
-    if (this.onAwait) {
-      this.onAwait();
-      this.onAwait = null;
+    if (this.onAwait !== OnAwait.Nothing) {
+      const what = this.onAwait;
+      this.onAwait = OnAwait.Nothing;
+      (this.driver as WorkDriver).awaited(this.id, what === OnAwait.Spin);
     }
     return new Promise<T>((resolve, reject) => {
       const settle = () => (this.state === 'fulfilled' ? resolve(this.value as T) : reject(this.error));
@@ -72,13 +95,13 @@ export class Work<T = unknown> implements PromiseLike<T> {
 
   /** Blocks the JS thread until the collective completes; returns its result or throws its HoraError. */
   wait(): T {
-    if (this.state === 'pending' && this.waitNative) {
+    if (this.state === 'pending' && this.driver !== null) {
       if (steps.open) {
         const t0 = performance.now();
-        this.waitNative();
+        this.driver.waitFor(this.id);
         steps.waited(performance.now() - t0);
       } else {
-        this.waitNative();
+        this.driver.waitFor(this.id);
       }
     }
     if (this.state === 'fulfilled') return this.value as T;
@@ -133,10 +156,12 @@ function isLoneCollective(item: NativeItem): boolean {
 interface Outstanding {
   id: number;
   work: Work<any>;
-  finish: Finish<any>;
+  /** The result from the engine's; null: `value`. */
+  finish: Finish<any> | null;
+  value: unknown;
   site: CallSite;
-  /** Arrays the native side points into, kept referenced until completion. */
-  keep: unknown[];
+  /** What the native side points into (an array, or an array of them), kept referenced until completion. */
+  keep: unknown;
   /** For the Stats report; absent for connect. */
   stats?: SubmittedCollective;
 }
@@ -197,7 +222,7 @@ export class OutstandingTable {
   }
 }
 
-export class Dispatcher {
+export class Dispatcher implements WorkDriver {
   private nextId = 1;
   private outstanding = new OutstandingTable();
   // What is submitted but not yet handed to the engine, in order: the first item (its id beside it), and
@@ -220,9 +245,6 @@ export class Dispatcher {
    * wait(), whose errors carry the caller's stack anyway; again once it awaits a Work.
    */
   wantsCallSite = true;
-  private readonly awaited = () => {
-    this.wantsCallSite = true;
-  };
   private siteTokens = SITE_BURST;
   private siteTokensAt = performance.now();
   readonly comm: NativeCommunicator;
@@ -276,15 +298,15 @@ export class Dispatcher {
   }
 
   /** Queues one item; returns its Work. */
-  submit<T>(item: Omit<NativeItem, 'id'>, finish: Finish<T>, site: CallSite, keep: unknown[]): Work<T> {
+  submit<T>(item: Omit<NativeItem, 'id'>, finish: Finish<T> | null, site: CallSite, keep: unknown, value?: T): Work<T> {
     const id = this.nextId++;
     const bytes = itemBytes(item);
     const spins = bytes <= SPIN_MAX_BYTES && item.kind !== NativeKind.Send && item.kind !== NativeKind.Recv;
-    const work = new Work<T>(() => this.waitFor(id), spins ? () => this.spinFor(id) : this.awaited);
+    const work = new Work<T>(this, id, spins ? OnAwait.Spin : OnAwait.Awaited);
     // Messages are not collectives: the stall inspector's view of the ordered queue leaves them out.
     const p2p = item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
     const stats = p2p ? undefined : this.stats.submitted(item.kind, item.name, bytes, item.dtype, !item.group);
-    this.outstanding.add({ id, work, finish, site, keep, stats });
+    this.outstanding.add({ id, work, finish, value, site, keep, stats });
     if (this.timeline) this.timeline.called(id, item);
     if (this.first === null) {
       this.first = item as NativeItem;
@@ -309,8 +331,8 @@ export class Dispatcher {
   /** Registers a work whose native side is started by `start(id)` (connect). */
   track<T>(finish: Finish<T>, site: CallSite, start: (id: number) => void): Work<T> {
     const id = this.nextId++;
-    const work = new Work<T>(() => this.waitFor(id));
-    this.outstanding.add({ id, work, finish, site, keep: [] });
+    const work = new Work<T>(this, id);
+    this.outstanding.add({ id, work, finish, value: undefined, site, keep: null, stats: undefined });
     start(id);
     return work;
   }
@@ -350,6 +372,12 @@ export class Dispatcher {
     await Promise.allSettled([...this.outstanding.values()].map((o) => o.work));
   }
 
+  /** WorkDriver: a work of this dispatcher is awaited. */
+  awaited(id: number, spin: boolean): void {
+    if (spin) this.spinFor(id);
+    else this.wantsCallSite = true;
+  }
+
   /**
    * A small collective being awaited: before the event loop sleeps, watch for its completion a little
    * while. Completions otherwise come back through a thread-safe function, whose wake-up of the event
@@ -364,7 +392,8 @@ export class Dispatcher {
     if (result) this.settle(id, result);
   }
 
-  private waitFor(id: number): void {
+  /** WorkDriver: blocks until the work of this id has settled. */
+  waitFor(id: number): void {
     this.wantsCallSite = false;
     const one = this.rest.length === 0 ? this.first : null;
     if (one !== null && this.firstId === id && (isLoneCollective(one) || isHostMessage(one))) {
@@ -407,7 +436,7 @@ export class Dispatcher {
       return;
     }
     try {
-      o.work.fulfil(o.finish(result));
+      o.work.fulfil(o.finish !== null ? o.finish(result) : o.value);
     } catch (e) {
       o.work.reject(o.site.attach(new HoraError('ERR_INTERNAL', `hora: could not unpack a result: ${(e as Error).message}`, this.rank)));
     }
