@@ -688,7 +688,16 @@ function requireElasticRun(w: Scope, call: string): void {
 }
 
 /** @internal */
-export type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) => T; keep: unknown[]; local: () => T };
+export type Plan<T> = {
+  item: Omit<NativeItem, 'id'>;
+  /** The call's result from the engine's; null: `value` (an array reduced or received in place). */
+  finish: ((r: NativeResult) => T) | null;
+  /** What the engine points into, referenced until completion; null: `value`. */
+  keep: unknown[] | null;
+  /** The result in a world of one; null: `value`. */
+  local: (() => T) | null;
+  value?: T;
+};
 
 /**
  * Runs one collective: validates through `plan` (which throws HoraError on bad input), then either
@@ -696,7 +705,9 @@ export type Plan<T> = { item: Omit<NativeItem, 'id'>; finish: (r: NativeResult) 
  * placeholder so every rank fails this collective together.
  */
 /** @internal */
-export function run<T>(scope: Scope | null, collective: string, callee: Function, plan: (w: Scope) => Plan<T>): Work<T> {
+export function run<T, A = undefined, B = undefined>(
+  scope: Scope | null, collective: string, callee: Function, plan: (w: Scope, a: A, b: B) => Plan<T>, a?: A, b?: B,
+): Work<T> {
   const w = scope ?? current(collective);
   requireElasticRun(w, collective);
   // A world of one completes here and now: its call site is wanted only for a bad call, and taking it
@@ -704,7 +715,8 @@ export function run<T>(scope: Scope | null, collective: string, callee: Function
   const site = w.dispatcher ? w.dispatcher.callSite(callee) : CallSite.none;
   let p: Plan<T>;
   try {
-    p = plan(w);
+    // The call's arguments travel beside the plan rather than in a closure made for each call.
+    p = plan(w, a as A, b as B);
   } catch (e) {
     const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.self);
     (w.dispatcher ? site : new CallSite(callee)).attach(err);
@@ -715,11 +727,11 @@ export function run<T>(scope: Scope | null, collective: string, callee: Function
   }
   if (!w.dispatcher) {
     const done = new Work<T>(null);
-    done.fulfil(p.local());
+    done.fulfil(p.local !== null ? p.local() : p.value as T);
     return done;
   }
-  const work = w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep);
-  if (p.item.device !== undefined) for (const k of p.keep) if (k instanceof DeviceBuffer) work.onSettled(lend(k));
+  const work = w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep ?? p.value, p.value);
+  if (p.item.device !== undefined && p.keep !== null) for (const k of p.keep) if (k instanceof DeviceBuffer) work.onSettled(lend(k));
   return work;
 }
 
@@ -732,27 +744,29 @@ export function run<T>(scope: Scope | null, collective: string, callee: Function
  * on the same device and stream (or x itself with `inplace: true`).
  */
 export function allreduce<T extends CollectiveInput>(x: T, options?: AllreduceOptions): Work<T> {
-  return run(null, 'allreduce', allreduce, allreducePlan(x, options));
+  return run(null, 'allreduce', allreduce, planAllreduce<T>, x, options);
 }
 
 /** @internal */
 export function allreducePlan<T extends CollectiveInput>(x: T, options?: AllreduceOptions): (w: Scope) => Plan<T> {
-  return (w) => {
-    const c = w.prefix + 'allreduce';
-    const o = optionsObject<AllreduceOptions>(c, options, w.self);
-    const dtype = dtypeOf(c, x, o.dtype, w.self);
-    const op = opOf(c, o.op, 'avg', w.self);
-    const name = nameOf(c, o.name, w.self);
-    const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
-    if (x instanceof DeviceBuffer) {
-      const out = (inplace ? x : deviceCopy(c, x)) as T & DeviceBuffer;
-      return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: () => out, keep: [out], local: () => out };
-    }
-    const out = inplace ? x : copyOf(x as Tensor) as T;
-    return {
-      item: { kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
-      finish: () => out, keep: [out], local: () => out,
-    };
+  return (w) => planAllreduce(w, x, options);
+}
+
+function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: AllreduceOptions): Plan<T> {
+  const c = w.prefix + 'allreduce';
+  const o = optionsObject<AllreduceOptions>(c, options, w.self);
+  const dtype = dtypeOf(c, x, o.dtype, w.self);
+  const op = opOf(c, o.op, 'avg', w.self);
+  const name = nameOf(c, o.name, w.self);
+  const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
+  if (x instanceof DeviceBuffer) {
+    const out = (inplace ? x : deviceCopy(c, x)) as T & DeviceBuffer;
+    return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: null, keep: [out], local: null, value: out };
+  }
+  const out = inplace ? x : copyOf(x as Tensor) as T;
+  return {
+    item: { kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
+    finish: null, keep: null, local: null, value: out,
   };
 }
 
@@ -783,7 +797,7 @@ export function broadcastPlan<T extends CollectiveInput>(x: T, options?: Broadca
     const out = inplace ? x : copyOf(x as Tensor) as T;
     return {
       item: { kind: NativeKind.Broadcast, op: NativeOp.Sum, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
-      finish: () => out, keep: [out], local: () => out,
+      finish: null, keep: null, local: null, value: out,
     };
   };
 }
@@ -961,7 +975,7 @@ export function runMessage<T>(scope: Scope | null, call: string, callee: Functio
     return failed;
   }
   if (!w.dispatcher) throw new HoraError('ERR_INTERNAL', `hora.${w.prefix}${call}: no engine in a world of one`, w.self);
-  return w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep);
+  return w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep ?? p.value, p.value);
 }
 
 /**
