@@ -302,7 +302,8 @@ export async function main(argv: string[]): Promise<number> {
     }
     times.sort((p, q) => p - q);
     const slowest = times[times.length >> 1];
-    const totalWrong = (await hora.allreduce(new Float64Array([wrong]), { op: 'sum' }))[0];
+    const allWrong = hora.allreduce(new Float64Array([wrong]), { op: 'sum' });
+    const totalWrong = (a.sync ? allWrong.wait() : await allWrong)[0];
     anyWrong += totalWrong;
     if (r === 0) {
       const algbw = (count * el.bytes) / slowest / 1e9;
