@@ -194,6 +194,42 @@ async function loop(a: BenchArgs, x: Tensor, n: number): Promise<void> {
   else await loopAwaited(a, x, n);
 }
 
+/**
+ * The timed loops of one row, a.reps of them; each loop's time is its slowest rank's, as in nccl-tests,
+ * and the row takes their median. With --sync every call of the row blocks: the ranks leave a blocking
+ * barrier together, as the peers' loops leave theirs (an awaited barrier completes on each rank when its
+ * event loop next runs, some microseconds apart, and a loop of 200 calls of a microsecond would start with
+ * one rank waiting that long), and no promise runs between the loops. Each await runs Node's async
+ * machinery, whose functions V8 then compiles on a background thread, in the middle of the rows on a
+ * machine with as many cores as ranks (a row of 200 calls took 20-38 µs a call where its neighbours took
+ * 1-2); and an awaited collective leaves the communication thread watching for more work on those cores.
+ */
+function timeRowWaited(a: BenchArgs, x: Tensor, iters: number): number[] {
+  const times: number[] = [];
+  for (let rep = 0; rep < a.reps; rep++) {
+    hora.barrier().wait();
+    const t0 = process.hrtime.bigint();
+    loopWaited(a, x, iters);
+    times.push(hora.allreduce(new Float64Array([secondsPerCall(t0, iters)]), { op: 'max' }).wait()[0]);
+  }
+  return times;
+}
+
+async function timeRowAwaited(a: BenchArgs, x: Tensor, iters: number): Promise<number[]> {
+  const times: number[] = [];
+  for (let rep = 0; rep < a.reps; rep++) {
+    await hora.barrier();
+    const t0 = process.hrtime.bigint();
+    await loopAwaited(a, x, iters);
+    times.push((await hora.allreduce(new Float64Array([secondsPerCall(t0, iters)]), { op: 'max' }))[0]);
+  }
+  return times;
+}
+
+function secondsPerCall(t0: bigint, iters: number): number {
+  return Number(process.hrtime.bigint() - t0) / 1e9 / iters;
+}
+
 /** Checks one result; returns the number of wrong elements. */
 function check(a: BenchArgs, result: Tensor, count: number): number {
   const n = hora.size(), r = hora.rank(), el = ELEMENT[a.dtype];
@@ -259,22 +295,31 @@ export async function main(argv: string[]): Promise<number> {
     for (let bytes = a.min; bytes <= Math.min(a.max, 1 << 20); bytes *= a.factor) {
       const x = el.make(Math.max(1, Math.floor(bytes / el.bytes)));
       fill(a, x, r);
-      await loop(a, x, 200);
-      await hora.barrier();
-      await hora.allreduce(new Float64Array([bytes]), { op: 'max' });
-      await hora.allreduce(new Float64Array([bytes]), { op: 'sum' });
+      if (a.sync) {
+        loopWaited(a, x, 20);
+        timeRowWaited(a, x, 200);
+        hora.allreduce(new Float64Array([bytes]), { op: 'sum' }).wait();
+      } else {
+        await loopAwaited(a, x, 20);
+        await timeRowAwaited(a, x, 200);
+        await hora.allreduce(new Float64Array([bytes]), { op: 'sum' });
+      }
     }
   }
-  // The passes' other calls (barrier, awaited float64 reductions) make V8 throw away code it had
-  // optimized for the loop alone; the loop once more has it compiled again, during the pause.
+  // The passes' other calls (barrier, float64 reductions) make V8 throw away code it had optimized for
+  // the loop alone; the loop once more has it compiled again, during the pause.
   await loop(a, el.make(n), 5000);
   await new Promise((resolve) => setTimeout(resolve, 200));
   // A machine idle for 200 ms runs the next millisecond or so slowly (a virtual CPU given back to the
   // host, a core in a power state): the first row took 5-10x its time in a run where the rest did not.
   // Busy again for a few milliseconds first, with the loop V8 has compiled.
-  await hora.barrier();
-  await loop(a, el.make(n), 5000);
-  await hora.barrier();
+  if (a.sync) {
+    hora.barrier().wait();
+    loopWaited(a, el.make(n), 5000);
+  } else {
+    await hora.barrier();
+    await loopAwaited(a, el.make(n), 5000);
+  }
   let anyWrong = 0;
   for (let bytes = a.min; bytes <= a.max; bytes *= a.factor) {
     const count = Math.max(1, Math.floor(bytes / el.bytes));
@@ -283,28 +328,14 @@ export async function main(argv: string[]): Promise<number> {
     fill(a, x, r);
     let wrong = 0;
     if (a.check) {
-      const result = await runOnce({ ...a, sync: false }, x);
+      const result = a.sync ? callOnce(a, x).wait() : await callOnce(a, x);
       wrong = check(a, (result ?? x) as Tensor, count);
       fill(a, x, r);
     }
     const warmup = bytes > 16 << 20 ? Math.min(a.warmup, 2) : a.warmup;
-    await loop(a, x, warmup);
-    // Each loop's time is its slowest rank's, as in nccl-tests; with --reps the median of the loops'.
-    const times: number[] = [];
-    for (let rep = 0; rep < a.reps; rep++) {
-      // The ranks leave the barrier together: a blocking one with --sync, as the peers' loops block in
-      // theirs. An awaited barrier completes on each rank when its event loop next runs, some microseconds
-      // apart, and a loop of 200 calls of a microsecond would start with the first rank waiting that long.
-      if (a.sync) hora.barrier().wait();
-      else await hora.barrier();
-      const t0 = process.hrtime.bigint();
-      await loop(a, x, iters);
-      const seconds = Number(process.hrtime.bigint() - t0) / 1e9 / iters;
-      // With --sync this blocks too: an awaited collective runs on the communication thread, which then
-      // watches for more work a while, on the cores the next loop needs.
-      const slowestRank = hora.allreduce(new Float64Array([seconds]), { op: 'max' });
-      times.push((a.sync ? slowestRank.wait() : await slowestRank)[0]);
-    }
+    if (a.sync) loopWaited(a, x, warmup);
+    else await loopAwaited(a, x, warmup);
+    const times = a.sync ? timeRowWaited(a, x, iters) : await timeRowAwaited(a, x, iters);
     times.sort((p, q) => p - q);
     const slowest = times[times.length >> 1];
     const allWrong = hora.allreduce(new Float64Array([wrong]), { op: 'sum' });
