@@ -1,13 +1,38 @@
 /** hora: distributed data-parallel training for JavaScript. */
-export {
-  init, shutdown, isInitialized, rank, size, localRank, localSize, crossRank, crossSize,
-  allreduce, broadcast, allgather, reduceScatter, barrier, failPeers, send, recv,
-} from './hora';
-export { newGroup, Group } from './group';
-export { Work } from './work';
+import * as core from './hora';
+import * as groups from './group';
+import * as works from './work';
+import * as errors from './errors';
+
+// Plain values, not re-exports: a compiled `export { x } from` is a getter on the module object, and a
+// program calls `hora.allreduce(...)` in its loop, where each call then ran the getter through a generic
+// property lookup (a few percent of a small collective).
+export const init = core.init;
+export const shutdown = core.shutdown;
+export const isInitialized = core.isInitialized;
+export const rank = core.rank;
+export const size = core.size;
+export const localRank = core.localRank;
+export const localSize = core.localSize;
+export const crossRank = core.crossRank;
+export const crossSize = core.crossSize;
+export const allreduce = core.allreduce;
+export const broadcast = core.broadcast;
+export const allgather = core.allgather;
+export const reduceScatter = core.reduceScatter;
+export const barrier = core.barrier;
+export const failPeers = core.failPeers;
+export const send = core.send;
+export const recv = core.recv;
+export const newGroup = groups.newGroup;
+export const Group = groups.Group;
+export type Group = groups.Group;
+export const Work = works.Work;
+export type Work<T> = works.Work<T>;
 export * as cuda from './cuda';
 export * as elastic from './elastic';
-export { HoraError } from './errors';
+export const HoraError = errors.HoraError;
+export type HoraError = errors.HoraError;
 export type { HoraErrorCode } from './errors';
 export type {
   ReduceOp, DType, Tensor, CollectiveInput, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
