@@ -583,24 +583,8 @@ const TYPE_LIST = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint
   'or hora.cuda.DeviceBuffer';
 
 function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): NativeDType {
+  // The typed arrays first: they are the usual input, and each test of an instanceof walks x's prototypes.
   let natural: NativeDType | undefined;
-  if (x instanceof DeviceBuffer) {
-    collectivePointer(collective, x, rank);
-    if (dtype !== undefined && dtype !== x.dtype) {
-      throw invalidArgument(collective, 'options.dtype', `undefined or the DeviceBuffer's own dtype ('${x.dtype}')`, dtype, rank);
-    }
-    // One GPU per rank, as in Horovod: the engine's streams, IPC and NCCL state belong to the device of
-    // the first device collective.
-    const w = world;
-    if (w?.dispatcher) {
-      if (w.gpu === undefined) w.gpu = x.device;
-      else if (x.device !== w.gpu) {
-        throw invalidArgument(collective, 'x', `a DeviceBuffer on device ${w.gpu}, the GPU of this rank's earlier ` +
-          'device collectives (hora runs one GPU per rank)', x, rank);
-      }
-    }
-    return DTYPE_OF_NAME[x.dtype];
-  }
   if (x instanceof Float32Array) natural = NativeDType.Float32;
   else if (x instanceof Float64Array) natural = NativeDType.Float64;
   else if (x instanceof Int32Array) natural = NativeDType.Int32;
@@ -610,6 +594,8 @@ function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): 
     if (dtype === 'float16') return NativeDType.Float16;
     if (dtype === 'bfloat16') return NativeDType.BFloat16;
     throw invalidArgument(collective, 'options.dtype', "'float16' or 'bfloat16' for a Uint16Array", dtype, rank);
+  } else if (x instanceof DeviceBuffer) {
+    return deviceDtypeOf(collective, x, dtype, rank);
   } else {
     throw invalidArgument(collective, 'x', TYPE_LIST, x, rank);
   }
@@ -626,6 +612,24 @@ function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): 
     }
   }
   return natural;
+}
+
+function deviceDtypeOf(collective: string, x: DeviceBuffer, dtype: unknown, rank: number): NativeDType {
+  collectivePointer(collective, x, rank);
+  if (dtype !== undefined && dtype !== x.dtype) {
+    throw invalidArgument(collective, 'options.dtype', `undefined or the DeviceBuffer's own dtype ('${x.dtype}')`, dtype, rank);
+  }
+  // One GPU per rank, as in Horovod: the engine's streams, IPC and NCCL state belong to the device of
+  // the first device collective.
+  const w = world;
+  if (w?.dispatcher) {
+    if (w.gpu === undefined) w.gpu = x.device;
+    else if (x.device !== w.gpu) {
+      throw invalidArgument(collective, 'x', `a DeviceBuffer on device ${w.gpu}, the GPU of this rank's earlier ` +
+        'device collectives (hora runs one GPU per rank)', x, rank);
+    }
+  }
+  return DTYPE_OF_NAME[x.dtype];
 }
 
 function optionsObject<T extends object>(collective: string, options: unknown, rank: number): Partial<T> {
