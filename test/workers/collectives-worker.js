@@ -494,8 +494,10 @@ async function extras(rank, p, seed) {
   } catch (e) {
     check(false, `allreduce inplace: rejected with ${e && e.code} ${e && e.message}`);
   }
-  // Views at a byteOffset into a larger buffer, with guard elements on both sides left untouched.
-  for (const dtype of ['float64', 'int64', 'float16', 'uint8']) {
+  // Views at a byteOffset into a larger buffer, with guard elements on both sides left untouched; awaited
+  // (queued) and waited (run inside one call into the addon).
+  for (const [dtype, waited] of [['float64', false], ['int64', false], ['float16', false], ['uint8', false],
+    ['float32', true], ['float16', true], ['uint8', true]]) {
     try {
       const Ctor = CTOR[dtype];
       const vals = [];
@@ -504,8 +506,9 @@ async function extras(rank, p, seed) {
       backing.fill(encodeOne(dtype, 3));
       const view = backing.subarray(3, 3 + n);
       view.set(encode(dtype, vals[rank]));
-      const label = `allreduce ${dtype} at byteOffset ${view.byteOffset} inplace`;
-      const y = await hora.allreduce(view, { ...optionsFor(dtype), op: 'sum', inplace: true });
+      const label = `allreduce ${dtype} at byteOffset ${view.byteOffset} inplace${waited ? ', wait()' : ''}`;
+      const work = hora.allreduce(view, { ...optionsFor(dtype), op: 'sum', inplace: true });
+      const y = waited ? work.wait() : await work;
       checkReduction(label, dtype, expectedOf('exact', dtype, 'sum', vals, p), y, 0);
       const guard = encodeOne(dtype, 3);
       check([0, 1, 2, n + 3, n + 4, n + 5].every((i) => backing[i] === guard), `${label}: wrote outside the view`);

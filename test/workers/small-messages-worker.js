@@ -101,6 +101,24 @@ async function sweep() {
   }
   hora.barrier().wait();
   await hora.barrier();
+  // The addon sizes an array by the dtype the call names, bounded by the array's buffer: one whose buffer
+  // is too short for that dtype is refused before anything is sent, on every rank, and the world goes on.
+  const { packCode } = require('../../dist/ts/native.js');
+  const comm = require('../../dist/ts/hora.js').current('sweep').dispatcher.comm;
+  const short = new Uint8Array(6);
+  // ts/native.ts: allreduce, sum, float32, algorithm auto.
+  const item = { kind: 0, op: 0, dtype: 0, algorithm: 0, root: 0, name: '', data: short, out: null };
+  for (const call of ['runOne', 'submitOne']) {
+    try {
+      comm[call](1e9, packCode(item, call === 'runOne'), 0, short, null, null);
+      failures.push(`${call} took 6 bytes as 6 float32 elements`);
+    } catch (e) {
+      if (!(e instanceof RangeError) || !/fewer bytes than its dtype needs/.test(e.message)) failures.push(`${call}: ${e}`);
+    }
+  }
+  const after = hora.allreduce(new Float32Array([hora.rank() + 1]), { op: 'sum' }).wait();
+  if (after[0] !== (p * (p + 1)) / 2) failures.push(`an allreduce after the refused calls gave ${after[0]}`);
+  checked++;
   return { checked, failures };
 }
 
