@@ -763,8 +763,9 @@ function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: Allr
   const op = opOf(c, o.op, 'avg', w.self);
   const name = nameOf(c, o.name, w.self);
   const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
-  if (x instanceof DeviceBuffer) {
-    const out = (inplace ? x : deviceCopy(c, x)) as T & DeviceBuffer;
+  // dtypeOf took x: a typed array or else a DeviceBuffer (a test cheaper than instanceof's walk).
+  if (!ArrayBuffer.isView(x)) {
+    const out = (inplace ? x : deviceCopy(c, x as DeviceBuffer)) as T & DeviceBuffer;
     return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: null, keep: [out], local: null, value: out };
   }
   const out = inplace ? x : copyOf(x as Tensor) as T;
