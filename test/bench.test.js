@@ -49,3 +49,28 @@ t.test('bad flags are usage errors naming the flag', async (t) => {
   t.equal(reps.status, 2);
   t.match(reps.stderr, /--reps expects an integer >= 1; received "0"/);
 });
+
+t.test('a bad flag under hora run: the usage once, from rank 0, not once per rank', async (t) => {
+  const r = bench(['--bogus']);
+  t.not(r.status, 0, 'the job fails');
+  const out = r.stdout + r.stderr;
+  t.equal(out.split('usage: hora run -np N hora bench').length - 1, 1, 'the usage is printed once', { out });
+  t.equal(out.split('hora bench: unknown option "--bogus"').length - 1, 1, 'the error is printed once', { out });
+  t.match(r.stderr, /\[0\] hora bench: unknown option "--bogus"/, 'by rank 0');
+});
+
+t.test('without the launcher (a world of one) hora bench refuses, and says how to start it; with -np 1 it says what its columns are worth', async (t) => {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) if (!/^(HORA_|OMPI_|PMI_|SLURM_)/.test(k) && !['RANK', 'WORLD_SIZE'].includes(k)) env[k] = v;
+  const r = spawnSync(process.execPath, [cli, 'bench', '--max', '256M', '--iters', '1'], { encoding: 'utf8', timeout: 60000, env });
+  t.equal(r.status, 2, 'exit code 2', { stderr: r.stderr });
+  t.equal(rows(r.stdout).length, 0, 'no rows of figures');
+  t.match(r.stderr, /this job has one rank, and a collective over one rank moves no data: a world of one measures nothing/);
+  t.match(r.stderr, /npx hora run -np 2 hora bench/, 'says how to start it');
+  // Asked for on purpose (hora run -np 1: the cost of a call alone), it runs and says what its columns are worth.
+  const one = spawnSync(process.execPath, [cli, 'run', '-np', '1', process.execPath, cli, 'bench', '--max', '16', '--iters', '3', '--warmup', '0'],
+    { encoding: 'utf8', timeout: 120000, env });
+  t.equal(one.status, 0, 'hora run -np 1 hora bench runs', { stderr: one.stderr });
+  t.equal(rows(one.stdout).length, 2, 'with its rows');
+  t.match(one.stdout, /# a world of one: no data moves, time_us is the cost of a call alone; algbw and busbw measure nothing/);
+});

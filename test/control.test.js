@@ -313,6 +313,29 @@ t.test('server registration deadline fails waiting workers with ERR_TIMEOUT', as
   t.same(await timedOut, [1]);
 });
 
+t.test('while ranks are missing the server says every interval who registered, from where, who is missing and when it gives up', async (t) => {
+  const lines = [];
+  const log = (level, message) => lines.push(`${level}: ${message}`);
+  const { server, port } = await startServer(t, { size: 4, timeoutMs: 5000, stallWarnMs: 200, log });
+  const pending = [
+    client(port, 0, { hostname: 'node1', pid: 101 }),
+    client(port, 1, { hostname: 'node1', pid: 102 }),
+    client(port, 3, { hostname: 'node2', pid: 301 }),
+  ].map((p) => p.catch((e) => e));
+  await new Promise((r) => setTimeout(r, 700));
+  const warnings = lines.filter((l) => l.startsWith('WARN: still waiting'));
+  t.ok(warnings.length >= 2, `warned again while waiting (${warnings.length} warnings in 0.7 s at a 0.2 s interval)`, { lines });
+  t.match(warnings[warnings.length - 1], /3 of 4 ranks registered \(ranks 0-1 from node1; rank 3 from node2, pid 301\); missing: rank 2\. Giving up in [1-5] s \(HORA_TIMEOUT_S\)/);
+  t.match(warnings[warnings.length - 1], new RegExp(`reach 127\\.0\\.0\\.1:${port}\\?`), 'names the address the missing rank must reach');
+  const last = client(port, 2, { hostname: 'node3' });
+  await last;
+  await Promise.all(pending);
+  const count = lines.filter((l) => l.startsWith('WARN: still waiting')).length;
+  await new Promise((r) => setTimeout(r, 500));
+  t.equal(lines.filter((l) => l.startsWith('WARN: still waiting')).length, count, 'no warning once every rank has registered');
+  t.ok(server.peerTable, 'the table went out');
+});
+
 t.test('a registered client does not keep the process alive', async (t) => {
   const { server, port } = await startServer(t, { size: 1 });
   const script = `

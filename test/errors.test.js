@@ -195,3 +195,11 @@ t.test('HORA_CALL_SITES with a value it does not know fails init on every rank, 
   t.match(job.stderr, /HORA_CALL_SITES/, 'the error names the variable', { output: tail(job) });
   t.match(job.stderr, /some/, 'and the value received', { output: tail(job) });
 });
+
+t.test('a rank exiting after a call that threw at once says nothing is outstanding; one that leaves a collective behind says so', async (t) => {
+  const threw = await runJob(2, WORKER, { args: ['exit-after-throw'], timeoutMs: 60000 });
+  t.match(threw.stderr, /\[0\] rank 0 caught ERR_INVALID_ARGUMENT/, 'the bad call threw', { output: tail(threw) });
+  t.notMatch(threw.stderr, /collective\(s\) outstanding/, 'no rank claims a collective outstanding', { output: tail(threw) });
+  const left = await runJob(2, WORKER, { args: ['exit-outstanding'], timeoutMs: 60000 });
+  t.match(left.stderr, /\[0\] hora: rank 0 is exiting \(code 1\) with 1 collective\(s\) outstanding/, 'the allreduce left behind is named', { output: tail(left) });
+});

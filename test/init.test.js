@@ -43,3 +43,18 @@ t.test('with no launcher variables init() makes a world of one', async (t) => {
   await hora.shutdown();
   t.equal(hora.isInitialized(), false);
 });
+
+t.test('torchrun-style, rank 1 never started: rank 0 says while it waits who is missing, and when it gives up', async (t) => {
+  const { runProcess, freePort, cleanEnv } = require('./support/hora-job');
+  const port = await freePort();
+  const script = `require(${JSON.stringify(require.resolve('../dist/ts/index.js'))}).init()` +
+    '.catch((e) => { console.error(`${e.code}: ${e.message}`); process.exit(3); });';
+  const env = cleanEnv({ RANK: '0', WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), HORA_TIMEOUT_S: '3', HORA_STALL_WARN_S: '0.5' });
+  const r = await runProcess(['-e', script], env, 20000);
+  t.equal(r.code, 3, 'init fails', { stderr: r.stderr });
+  const warnings = r.stderr.split('\n').filter((l) => /hora rendezvous WARN: still waiting/.test(l));
+  t.ok(warnings.length >= 3, `warned every 0.5 s while waiting (${warnings.length} warnings in 3 s)`, { stderr: r.stderr });
+  t.match(warnings[0], /1 of 2 ranks registered \(rank 0 from \S+, pid \d+\); missing: rank 1\. Giving up in \d s \(HORA_TIMEOUT_S\)/);
+  t.match(warnings[0], new RegExp(`reach 127\\.0\\.0\\.1:${port}\\?`), 'names the address rank 1 must reach');
+  t.match(r.stderr, /ERR_TIMEOUT: hora\.init on rank 0: .*This rank's rendezvous server: 1 of 2 ranks registered .*missing: rank 1/, 'the error names the missing rank');
+});

@@ -121,6 +121,10 @@ t.test('a manual partition must give each stage an integer >= 1 layers, adding u
   err(() => validatePartition([3, 2, 2], 7, 2), /option 'partition' must be an array of 2 layer counts, one per stage; received \[3, 2, 2\] \(3 entries\)/, 'one count per stage');
   err(() => validatePartition('even', 7, 2), /option 'partition' must be 'auto' or an array of 2 layer counts; received 'even'/, 'not an array');
   err(() => evaluatePartition([layer(1, 1)], [1, 1], { stages: 2 }), /option 'stages' must be an integer from 1 to 1 \(the layer count: a stage cannot be empty\); received 2/, 'more stages than layers');
+  for (const bad of [[4, 2], [7, 0], 'even', [3, 2, 2]]) {
+    const e = t.throws(() => validatePartition(bad, 7, 2, 3));
+    t.equal(e && e.rank, 3, `the error for ${JSON.stringify(bad)} carries the rank that checked it`);
+  }
 });
 
 t.test('the planner rejects bad costs and options, naming them', async (t) => {

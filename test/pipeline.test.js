@@ -216,7 +216,21 @@ t.test('bad input: ERR_INVALID_ARGUMENT naming the option and the value, on ever
       t.equal(rep[name] && rep[name].code, 'ERR_INVALID_ARGUMENT', `rank ${r}: ${name}: ERR_INVALID_ARGUMENT`, { got: rep[name] });
       t.match(rep[name] && rep[name].message, re, `rank ${r}: ${name}: the message`);
     }
+    for (const name of ['stagesNotDividing', 'partitionSum', 'partitionEmpty']) {
+      t.equal(rep[name] && rep[name].rank, r, `rank ${r}: ${name}: the error carries the rank`);
+    }
   });
+});
+
+t.test('without the launcher (a world of one), pipeline() says the job has one rank and how to start more', async (t) => {
+  const { cleanEnv } = require('./support/hora-job');
+  const run = await runProcess([WORKER, 'alone'], cleanEnv({}), 120000);
+  t.equal(run.code, 0, 'the worker ran', { output: run.stderr.slice(-2000) });
+  const rep = JSON.parse(run.stdout.trim().split('\n').pop());
+  t.equal(rep.size, 1, 'a world of one');
+  t.equal(rep.twoStages.code, 'ERR_INVALID_ARGUMENT');
+  t.match(rep.twoStages.message, /option 'stages' must be a divisor of hora.size\(\) \(1\); received 2: this job has one rank \(started without a launcher, it runs alone\)/);
+  t.match(rep.twoStages.message, /npx hora run -np 2 node pipeline-worker\.js/, 'says how to start more ranks');
 });
 
 const MISMATCH = {

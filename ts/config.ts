@@ -142,7 +142,7 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     name: 'HORA_STALL_WARN_S',
     group: 'diagnostics',
     default: '60',
-    help: 'Seconds a collective may wait for ranks that have not submitted it before the launcher (or rank 0) logs which ranks are missing which collective; fractions allowed, 0 turns the check off.',
+    help: 'Seconds a collective may wait for ranks that have not submitted it before the launcher (or rank 0) logs which ranks are missing which collective; fractions allowed, 0 turns the check off. While ranks have not registered at init, the rendezvous names them every 10 s, or every HORA_STALL_WARN_S when that is shorter.',
   },
   { name: 'HORA_DEBUG', group: 'diagnostics', default: 'WARN', help: 'Log level: WARN, INFO or TRACE (logs go to stderr).' },
   {
@@ -182,6 +182,13 @@ export class HoraConfigError extends Error {
     this.name = 'HoraConfigError';
   }
 }
+
+/**
+ * How often a wait that goes on says so: a worker that cannot reach the rendezvous server
+ * (control/client.ts), and the server waiting for ranks that have not registered (control/server.ts,
+ * sooner with a shorter HORA_STALL_WARN_S).
+ */
+export const WAIT_WARN_EVERY_MS = 10_000;
 
 // ---------------------------------------------------------------------------
 // Small parsers. Each names the variable in its error.

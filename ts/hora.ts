@@ -192,11 +192,13 @@ async function join(options: InitOptions): Promise<void> {
     startReporting(dispatcher.stats, (stats) => connection.send({ kind: 'stats', ...stats }));
   } catch (e) {
     control?.close();
+    // Rank 0 hosts the server: who never registered is known here, and says more than "not every rank did".
+    const missing = server && !server.peerTable && (e as { code?: string }).code === 'ERR_TIMEOUT' ? `. This rank's rendezvous server: ${server.registrationStatus()}` : '';
     if (server) await server.close().catch(() => undefined);
     try { comm.close(); } catch { /* already closed */ }
     if (e instanceof HoraError) throw e;
     const err = e as Error & { code?: string };
-    throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora.init on rank ${launch.rank}: ${err.message.replace(/^rank -?\d+: /, '')}`, launch.rank);
+    throw new HoraError(err.code ?? 'ERR_INTERNAL', `hora.init on rank ${launch.rank}: ${err.message.replace(/^rank -?\d+: /, '')}${missing}`, launch.rank);
   }
 }
 

@@ -266,9 +266,11 @@ export class Dispatcher implements WorkDriver {
     // A process that ends while collectives are outstanding (its event loop ran dry, or it called
     // process.exit) leaves its peers waiting for it: say so, or the peers' errors are all there is.
     process.once('exit', (code) => {
-      if (this.outstanding.size > 0) {
-        process.stderr.write(`hora: rank ${this.rank} is exiting (code ${code}) with ${this.outstanding.size} collective(s) outstanding\n`);
-      }
+      // A call refused here (bad input, failPeers) has already failed for the program; its placeholder
+      // only holds its place in the order for the other ranks: not a collective the program left behind.
+      let left = 0;
+      for (const o of this.outstanding.values()) if (o.stats?.kind !== 'invalid') left++;
+      if (left > 0) process.stderr.write(`hora: rank ${this.rank} is exiting (code ${code}) with ${left} collective(s) outstanding\n`);
     });
   }
 

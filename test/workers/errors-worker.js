@@ -243,7 +243,27 @@ async function callSitesScenario() {
   return { first, late, othersOk: others.every((o) => o.status === 'fulfilled') };
 }
 
-const SCENARIOS = { 'call-sites': callSitesScenario, invalid: invalidScenario, 'invalid-same-tick': invalidSameTickScenario, mismatch: mismatchScenario, kill: killScenario, stop: () => hangScenario('stop'), spin: () => hangScenario('spin'), solo: soloScenario };
+// exit-after-throw: every rank makes a bad call, whose wait() throws at once, and exits with status 1 as a
+// script whose step threw: nothing of the program's is outstanding. exit-outstanding: rank 0 leaves an
+// allreduce behind and exits at once; the others wait for the launcher to stop them.
+function exitAfterThrowScenario() {
+  try {
+    hora.allreduce(new Float32Array(4), { op: 'median' }).wait();
+  } catch (e) {
+    process.stderr.write(`rank ${hora.rank()} caught ${e.code}\n`);
+  }
+  process.exit(1);
+}
+
+async function exitOutstandingScenario() {
+  if (hora.rank() === 0) {
+    hora.allreduce(new Float32Array(4));
+    process.exit(1);
+  }
+  await new Promise((resolve) => setTimeout(resolve, 60000));
+}
+
+const SCENARIOS = { 'exit-after-throw': exitAfterThrowScenario, 'exit-outstanding': exitOutstandingScenario, 'call-sites': callSitesScenario, invalid: invalidScenario, 'invalid-same-tick': invalidSameTickScenario, mismatch: mismatchScenario, kill: killScenario, stop: () => hangScenario('stop'), spin: () => hangScenario('spin'), solo: soloScenario };
 
 async function main() {
   const scenario = SCENARIOS[process.argv[2]];

@@ -286,7 +286,12 @@ async function shape() {
   process.exit(result.ok ? 0 : 1);
 }
 
-const SCENARIOS = { equiv, api, bad, mismatch, throw: () => failing('throw'), kill: () => failing('kill'), shape };
+/** Started without a launcher: a world of one asked for 2 stages. */
+async function alone() {
+  report(hora.rank(), { size: hora.size(), twoStages: await caught(() => pipeline(buildModel(), { stages: 2 })) });
+}
+
+const SCENARIOS = { equiv, api, bad, mismatch, throw: () => failing('throw'), kill: () => failing('kill'), shape, alone };
 
 (async () => {
   await tf.setBackend('cpu');

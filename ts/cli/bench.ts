@@ -8,7 +8,7 @@
  */
 import * as hora from '../index';
 import { allreduceEstimate } from '../hora';
-import { ALGORITHMS, readSettings } from '../config';
+import { ALGORITHMS, readSettings, resolveLaunch } from '../config';
 import type { DType, ReduceOp, Tensor } from '../types';
 
 const OPS = ['allreduce', 'broadcast', 'allgather', 'reducescatter'] as const;
@@ -257,17 +257,45 @@ function fill(a: BenchArgs, x: Tensor, r: number): void {
   for (let i = 0; i < x.length; i++) el.set(x, i, valueAt(r, i));
 }
 
+/** This process's rank as the launcher gave it, before init; 0 when the variables say nothing usable. */
+function launchRank(): number {
+  try {
+    return resolveLaunch().rank;
+  } catch {
+    return 0;
+  }
+}
+
+/** No launcher's variables at all: `npx hora bench` run by itself (bad variables are left to init to name). */
+function startedAlone(): boolean {
+  try {
+    return resolveLaunch().source === 'single';
+  } catch {
+    return false;
+  }
+}
+
 export async function main(argv: string[]): Promise<number> {
   let a: BenchArgs;
   try {
     a = parseArgs(argv);
   } catch (e) {
     if (e instanceof UsageError) {
-      if (e.message) process.stderr.write(`hora bench: ${e.message}\n\n`);
-      process.stderr.write(USAGE + '\n');
+      // Every rank parses the same flags: rank 0 says what is wrong, once for the job (all exit alike).
+      if (launchRank() === 0) {
+        if (e.message) process.stderr.write(`hora bench: ${e.message}\n\n`);
+        process.stderr.write(USAGE + '\n');
+      }
       return e.message ? 2 : 0;
     }
     throw e;
+  }
+  if (startedAlone()) {
+    // A collective over one rank moves no data and returns at once: its rows would be nonsense.
+    process.stderr.write('hora bench: started without a launcher, this job has one rank, and a collective over one rank ' +
+      'moves no data: a world of one measures nothing. Start two or more ranks with the launcher: ' +
+      'npx hora run -np 2 hora bench [options] (add -H host1,host2 to measure between machines).\n');
+    return 2;
   }
   const algo = a.algo ?? readSettings().algo;
   await hora.init(a.algo ? { algorithm: a.algo as hora.InitOptions['algorithm'] } : {});
@@ -278,6 +306,8 @@ export async function main(argv: string[]): Promise<number> {
   if (model) header.push('model_us', 'algorithm');
   if (r === 0) {
     console.log(`# hora bench: ${a.op} (${a.op === 'allreduce' || a.op === 'reducescatter' ? a.reduceOp : 'n/a'}), ${n} ranks, ${hora.localSize()} on this host, ${a.sync ? 'wait()' : 'await'}, algorithm ${algo}`);
+    // -np 1 on purpose (the cost of a call alone): say what the columns are worth.
+    if (n === 1) console.log('# a world of one: no data moves, time_us is the cost of a call alone; algbw and busbw measure nothing');
     console.log(header.map((h, i) => (i === 2 ? h.padStart(9) : h.padStart(12))).join(' '));
   }
   // Let V8 compile the hot path first: its optimizing compiler runs on a background thread, and on a

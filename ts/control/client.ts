@@ -16,6 +16,7 @@ import * as crypto from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import * as net from 'node:net';
 import * as os from 'node:os';
+import { WAIT_WARN_EVERY_MS } from '../config';
 import type { Logger } from '../config';
 import { ControlConnection } from './frame';
 import { Abort, ControlMessage, ElasticEvent, Membership, MembershipEvent, Peer, PeerTable, PROTOCOL_VERSION } from './messages';
@@ -262,7 +263,7 @@ const ATTEMPT_CONNECT_MS = 3000;
 // Failed attempts are only worth a warning once they last: under launchers other than `hora run` the
 // workers may try a moment before rank 0 has its server up. Then once in a while, not on every attempt.
 const WARN_AFTER_MS = 2000;
-const WARN_EVERY_MS = 10000;
+const WARN_EVERY_MS = WAIT_WARN_EVERY_MS;
 
 /**
  * Registers this worker and resolves once every rank has registered.

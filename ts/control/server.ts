@@ -18,6 +18,7 @@
 import * as crypto from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import * as net from 'node:net';
+import { WAIT_WARN_EVERY_MS } from '../config';
 import type { Logger } from '../config';
 import { ControlConnection } from './frame';
 import { ControlMessage, Peer, PeerTable, PROTOCOL_VERSION, Register } from './messages';
@@ -43,7 +44,11 @@ export interface RendezvousServerOptions {
   maxFrameBytes?: number;
   /** Where diagnostics go. Default: nowhere. */
   log?: Logger;
-  /** Milliseconds a collective may wait for ranks that have not submitted it before a stall is logged; 0 = never. Default 60000. */
+  /**
+   * Milliseconds a collective may wait for ranks that have not submitted it before a stall is logged; 0 = never.
+   * Default 60000. Until every rank has registered, the ranks still missing are logged every
+   * min(stallWarnMs, WAIT_WARN_EVERY_MS) (every WAIT_WARN_EVERY_MS when it is 0).
+   */
   stallWarnMs?: number;
   /**
    * An elastic job (hora run --min-np): worlds re-form as workers come and go (membership.ts); `size`
@@ -109,6 +114,9 @@ export class RendezvousServer extends EventEmitter {
   private table: PeerTable | undefined;
   private rankOf = new Map<ControlConnection, number>();
   private deadline: NodeJS.Timeout | undefined;
+  /** While ranks are missing: the warning that names them, every registrationWarnMs. */
+  private registrationWarning: NodeJS.Timeout | undefined;
+  private firstRegisteredAt = 0;
   private closing = false;
   private boundPort = 0;
   private unrefed = false;
@@ -228,6 +236,7 @@ export class RendezvousServer extends EventEmitter {
     this.closing = true;
     this.elastic?.close();
     if (this.deadline) clearTimeout(this.deadline);
+    if (this.registrationWarning) clearInterval(this.registrationWarning);
     if (this.stallTimer) clearInterval(this.stallTimer);
     for (const conn of this.connections) conn.close();
     return new Promise((resolve) => {
@@ -352,9 +361,17 @@ export class RendezvousServer extends EventEmitter {
       return false;
     }
     // The clock starts with the first worker: a job whose program never uses hora never times out.
-    if (this.arrivals === 0 && this.timeoutMs > 0) {
-      this.deadline = setTimeout(() => this.onDeadline(), this.timeoutMs);
-      this.deadline.unref();
+    if (this.arrivals === 0) {
+      this.firstRegisteredAt = Date.now();
+      if (this.timeoutMs > 0) {
+        this.deadline = setTimeout(() => this.onDeadline(), this.timeoutMs);
+        this.deadline.unref();
+      }
+      // The ranks that came wait in silence for the others (a rank never started, one stuck before its
+      // init()): say every few seconds who is missing, as a worker that cannot reach the server does.
+      const every = this.stallWarnMs > 0 ? Math.min(this.stallWarnMs, WAIT_WARN_EVERY_MS) : WAIT_WARN_EVERY_MS;
+      this.registrationWarning = setInterval(() => this.warnMissing(), every);
+      this.registrationWarning.unref();
     }
     const entry: Registration = { conn, reg, arrival: this.arrivals++ };
     if (reg.rank === -1) this.unassigned.push(entry);
@@ -367,6 +384,7 @@ export class RendezvousServer extends EventEmitter {
 
   private complete(): void {
     if (this.deadline) clearTimeout(this.deadline);
+    if (this.registrationWarning) clearInterval(this.registrationWarning);
     const regs = assignRanks(this.size, this.byRank, this.unassigned);
     const table: PeerTable = { jobId: this.jobId, size: this.size, peers: computeTopology(regs.map((r) => r.reg)), yourRank: -1 };
     this.table = table;
@@ -425,7 +443,53 @@ export class RendezvousServer extends EventEmitter {
     this.emit('stall', stall, line);
   }
 
+  /**
+   * Before the table: how many ranks have registered, from which hosts, and which are missing, in words:
+   * "1 of 2 ranks registered (rank 0 from node1, pid 4321); missing: rank 1".
+   */
+  registrationStatus(): string {
+    const registered = this.byRank.size + this.unassigned.length;
+    const byHost = new Map<string, { ranks: number[]; pids: number[] }>();
+    const entries = [...this.byRank].sort(([a], [b]) => a - b).map(([rank, r]) => ({ rank, reg: r.reg }))
+      .concat(this.unassigned.map((r) => ({ rank: -1, reg: r.reg })));
+    for (const { rank, reg } of entries) {
+      const host = reg.hostname || reg.hostId;
+      const h = byHost.get(host) ?? { ranks: [], pids: [] };
+      h.ranks.push(rank);
+      h.pids.push(reg.pid);
+      byHost.set(host, h);
+    }
+    const SHOWN_HOSTS = 8;
+    const hosts = [...byHost].slice(0, SHOWN_HOSTS).map(([host, h]) => {
+      const ranks = h.ranks.filter((r) => r >= 0);
+      const unranked = h.ranks.length - ranks.length;
+      const what = [ranks.length > 0 ? `${ranks.length > 1 ? 'ranks' : 'rank'} ${rankRanges(ranks)}` : '', unranked > 0 ? `${unranked} without a rank yet` : '']
+        .filter(Boolean).join(' and ');
+      return `${what} from ${host}${h.pids.length === 1 ? `, pid ${h.pids[0]}` : ''}`;
+    });
+    if (byHost.size > SHOWN_HOSTS) hosts.push(`${byHost.size - SHOWN_HOSTS} more hosts`);
+    const missing: number[] = [];
+    for (let r = 0; r < this.size; r++) if (!this.byRank.has(r)) missing.push(r);
+    // Workers without a rank take the free ranks in the end: only the count of the missing is known.
+    const missingText = this.unassigned.length === 0
+      ? `${missing.length > 1 ? 'ranks' : 'rank'} ${rankRanges(missing)}`
+      : `${this.size - registered} more rank(s)`;
+    return `${registered} of ${this.size} ranks registered${hosts.length > 0 ? ` (${hosts.join('; ')})` : ''}; missing: ${missingText}`;
+  }
+
+  // While ranks are missing: who is, and when the server gives up.
+  private warnMissing(): void {
+    if (this.table || this.closing) return;
+    const now = Date.now();
+    const waited = Math.round((now - this.firstRegisteredAt) / 1000);
+    const left = this.timeoutMs > 0 ? Math.max(0, Math.round((this.firstRegisteredAt + this.timeoutMs - now) / 1000)) : undefined;
+    this.log('WARN', `still waiting, ${waited} s after the first rank registered: ${this.registrationStatus()}. ` +
+      (left !== undefined ? `Giving up in ${left} s (HORA_TIMEOUT_S). ` : '') +
+      `Is every rank started, and does its hora.init() reach ${this.host}:${this.boundPort}?`);
+  }
+
   private onDeadline(): void {
+    if (this.registrationWarning) clearInterval(this.registrationWarning);
     if (this.table || this.closing) return;
     const missing: number[] = [];
     for (let r = 0; r < this.size; r++) if (!this.byRank.has(r)) missing.push(r);
@@ -436,6 +500,18 @@ export class RendezvousServer extends EventEmitter {
     for (const conn of this.connections) conn.sendAndEnd({ kind: 'error', code: 'ERR_TIMEOUT', message });
     this.emit('timeout', missing, registered);
   }
+}
+
+/** "0-3, 5, 7-8": ascending ranks with runs joined. */
+function rankRanges(ranks: number[]): string {
+  const parts: string[] = [];
+  for (let i = 0; i < ranks.length; ) {
+    let j = i;
+    while (j + 1 < ranks.length && ranks[j + 1] === ranks[j] + 1) j++;
+    parts.push(j === i ? String(ranks[i]) : `${ranks[i]}-${ranks[j]}`);
+    i = j + 1;
+  }
+  return parts.join(', ');
 }
 
 /**

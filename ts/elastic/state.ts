@@ -159,6 +159,10 @@ export class State {
   /**
    * Makes the fields' current values the rollback point. In an elastic run this is also where every rank
    * learns that workers are joining: the world then re-forms right after this commit, without a rollback.
+   *
+   * Commit a step's update together with the counter that says it is done: `state.step++` first, then
+   * commit. A commit taken before the counter moves (in the body of `for (...; state.step++)`) holds step
+   * N's update with `step` still N, and step N runs again after a rollback or a join (docs/elastic.md).
    */
   async commit(): Promise<void> {
     this.#save();

@@ -85,8 +85,8 @@ function shown(v: unknown): string {
   return String(v);
 }
 
-function invalid(option: string, expected: string, received: unknown, why = ''): HoraError {
-  return new HoraError('ERR_INVALID_ARGUMENT', `pipeline: option '${option}' must be ${expected}; received ${shown(received)}${why}`);
+function invalid(option: string, expected: string, received: unknown, why = '', rank = -1): HoraError {
+  return new HoraError('ERR_INVALID_ARGUMENT', `pipeline: option '${option}' must be ${expected}; received ${shown(received)}${why}`, rank);
 }
 
 function raise(message: string): never {
@@ -117,19 +117,19 @@ function checkLayers(layers: readonly LayerCost[]): void {
 
 /**
  * Checks a manual partition: one integer >= 1 per stage, adding up to the layer count. Returns it as
- * a plain array.
+ * a plain array. `rank`: the rank that checks it, which its errors carry (HoraError.rank).
  */
-export function validatePartition(partition: unknown, layerCount: number, stages: number): number[] {
-  if (!Array.isArray(partition)) throw invalid('partition', `'auto' or an array of ${stages} layer counts`, partition);
+export function validatePartition(partition: unknown, layerCount: number, stages: number, rank = -1): number[] {
+  if (!Array.isArray(partition)) throw invalid('partition', `'auto' or an array of ${stages} layer counts`, partition, '', rank);
   if (partition.length !== stages) {
-    throw invalid('partition', `an array of ${stages} layer counts, one per stage`, partition, ` (${partition.length} entries)`);
+    throw invalid('partition', `an array of ${stages} layer counts, one per stage`, partition, ` (${partition.length} entries)`, rank);
   }
   partition.forEach((n, s) => {
-    if (!isCount(n)) throw invalid('partition', 'layer counts that are integers >= 1 (no stage may be empty)', partition, ` (stage ${s}: ${shown(n)})`);
+    if (!isCount(n)) throw invalid('partition', 'layer counts that are integers >= 1 (no stage may be empty)', partition, ` (stage ${s}: ${shown(n)})`, rank);
   });
   const sum = (partition as number[]).reduce((a, b) => a + b, 0);
   if (sum !== layerCount) {
-    throw invalid('partition', `layer counts adding up to the model's ${layerCount} layers`, partition, ` (they add up to ${sum})`);
+    throw invalid('partition', `layer counts adding up to the model's ${layerCount} layers`, partition, ` (they add up to ${sum})`, rank);
   }
   return (partition as number[]).slice();
 }

@@ -176,6 +176,13 @@ interface Checked {
   deferWeightGradients: boolean;
 }
 
+/** Why a world of one cannot hold `stages` stages, and how to start more ranks. */
+function aloneHint(stages: number): string {
+  const script = process.argv[1] ? process.argv[1].split(/[\\/]/).pop() : 'train.js';
+  return `: this job has one rank (started without a launcher, it runs alone). Start a rank per stage, or a multiple of ${stages}, ` +
+    `with the launcher: npx hora run -np ${stages} node ${script}`;
+}
+
 function checkOptions(options: unknown, layerCount: number, size: number): Checked {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) throw invalid('options', 'an object such as {stages: 2}', options);
   const o = options as PipelineOptions;
@@ -185,14 +192,14 @@ function checkOptions(options: unknown, layerCount: number, size: number): Check
   const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 1;
   const { stages } = o;
   if (!isCount(stages)) throw invalid('stages', 'an integer >= 1', stages);
-  if (size % stages !== 0) throw invalid('stages', `a divisor of hora.size() (${size})`, stages);
+  if (size % stages !== 0) throw invalid('stages', `a divisor of hora.size() (${size})`, stages, size === 1 ? aloneHint(stages) : '');
   if (stages > layerCount) throw invalid('stages', `at most the model's ${layerCount} layers (a stage cannot be empty)`, stages);
   const microBatches = o.microBatches ?? 4 * stages;
   if (!isCount(microBatches)) throw invalid('microBatches', 'an integer >= 1', microBatches);
   const schedule = o.schedule ?? '1f1b';
   if (schedule !== 'gpipe' && schedule !== '1f1b') throw invalid('schedule', "'gpipe' or '1f1b'", schedule);
   const partition = o.partition ?? 'auto';
-  if (partition !== 'auto') validatePartition(partition, layerCount, stages);
+  if (partition !== 'auto') validatePartition(partition, layerCount, stages, hora.rank());
   const profileBatchSize = o.profileBatchSize ?? 32;
   if (!isCount(profileBatchSize)) throw invalid('profileBatchSize', 'an integer >= 1', profileBatchSize);
   const recompute = o.recompute ?? !Stage.canRecord();
