@@ -1,7 +1,7 @@
 'use strict';
 // examples/tfjs-mnist.js (npm run demo) trains on 2 ranks, opens with its own line, measures its scaling efficiency
-// and hora's share of a step in the same run, and prints the JSON summary that bench/scaling.sh reads. (The cpu
-// kernels it uses, hora/tfjs's useFasterCpuKernels: test/tfjs-cpu-kernels.test.js.)
+// and hora's cost per step in the same run, says what that cost is made of, and prints the JSON summary that
+// bench/scaling.sh reads. (The cpu kernels it uses, hora/tfjs's useFasterCpuKernels: test/tfjs-cpu-kernels.test.js.)
 const t = require('tap');
 const path = require('node:path');
 const { runJob, tail, ROOT } = require('./support/hora-job');
@@ -39,7 +39,15 @@ t.test('examples/tfjs-mnist.js trains on 2 ranks, measures its scaling and print
   t.equal(efficiency && efficiency.split(' ')[3].replace(':', ''), summary.efficiency.toFixed(3), 'the printed efficiency is the measured one');
   t.match(job.stdout, /\[0\]   measured in this run: after each epoch, all ranks at once .* timed 3 steps of batch 128 .* without hora \(3 steps per rank in epochs 2\.\.2\)/,
     'it says how the baseline was measured');
-  t.match(job.stdout, /\[0\] hora's share of a step: .*the same 64-sample step with plain Adam took \d+\.\d\d ms \(6 steps per rank\)/,
-    'it prints hora\'s share: the step without the allreduce against the step with it');
+  t.match(job.stdout, /\[0\] hora's cost per step: .*the same 64-sample step with plain Adam took \d+\.\d\d ms \(6 steps per rank\)/,
+    'it prints hora\'s cost: the step without the allreduce against the step with it');
+  // The wait in the optimizer and the allreduce alone are parts of that cost, each said to be what it is.
+  const parts = lines.find((l) => l.startsWith('[0]   in that step, '));
+  t.ok(parts, 'it says what the cost is made of, on the line after it', { output: tail(job) });
+  t.equal(lines.indexOf(parts), lines.findIndex((l) => l.startsWith('[0] hora\'s cost per step: ')) + 1, 'right after the cost');
+  t.match(parts, `in that step, ${summary.waitMs.toFixed(2)} ms waiting for the gradients' allreduce (Work.wait): ${summary.commMs.toFixed(3)} ms is the allreduce itself (timed alone after training, nothing else running)`,
+    'the wait and the allreduce alone, as the summary has them');
+  if (summary.waitMs > summary.commMs) t.match(parts, `; the rest, ${(summary.waitMs - summary.commMs).toFixed(2)} ms, is waiting for the slowest rank to reach it`, 'and what the rest of the wait is');
+  t.notMatch(job.stdout, /blocked on communication|allreduce of one step's gradients alone/, 'no figure of the cost that does not say what it measures');
   t.ok(summary.testAcc > 0.6, `it learns: test accuracy ${summary.testAcc} > 0.6 after 30 steps`);
 });
