@@ -2,8 +2,8 @@
 // Data-parallel training of a handwritten-digit classifier (real MNIST digits from the `mnist` package)
 // with hora/tfjs. Every rank trains its shard of the training set; one DistributedOptimizer line makes the
 // ranks apply the same averaged gradients, so N ranks train like one process on the same global batch.
-// At the end rank 0 prints the scaling efficiency and hora's share of a step, measured in the same run
-// (see scalingProbe below).
+// At the end rank 0 prints the scaling efficiency and hora's cost per step, measured in the same run
+// (see scalingProbe below), and what that cost is made of.
 //
 //   node dist/ts/cli/main.js run -np 2 node examples/tfjs-mnist.js          (or: npm run demo)
 //   node examples/tfjs-mnist.js                                             (one rank)
@@ -20,16 +20,15 @@
 //     the per-rank batch without hora, for the scaling efficiency and hora's share printed at the end
 //     (0 turns it off; a run of one rank skips it)
 //   --json: one JSON summary line at the end (bench/scaling.sh reads it)
-//   --stock-kernels: keep tfjs's own cpu kernels for three gradient operations (see tfjs-cpu-kernels.js;
-//     the cnn then trains about 20x slower)
+//   --stock-kernels: keep tfjs's own cpu kernels for three gradient operations instead of hora/tfjs's
+//     useFasterCpuKernels (docs/tfjs.md; the cnn then trains about 20x slower)
 const tf = require('@tensorflow/tfjs');
 const mnist = require('mnist');
 const fs = require('node:fs');
 const os = require('node:os');
 const { PerformanceObserver } = require('node:perf_hooks');
 const hora = require('hora');
-const { DistributedOptimizer, broadcastModel, shard } = require('hora/tfjs');
-const { useFasterCpuKernels } = require('./tfjs-cpu-kernels');
+const { DistributedOptimizer, broadcastModel, shard, useFasterCpuKernels } = require('hora/tfjs');
 
 function flag(name, env, fallback) {
   const i = process.argv.indexOf(`--${name}`);
@@ -211,7 +210,7 @@ async function main() {
   if (!spec) throw new Error(`--model must be one of ${Object.keys(MODELS).join(', ')}, not ${MODEL}`);
   if (!Number.isInteger(SCALING_STEPS) || SCALING_STEPS < 0) throw new Error(`--scaling-steps must be a whole number >= 0, not ${SCALING_STEPS}`);
   await useCpuBackendQuietly();
-  if (!STOCK_KERNELS) useFasterCpuKernels();
+  if (!STOCK_KERNELS) useFasterCpuKernels(tf);
   await hora.init();
   const rank = hora.rank(), size = hora.size();
   const log = (...a) => { if (rank === 0) console.log(...a); };
@@ -276,7 +275,7 @@ async function main() {
   const sps = BATCH / (stepMs / 1000);
   const epochs = EPOCHS === 1 ? '1' : `2..${EPOCHS}`;
   log(`steady state (epochs ${epochs}): ${sps.toFixed(0)} samples/s total, ${(sps / size).toFixed(0)} per rank, ` +
-    `${stepMs.toFixed(2)} ms per step, of which ${waitMs.toFixed(2)} ms blocked on communication and ${gcMs.toFixed(2)} ms in GC`);
+    `${stepMs.toFixed(2)} ms per step (${gcMs.toFixed(2)} ms of it in GC)`);
 
   // Pure communication of one step's gradients, nothing else running: what an overlap could hide at most.
   let commMs = 0;
@@ -301,18 +300,25 @@ async function main() {
       `for one process on the global batch of ${BATCH}`);
     log(`  measured in this run: after each epoch, all ranks at once (one core each, as in training) timed ${SCALING_STEPS} steps of ` +
       `batch ${BATCH} on a copy of the model trained with plain Adam, without hora (${globalSteps} steps per rank in epochs ${epochs})`);
-    const shareMs = stepMs - plainStepMs;
+    // What hora costs: the training step against the same step without hora, timed in this run.
+    const costMs = stepMs - plainStepMs;
     const against = `the same ${local}-sample step with plain Adam took ${plainStepMs.toFixed(2)} ms (${localSteps} steps per rank)`;
-    log(shareMs > 0
-      ? `hora's share of a step: ${shareMs.toFixed(2)} ms of ${stepMs.toFixed(2)} ms (${(100 * shareMs / stepMs).toFixed(1)}%); ${against}`
-      : `hora's share of a step: too small to measure here: the step took ${stepMs.toFixed(2)} ms with hora; ${against}`);
+    log(costMs > 0
+      ? `hora's cost per step: ${costMs.toFixed(2)} ms of ${stepMs.toFixed(2)} ms (${(100 * costMs / stepMs).toFixed(1)}%); ${against}`
+      : `hora's cost per step: too small to measure here: the step took ${stepMs.toFixed(2)} ms with hora; ${against}`);
+  }
+  if (size > 1) {
+    // What the cost is made of: the optimizer's wait for the allreduce includes waiting for the other ranks to
+    // reach it; the allreduce alone (above) is the communication itself.
+    const rest = waitMs > commMs ? `; the rest, ${(waitMs - commMs).toFixed(2)} ms, is waiting for the slowest rank to reach it (the ranks' steps differ in length)` : '';
+    log(`  in that step, ${waitMs.toFixed(2)} ms waiting for the gradients' allreduce (Work.wait): ${commMs.toFixed(3)} ms is the allreduce ` +
+      `itself (timed alone after training, nothing else running)${rest}`);
   }
   if (scaling && otherShare !== null && otherShare > 0.05) {
     log(`  other processes took ${(100 * otherShare).toFixed(0)}% of this machine's CPU during the training, so these figures are noisy ` +
       `(bench/scaling.sh repeats them and leaves out runs above 5%)`);
   }
   log(`test accuracy: ${testAcc.toFixed(4)} (${N_TEST} digits)`);
-  if (size > 1) log(`allreduce of one step's gradients alone: ${commMs.toFixed(3)} ms`);
   if (JSON_OUT) {
     log(JSON.stringify({ size, model: MODEL, batch: BATCH, steps: steady.steps, sps, stepMs, waitMs, gcMs, commMs, testAcc,
       skipAllreduce: process.env.HORA_TFJS_SKIP_ALLREDUCE === '1', otherShare, ...scaling }));

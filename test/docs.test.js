@@ -47,7 +47,8 @@ const { parseRendezvousArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 're
 const bench = require(path.join(ROOT, 'dist', 'ts', 'cli', 'bench.js'));
 
 const DOCS = ['README.md', ...fs.readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)];
-const ORT_ARTIFACTS = path.join(ROOT, '..', 'shared', 'fixtures', 'onnxruntime-training');
+// The project's own (scripts/make-onnx-training-artifacts.js), so the ONNX Runtime example runs in every clone.
+const ORT_ARTIFACTS = path.join(ROOT, 'test', 'fixtures', 'onnxruntime-training');
 
 /** What a `// run with PREREQUISITE:` block may need: a reason to skip when it is missing, and how to provide it. */
 const PREREQUISITES = {
@@ -61,7 +62,7 @@ const PREREQUISITES = {
   'the ONNX Runtime training artifacts': {
     missing: () => (fs.existsSync(path.join(ORT_ARTIFACTS, 'training_model.onnx')) ? null : `the artifacts are not in ${ORT_ARTIFACTS}`),
     provide(dir) {
-      for (const f of fs.readdirSync(ORT_ARTIFACTS)) fs.symlinkSync(path.join(ORT_ARTIFACTS, f), path.join(dir, f));
+      for (const f of fs.readdirSync(ORT_ARTIFACTS).filter((name) => !name.endsWith('.md'))) fs.symlinkSync(path.join(ORT_ARTIFACTS, f), path.join(dir, f));
     },
   },
 };

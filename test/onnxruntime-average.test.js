@@ -3,11 +3,10 @@
 // mode with plain SGD matches one process element by element. ORT's web TrainingSession accepts only the
 // artifacts' AdamW optimizer model, so 'average-parameters' (exact for SGD only) is not compared with one process.
 const t = require('tap');
-const fs = require('node:fs');
 const path = require('node:path');
-const { runJob, runProcess, tail, ROOT } = require('./support/hora-job');
+const { runJob, runProcess, tail } = require('./support/hora-job');
+const { artifactSets } = require('./support/ort-artifacts');
 
-const FIXTURES = path.join(ROOT, '..', 'shared', 'fixtures', 'onnxruntime-training');
 const WORKER = path.join(__dirname, 'workers', 'onnxruntime-worker.js');
 
 const floats = (b64) => new Float32Array(Buffer.from(b64, 'base64').buffer.slice(0));
@@ -26,11 +25,10 @@ async function solo(scenario, env) {
   return JSON.parse(r.stdout.trim().split('\n').pop());
 }
 
-if (!fs.existsSync(path.join(FIXTURES, 'training_model.onnx'))) {
-  t.plan(0, `the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
-} else {
-  t.test("average-parameters mode (ORT's own AdamW step, then parameters averaged): ranks bit-identical, loss goes down", async (t) => {
-    const job = await runJob(2, WORKER, { args: ['average'], env: { ORT_FIXED_BATCH: '1' } });
+for (const set of artifactSets()) {
+  const skip = set.missing ? `${set.name}: ${set.missing}` : false;
+  t.test(`${set.name}: average-parameters mode (ORT's own AdamW step, then parameters averaged): ranks bit-identical, loss goes down`, { skip }, async (t) => {
+    const job = await runJob(2, WORKER, { args: ['average'], env: { ...set.env, ORT_FIXED_BATCH: '1' } });
     t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
     if (!job.reports.every(Boolean)) return t.fail('every rank reported', { output: tail(job) });
     const start = floats(job.reports[0].params);
@@ -41,11 +39,11 @@ if (!fs.existsSync(path.join(FIXTURES, 'training_model.onnx'))) {
       t.ok(last < 0.8 * first, `rank ${rep.rank}: its loss fell from ${first.toFixed(4)} to ${last.toFixed(4)}`);
     }
     t.not(job.reports[0].hash, job.reports[0].initialHash, 'training moved the parameters');
-    t.ok(start.length === 397510, 'all 397,510 parameters came back');
+    t.equal(start.length, set.parameters, `all ${set.parameters} parameters came back`);
   });
 
-  t.test('exact mode with plain SGD: 2 and 3 ranks = one process, element by element within 1e-5', async (t) => {
-    const env = { ORT_OPTIMIZER: 'sgd' };
+  t.test(`${set.name}: exact mode with plain SGD: 2 and 3 ranks = one process, element by element within 1e-5`, { skip }, async (t) => {
+    const env = { ...set.env, ORT_OPTIMIZER: 'sgd' };
     const reference = await solo('exact', env);
     const ref = floats(reference.params);
     for (const np of [2, 3]) {

@@ -2,19 +2,17 @@
 // hora/onnxruntime: one rank failing in its training loop makes every rank fail with an error, no hang: an
 // ORT error inside runTrainStep (the rank stays alive; its failure signal stops the others), or a rank that dies.
 const t = require('tap');
-const fs = require('node:fs');
 const path = require('node:path');
-const { runJob, tail, ROOT } = require('./support/hora-job');
+const { runJob, tail } = require('./support/hora-job');
+const { artifactSets } = require('./support/ort-artifacts');
 
-const FIXTURES = path.join(ROOT, '..', 'shared', 'fixtures', 'onnxruntime-training');
 const WORKER = path.join(__dirname, 'workers', 'onnxruntime-worker.js');
 const TIMEOUT_S = 30; // the collective deadline: errors must come well before it
 
-if (!fs.existsSync(path.join(FIXTURES, 'training_model.onnx'))) {
-  t.plan(0, `the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
-} else {
-  t.test('np=3: rank 1\'s runTrainStep throws (bad feed) at step 3 and it stays alive; every rank fails, naming rank 1', async (t) => {
-    const job = await runJob(3, WORKER, { args: ['fail'], env: { HORA_TIMEOUT_S: String(TIMEOUT_S), ORT_LINGER: '1' }, timeoutMs: 80000 });
+for (const set of artifactSets()) {
+  const skip = set.missing ? `${set.name}: ${set.missing}` : false;
+  t.test(`${set.name}: np=3: rank 1's runTrainStep throws (bad feed) at step 3 and it stays alive; every rank fails, naming rank 1`, { skip }, async (t) => {
+    const job = await runJob(3, WORKER, { args: ['fail'], env: { ...set.env, HORA_TIMEOUT_S: String(TIMEOUT_S), ORT_LINGER: '1' }, timeoutMs: 80000 });
     t.not(job.code, 0, 'hora run exits non-zero', { output: tail(job) });
     t.not(job.signal, 'SIGKILL', 'the launcher was not killed by the test for hanging');
     for (let r = 0; r < 3; r++) {
@@ -34,8 +32,8 @@ if (!fs.existsSync(path.join(FIXTURES, 'training_model.onnx'))) {
     }
   });
 
-  t.test('np=2: rank 1 throws in its own loop at step 3 and dies; rank 0 fails, no hang', async (t) => {
-    const job = await runJob(2, WORKER, { args: ['exit'], env: { HORA_TIMEOUT_S: String(TIMEOUT_S) }, timeoutMs: 60000 });
+  t.test(`${set.name}: np=2: rank 1 throws in its own loop at step 3 and dies; rank 0 fails, no hang`, { skip }, async (t) => {
+    const job = await runJob(2, WORKER, { args: ['exit'], env: { ...set.env, HORA_TIMEOUT_S: String(TIMEOUT_S) }, timeoutMs: 60000 });
     t.not(job.code, 0, 'hora run exits non-zero', { output: tail(job) });
     t.not(job.signal, 'SIGKILL', 'the launcher was not killed by the test for hanging');
     t.ok(job.seconds < (2 * TIMEOUT_S) / 3, `finished in ${job.seconds.toFixed(1)} s, before the ${TIMEOUT_S} s collective deadline`);

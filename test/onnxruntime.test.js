@@ -1,21 +1,18 @@
 'use strict';
-// hora/onnxruntime, exact mode: the artifacts load and ORT's first loss is the one ORT's own test expects; hora's
-// AdamW step is ORT's; and N ranks on local batch 6/N end where one process on batch 6 ends, bit-identical
-// across ranks (test/workers/onnxruntime-worker.js). The fixtures are read from ../shared/fixtures.
+// hora/onnxruntime, exact mode: ORT's own artifacts load and ORT's first loss is the one ORT's own test expects;
+// hora's AdamW step is ORT's; and N ranks on local batch 6/N end where one process on batch 6 ends,
+// bit-identical across ranks (test/workers/onnxruntime-worker.js). On every artifact set of
+// test/support/ort-artifacts.js: the project's own, and ORT's from ../shared when it is there.
 const t = require('tap');
 const fs = require('node:fs');
 const path = require('node:path');
 const { runJob, runProcess, tail, ROOT } = require('./support/hora-job');
+const { artifactSets } = require('./support/ort-artifacts');
 
-const FIXTURES = path.join(ROOT, '..', 'shared', 'fixtures', 'onnxruntime-training');
 const WORKER = path.join(__dirname, 'workers', 'onnxruntime-worker.js');
 const ORT_FILE = path.join(ROOT, 'node_modules', 'onnxruntime-web', 'dist', 'ort.training.wasm.min.js');
 
-if (!fs.existsSync(path.join(FIXTURES, 'training_model.onnx'))) {
-  t.plan(0, `the ONNX Runtime training artifacts are absent (looked in ${FIXTURES})`);
-} else {
-  run();
-}
+for (const set of artifactSets()) run(set);
 
 /** The worker alone (no launcher variables): hora is a world of one. */
 async function solo(scenario, env = {}) {
@@ -40,8 +37,12 @@ function differences(a, b) {
   return { normwise: Math.sqrt(num / den), elementwise: maxDiff / maxB };
 }
 
-function run() {
-  t.test('the artifacts load: ORT\'s first and second train-step losses on input-0.in are loss_1.out and loss_2.out', async (t) => {
+function run(set) {
+  const FIXTURES = set.dir;
+  const skip = set.missing ? `${set.name}: ${set.missing}` : false;
+  // ORT's own expected losses come with ORT's artifacts only (the project's are checked against a JS reference
+  // in test/onnxruntime-artifacts.test.js).
+  if (!set.own) t.test(`${set.name}: the artifacts load: ORT's first and second train-step losses on input-0.in are loss_1.out and loss_2.out`, { skip }, async (t) => {
     const ort = require(ORT_FILE);
     ort.env.wasm.numThreads = 1;
     const read = (f) => fs.readFileSync(path.join(FIXTURES, f));
@@ -66,8 +67,8 @@ function run() {
     await session.release();
   });
 
-  t.test('exact mode (AdamW from adamw.onnx): world of one = ORT\'s own training; 2 and 3 ranks = world of one', async (t) => {
-    const [ortRun, reference] = [await solo('ort'), await solo('exact')];
+  t.test(`${set.name}: exact mode (AdamW from adamw.onnx): world of one = ORT's own training; 2 and 3 ranks = world of one`, { skip }, async (t) => {
+    const [ortRun, reference] = [await solo('ort', set.env), await solo('exact', set.env)];
     t.equal(reference.size, 1, 'the reference ran in a world of one');
     t.equal(reference.steps, 10, '10 optimizer steps');
     const want = floats(ortRun.params);
@@ -79,7 +80,7 @@ function run() {
     }
     const ref = floats(reference.params);
     for (const np of [2, 3]) {
-      const job = await runJob(np, WORKER, { args: ['exact'] });
+      const job = await runJob(np, WORKER, { args: ['exact'], env: set.env });
       t.equal(job.code, 0, `np=${np}: hora run exits 0`, { output: tail(job) });
       if (!job.reports.every(Boolean)) { t.fail(`np=${np}: every rank reported`, { output: tail(job) }); continue; }
       for (const rep of job.reports) {

@@ -10,3 +10,4 @@ export { pipeline, Pipeline, microBatchSizes } from './pipeline/pipeline';
 export type { PipelineOptions, PipelinePlan, PipelineStats, BatchStats, PipelineFitArgs, PipelineCallback, PipelineHistory } from './pipeline/pipeline';
 export { ElasticState, ElasticCallback, DEFAULT_COMMIT_EVERY } from './elastic';
 export type { ElasticModel, ElasticFitArgs, ElasticCallbackOptions } from './elastic';
+export { useFasterCpuKernels } from './cpu-kernels';

@@ -1,14 +1,16 @@
 'use strict';
 // hora/onnxruntime from inside each rank. Usage: node onnxruntime-worker.js <scenario> (under `hora run`, or
-// alone: a world of one). The fixture MLP (784-500-10) trains on a deterministic global batch of 6 samples per
-// step for ORT_STEPS steps (default 10); rank r takes samples i with i % size === r (stride sharding).
+// alone: a world of one). The artifacts in ORT_ARTIFACTS (a folder; default the project's own,
+// test/fixtures/onnxruntime-training), an MLP with 784 inputs and 10 classes, train on a deterministic global
+// batch of 6 samples per step for ORT_STEPS steps (default 10); rank r takes samples i with i % size === r
+// (stride sharding).
 //   exact     DistributedTrainingSession, mode 'exact'
 //   average   DistributedTrainingSession, mode 'average-parameters'
 //   ort       plain onnxruntime-web TrainingSession on the whole batch, no hora (the reference ORT computes)
 //   fail      rank 1 feeds a wrongly shaped batch at step 3, so ORT throws inside its runTrainStep; every
 //             rank reports the error it got (ORT_LINGER=1: rank 1 then stays alive for 60 s before exiting)
 //   exit      rank 1 throws in its own loop at step 3 and dies of it (uncaught)
-// ORT_OPTIMIZER=adamw (default, the fixture's adamw.onnx) or sgd (an SGDOptimizerV2 model built from it).
+// ORT_OPTIMIZER=adamw (default, the artifacts' adamw.onnx) or sgd (an SGDOptimizerV2 model built from it).
 // ORT_FIXED_BATCH=1: every step trains on the same batch (so the loss must go down).
 // Rank 0 (or the lone process) reports its final parameters as base64 float32; every rank reports their sha256.
 const crypto = require('node:crypto');
@@ -18,7 +20,7 @@ const hora = require('../../dist/ts/index.js');
 const { DistributedTrainingSession, sgdOptimizerModel } = require('../../dist/adapters/onnxruntime/index.js');
 const { report, prng } = require('../support/worker-util');
 
-const FIXTURES = path.join(__dirname, '..', '..', '..', 'shared', 'fixtures', 'onnxruntime-training');
+const FIXTURES = process.env.ORT_ARTIFACTS || path.join(__dirname, '..', 'fixtures', 'onnxruntime-training');
 const ORT_FILE = path.join(__dirname, '..', '..', 'node_modules', 'onnxruntime-web', 'dist', 'ort.training.wasm.min.js');
 const BATCH = 6;
 const STEPS = Number(process.env.ORT_STEPS || 10);
