@@ -50,7 +50,7 @@ if [ "$WHAT" = cluster ]; then
     --iface "$HORA_CLUSTER_BRIDGE_ADDR" --)
 else
   # Rank r on core r, as bench/scaling.sh does: one core per rank, also for V8's own threads.
-  launch=("$NODE" dist/ts/cli/main.js run -np 2 -- sh -c 'exec taskset -c "$HORA_LOCAL_RANK" "$@"' pinned)
+  launch=("$NODE" dist/ts/cli/main.js run -np 2 --bind-to core --)
 fi
 
 echo "# overlap benchmark: $WHAT${RATE:+ at $RATE}, MLP $LAYERS, batch $BATCH per rank, $ROUNDS rounds after $WARMUP," \

@@ -36,7 +36,7 @@ HORA="node dist/ts/cli/main.js"
 # Rank r runs on core r (the 1-rank run on core 0): one core per rank, also for V8's GC and compiler
 # threads, which would otherwise give the 1-rank run the idle second core. PIN=0 leaves placement to Linux.
 PINNED=()
-[ "$PIN" = 1 ] && PINNED=(sh -c 'exec taskset -c "$HORA_LOCAL_RANK" "$@"' pinned)
+[ "$PIN" = 1 ] && PINNED=(--bind-to core)
 HZ=$(getconf CLK_TCK)
 busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; } # user nice system irq softirq steal
 run() { # np, batch, extra env... -> the example's JSON summary line, with "other" added

@@ -24,6 +24,12 @@ for (const op of ['allreduce', 'broadcast', 'allgather', 'reducescatter']) {
     t.equal(table.length, 10, 'one row per size from 4 B to 1 MiB by 4x');
     t.ok(table.every((c) => c[7] === '0'), 'every row checked with 0 wrong elements');
     t.ok(table.every((c) => Number(c[4]) > 0), 'every row has a time');
+    // The last line, as nccl-tests ends its table: the mean of the busbw column.
+    const last = r.stdout.trim().split('\n').pop().replace(/^\[0\]\s*/, '');
+    const m = /^# Avg bus bandwidth {4}: (\d+\.\d{3}) GB\/s$/.exec(last);
+    t.ok(m, `ends with the average bus bandwidth: ${last}`);
+    const mean = table.reduce((sum, c) => sum + Number(c[6]), 0) / table.length;
+    if (m) t.ok(Math.abs(Number(m[1]) - mean) <= 0.001 + 1e-9 * mean, `${m[1]} is the mean of the busbw column (${mean.toFixed(4)})`);
   });
 }
 

@@ -136,6 +136,23 @@ t.test('a local host and a remote host in one job', async (t) => {
   t.match(r.stdout, /^\[0@localhost\] pid/m);
 });
 
+t.test('--output-filename and --bind-to core across hosts: files written here, each remote rank bound on its host', async (t) => {
+  const [h0, h1] = c.hosts;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-cluster-output-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  // The network namespaces share this machine's CPUs: the cores a remote host binds to are this machine's.
+  const { readCores, bindingFor, cpuList } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'bind.js'));
+  const cores = readCores();
+  const r = await job(['-H', `${h0}:2,${h1}:1`, ...sshOpts(), '--bind-to', 'core', '--output-filename', dir]);
+  t.equal(r.code, 0, 'exit status', { output: tail(r) });
+  t.same(fs.readdirSync(dir).sort(), ['rank.0', 'rank.1', 'rank.2']);
+  [0, 1, 0].forEach((localRank, rank) => {
+    t.equal(r.reports[rank].cpus, cpuList(bindingFor(cores, localRank, 'core')), `rank ${rank} (local rank ${localRank} of its host) is bound to its core`);
+    t.match(fs.readFileSync(path.join(dir, `rank.${rank}`, 'stdout'), 'utf8'), new RegExp(`^pid \\d+ rank ${rank}\n$`), `rank ${rank}'s stdout, unlabelled`);
+    t.match(r.stdout, new RegExp(`^\\[${rank}@`, 'm'), 'the terminal keeps its labels');
+  });
+});
+
 t.test('an unreachable host fails the job within seconds, naming the host', async (t) => {
   const r = await job(['-H', `${c.hosts[0]}:1,${UNREACHABLE}:1`, ...sshOpts()]);
   t.not(r.code, 0);

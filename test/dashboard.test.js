@@ -278,3 +278,53 @@ t.test('4 ranks as 2 pipeline stages x 2 replicas: per-stage utilization in /sta
   fs.writeFileSync(stopFile, '');
   t.equal(await job.done, 0, job.output());
 });
+
+t.test('send and recv in the figures: messages/s per rank, their kinds without a bandwidth, and the step split\'s legend', async (t) => {
+  const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
+  const job = startJob(stopFile, [], { mode: 'messages' });
+  t.teardown(() => job.child.kill('SIGKILL'));
+  const url = await job.url;
+  let stats;
+  for (let i = 0; i < 80; i++) {
+    stats = JSON.parse((await get(`${url}stats.json`)).body);
+    if (stats.ranks.every((r) => r.messagesPerS > 0) && stats.kinds.some((k) => k.kind === 'recv')) break;
+    await sleep(250);
+  }
+  t.ok(stats.ranks.every((r) => r.messagesPerS > 0), `both ranks report messages/s: ${stats.ranks.map((r) => r.messagesPerS.toFixed(1)).join(', ')}`);
+  t.ok(stats.messages > 0 && stats.messagesPerS > 0, `the job: ${stats.messages} messages, ${stats.messagesPerS.toFixed(1)}/s`);
+  for (const name of ['send', 'recv']) {
+    const k = stats.kinds.find((x) => x.kind === name);
+    t.ok(k && k.count > 0 && k.bytes === k.count * 16384, `${name}: ${k && k.count} calls of 16 KiB`);
+    t.same(k && [k.algbw, k.busbw], [null, null], `${name}: no bandwidth`);
+  }
+  t.ok(stats.steps.commShare > 0, `waiting for messages counts as communication: ${stats.steps.commShare}`);
+
+  const { playwright, missing } = loadPlaywright();
+  if (!playwright) t.skip(`the page: ${missing}`);
+  else if (!fs.existsSync(CHROMIUM)) t.skip(`the page: ${CHROMIUM} not found (apt-get install chromium, or set HORA_CHROMIUM)`);
+  else {
+    const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
+    t.teardown(() => browser.close());
+    const page = await browser.newPage({ viewport: { width: 1100, height: 1400 }, deviceScaleFactor: 1 });
+    await page.goto(url);
+    await page.waitForFunction(() => {
+      const rates = [...document.querySelectorAll('#ranks tbody tr td[data-field=messagesPerS]')].map((td) => parseFloat(td.textContent));
+      return rates.length === 2 && rates.every((r) => r > 0) && document.querySelector('#kinds tr[data-kind=recv]');
+    }, null, { timeout: 30000, polling: 250 });
+    t.match(await page.textContent('#summary'), /collectives\/s \u2022 [\d.]+ messages\/s \u2022/, 'the summary counts messages');
+    for (const name of ['send', 'recv']) {
+      t.ok(parseInt(await page.textContent(`#kinds tr[data-kind=${name}] td[data-field=count]`), 10) > 0, `${name} row: a count`);
+      t.equal(await page.textContent(`#kinds tr[data-kind=${name}] td[data-field=busbw]`), '-', `${name} row: no busbw`);
+    }
+    t.ok(await page.isVisible('#kinds-note'), 'a note says why messages have no bandwidth');
+    const legend = await page.textContent('#split-legend');
+    t.match(legend, /compute/);
+    t.match(legend, /communication: waiting for collectives and for messages \(send, recv\)/);
+    const shot = decodePng(await page.screenshot());
+    const box = await page.locator('#split-legend').boundingBox();
+    t.ok(countColor(shot, box, RANK0, 10) > 20 && countColor(shot, box, RANK1, 10) > 20, 'the legend shows the bar\'s two colors');
+    if (process.env.HORA_TEST_SCREENSHOT_DIR) await page.screenshot({ path: path.join(process.env.HORA_TEST_SCREENSHOT_DIR, 'dashboard-messages.png'), fullPage: true });
+  }
+  fs.writeFileSync(stopFile, '');
+  t.equal(await job.done, 0, job.output());
+});

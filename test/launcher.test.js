@@ -150,7 +150,6 @@ t.test('bad arguments: exit 2 with a message naming the flag and the value', asy
     [['run', '-np', '0', NODE], /-np "0"/],
     [['run', '-np', 'abc', NODE], /-np "abc"/],
     [['run', '-np', '2'], /command: missing/],
-    [['run', NODE], /-np: missing/],
     [['run', '-np'], /-np: missing value/],
     [['run', '--frobnicate', '-np', '2', NODE], /--frobnicate/],
     [['run', '-np', '2', '--timeout', '-5', NODE], /--timeout "-5"/],
@@ -172,6 +171,22 @@ t.test('bad arguments: exit 2 with a message naming the flag and the value', asy
     [['run', '-np', '1', '-x', 'HORA_TEST_UNSET_XYZ', NODE], /-x "HORA_TEST_UNSET_XYZ" is invalid: expected a variable set in the launcher's environment: HORA_TEST_UNSET_XYZ is unset here/],
     [['run', '-np', '1', '-x', 'HORA_RANK=3', NODE], /-x "HORA_RANK=3" is invalid: .*HORA_RANK, which hora run sets for each worker/],
     [['bogus'], /unknown command "bogus"/],
+    [['run', '--bind-to', 'socket', NODE], /--bind-to "socket" is invalid: expected core or none/],
+    [['run', '--map-by', 'node', NODE], /--map-by "node" is invalid: expected core or socket/],
+    [['run', '--bind-to', 'none', '--map-by', 'core', NODE], /--map-by "core" is invalid: expected to come without --bind-to none/],
+    [['run', '-np', '2', '--min-np', '1', '--bind-to', 'core', NODE], /--bind-to "core" is invalid: expected no binding in an elastic job/],
+    [['run', '--output-filename', '', NODE], /--output-filename "" is invalid: expected a directory name/],
+    [['run', '-np', '2', '--nproc-per-node', '2', NODE], /--nproc-per-node "2" is invalid: expected either -np or --nproc-per-node/],
+    [['run', '--nproc_per_node', '0', NODE], /--nproc-per-node "0" is invalid: expected a whole number/],
+    [['run', '--nnodes', '2', NODE], /--nnodes "2" is invalid: expected 1 \(hora run starts the workers of every host itself.*-H host1:N,host2:N/],
+    [['run', '--nnodes', '1:4', NODE], /--nnodes "1:4" is invalid: .*--min-np and --max-np/],
+    [['run', '-H', 'localhost:1', '--standalone', NODE], /--standalone: one machine only/],
+    [['run', '--master-addr', '10.0.0.1', NODE], /--master-addr: not an option of hora run: .*-H host1:N,host2:N.*--iface/],
+    [['run', '--master_port=29500', NODE], /--master_port: not an option of hora run: /],
+    [['run', '--rdzv-endpoint', 'h:29400', NODE], /--rdzv-endpoint: not an option of hora run: hora run hosts the rendezvous itself/],
+    [['run', '--node_rank', '0', NODE], /--node_rank: not an option of hora run/],
+    [['run', '--log-dir', 'logs', NODE], /--log-dir: not an option of hora run: hora run --output-filename DIR/],
+    [['run', '--max-restarts', '3', NODE], /--max-restarts: not an option of hora run: .*--min-np/],
   ];
   for (const [args, pattern] of cases) {
     const r = await hora(args);
@@ -394,4 +409,181 @@ t.test('HORA_TRANSPORT=shm: shared memory between ranks of one host; across host
     t.match(two.stdout, `[${rank}] error ERR_INVALID_ARGUMENT hora.init on rank ${rank}: HORA_TRANSPORT=shm needs every rank on one host, ` +
       `but the job spans 2 hosts (ranks 0, 1 on ${id0}; rank 2 on ${id1}); use auto`, `rank ${rank} names the setting and the hosts`);
   }
+});
+
+// ---------------------------------------------------------------------------
+// Job size, output files and CPU binding: what users of mpirun, horovodrun and torchrun reach for.
+
+const STATUS_CPUS = 'console.log(process.env.HORA_RANK, process.env.HORA_LOCAL_RANK, process.env.HORA_SIZE, ' +
+  'require("fs").readFileSync("/proc/self/status", "utf8").match(/^Cpus_allowed_list:\\s*(\\S+)/m)[1])';
+
+/** The CPUs this process may run on, from /proc/self/status ("0-3,8" -> [0, 1, 2, 3, 8]); null off Linux. */
+function allowedCpus() {
+  let text;
+  try {
+    text = fs.readFileSync('/proc/self/status', 'utf8');
+  } catch {
+    return null;
+  }
+  const list = /^Cpus_allowed_list:\s*(\S+)/m.exec(text)[1];
+  return list.split(',').flatMap((part) => {
+    const [a, b = a] = part.split('-').map(Number);
+    return Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  });
+}
+
+/** This machine's cores as lscpu-style sysfs gives them: allowed CPUs grouped by (package, core id), in CPU order. */
+function machineCores() {
+  const cpus = allowedCpus();
+  if (cpus === null) return null;
+  const read = (cpu, name) => {
+    try {
+      return fs.readFileSync(`/sys/devices/system/cpu/cpu${cpu}/topology/${name}`, 'utf8').trim();
+    } catch {
+      return `cpu${cpu}`;
+    }
+  };
+  const cores = new Map();
+  for (const cpu of cpus) {
+    const key = `${read(cpu, 'physical_package_id')}/${read(cpu, 'core_id')}`;
+    cores.set(key, [...(cores.get(key) ?? []), cpu]);
+  }
+  return [...cores.values()];
+}
+
+const list = (cpus) => {
+  const out = [];
+  for (let i = 0; i < cpus.length; ) {
+    let j = i;
+    while (j + 1 < cpus.length && cpus[j + 1] === cpus[j] + 1) j++;
+    out.push(j > i ? `${cpus[i]}-${cpus[j]}` : String(cpus[i]));
+    i = j + 1;
+  }
+  return out.join(',');
+};
+
+const tasksetMissing = require('node:child_process').spawnSync('taskset', ['-V']).error ? 'taskset (util-linux) is not installed here' : false;
+const notLinux = allowedCpus() === null ? 'no /proc/self/status: not Linux' : false;
+
+t.test('without -np, -H or a hostfile, one worker per core of this machine, as mpirun; with -H the slots decide', { skip: notLinux }, async (t) => {
+  const cores = machineCores().length;
+  const r = await hora(['run', NODE, '-e', 'console.log(process.env.HORA_SIZE)']);
+  t.equal(r.code, 0, r.stderr);
+  t.same(r.stdout.split('\n').filter(Boolean).sort(), Array.from({ length: cores }, (_, rank) => `[${rank}] ${cores}`), `${cores} workers`);
+  const slots = await hora(['run', '-H', 'localhost:3', NODE, '-e', 'console.log(process.env.HORA_SIZE)']);
+  t.same(slots.stdout.split('\n').filter(Boolean).sort(), ['[0] 3', '[1] 3', '[2] 3'], 'the slots of -H decide');
+});
+
+t.test('torchrun\'s and mpirun\'s spellings that mean what hora run does', async (t) => {
+  const file = path.join(os.tmpdir(), `hora-machinefile-${process.pid}`);
+  fs.writeFileSync(file, 'localhost slots=2\n');
+  t.teardown(() => fs.rmSync(file, { force: true }));
+  const cases = [
+    [['--nproc-per-node', '3'], 3],
+    [['--nproc_per_node=2', '--nnodes', '1', '--standalone'], 2],
+    [['--nnodes=1:1', '--nproc-per-node', '1'], 1],
+    [['--host', 'localhost:2'], 2],
+    [['-host', 'localhost:1,127.0.0.1:1', '--nnodes', '1'], 2],
+    [['-H', 'localhost:1,127.0.0.1:1', '--simulate-hosts', '--nnodes', '2', '--nproc-per-node', '2'], 4],
+    [['--machinefile', file, '--tag-output'], 2],
+    [['-hostfile', file, '--np', '1'], 1],
+  ];
+  for (const [flags, size] of cases) {
+    const r = await hora(['run', ...flags, NODE, '-e', 'console.log(process.env.HORA_SIZE)']);
+    t.equal(r.code, 0, `${flags.join(' ')}: ${r.stderr}`);
+    t.same(r.stdout.split('\n').filter(Boolean).sort(), Array.from({ length: size }, (_, rank) => `[${rank}] ${size}`), flags.join(' '));
+  }
+});
+
+t.test('--output-filename DIR: each rank\'s stdout and stderr in DIR/rank.N/, the terminal output as without it', async (t) => {
+  const dir = path.join(os.tmpdir(), `hora-output-${process.pid}`, 'nested');
+  t.teardown(() => fs.rmSync(path.dirname(dir), { recursive: true, force: true }));
+  const script = 'console.log("hello from", process.env.HORA_RANK); console.error("to stderr"); process.stdout.write("no newline")';
+  const r = await hora(['run', '-np', '3', '--output-filename', dir, NODE, '-e', script]);
+  t.equal(r.code, 0, r.stderr);
+  t.same(r.stdout.split('\n').filter(Boolean).sort(), ['[0] hello from 0', '[0] no newline', '[1] hello from 1', '[1] no newline', '[2] hello from 2', '[2] no newline']);
+  t.same(r.stderr.split('\n').filter(Boolean).sort(), ['[0] to stderr', '[1] to stderr', '[2] to stderr']);
+  t.same(fs.readdirSync(dir).sort(), ['rank.0', 'rank.1', 'rank.2']);
+  for (const rank of [0, 1, 2]) {
+    t.equal(fs.readFileSync(path.join(dir, `rank.${rank}`, 'stdout'), 'utf8'), `hello from ${rank}\nno newline`, `rank ${rank}'s stdout, byte for byte`);
+    t.equal(fs.readFileSync(path.join(dir, `rank.${rank}`, 'stderr'), 'utf8'), 'to stderr\n', `rank ${rank}'s stderr`);
+  }
+  // A failed job keeps what its workers wrote; a second job empties the files it writes.
+  const failed = await hora(['run', '-np', '2', '--output-filename', dir, NODE, '-e', 'console.log("before", process.env.HORA_RANK); process.exit(3)']);
+  t.equal(failed.code, 3);
+  t.equal(fs.readFileSync(path.join(dir, 'rank.1', 'stdout'), 'utf8'), 'before 1\n');
+  const blocked = path.join(os.tmpdir(), `hora-output-file-${process.pid}`);
+  fs.writeFileSync(blocked, 'a file, not a folder');
+  t.teardown(() => fs.rmSync(blocked, { force: true }));
+  const bad = await hora(['run', '-np', '1', '--output-filename', blocked, NODE, '-e', '0']);
+  t.equal(bad.code, 1);
+  t.match(bad.stderr, `hora run: --output-filename ${blocked}: cannot make the folder`);
+});
+
+t.test('outputFolder: rank.N padded to the width of the largest rank (as horovodrun); worker.N in an elastic job', async (t) => {
+  t.equal(run.outputFolder('/o', 3, 4), path.join('/o', 'rank.3'));
+  t.equal(run.outputFolder('/o', 3, 11), path.join('/o', 'rank.03'));
+  t.equal(run.outputFolder('/o', 10, 11), path.join('/o', 'rank.10'));
+  t.equal(run.outputFolder('/o', 7, 101), path.join('/o', 'rank.007'));
+  t.equal(run.outputFolder('/o', 0, 1), path.join('/o', 'rank.0'));
+  t.equal(run.outputFolder('/o', 2, 4, 9), path.join('/o', 'worker.9'));
+});
+
+t.test('--bind-to core: each local rank on its core, round-robin past the last core, said once', { skip: notLinux || tasksetMissing }, async (t) => {
+  const cores = machineCores();
+  const none = await hora(['run', '-np', '2', NODE, '-e', STATUS_CPUS]);
+  t.equal(none.code, 0, none.stderr);
+  for (const line of none.stdout.split('\n').filter(Boolean)) t.equal(line.split(' ')[4], list(allowedCpus()), `unbound without --bind-to: ${line}`);
+
+  // The launcher itself runs on two cores (taskset around it), so a third rank wraps to the first core.
+  const two = cores.slice(0, 2);
+  const launcher = two.flat().sort((a, b) => a - b);
+  const np = two.length + 1;
+  const r = await new Promise((resolve) => {
+    const child = spawn('taskset', ['-c', list(launcher), NODE, HORA, 'run', '-np', String(np), '--bind-to', 'core', NODE, '-e', STATUS_CPUS], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+  t.equal(r.code, 0, r.stderr);
+  const bound = r.stdout.split('\n').filter(Boolean).map((l) => l.split(' ')).sort((a, b) => Number(a[1]) - Number(b[1]));
+  t.equal(bound.length, np);
+  for (const [, rank, localRank, , cpus] of bound) t.equal(cpus, list(two[Number(localRank) % two.length]), `rank ${rank} is bound to core ${Number(localRank) % two.length}`);
+  const notes = r.stderr.split('\n').filter((l) => l.includes('round-robin'));
+  t.equal(notes.length, 1, 'said once');
+  t.match(notes[0], `hora run: --bind-to core: ${np} ranks on this machine, which has ${two.length} core(s) for them: binding round-robin`);
+
+  // --map-by alone binds too; with as many ranks as cores, nothing to say.
+  const mapped = await hora(['run', '-np', '1', '--map-by', 'socket', NODE, '-e', STATUS_CPUS]);
+  t.equal(mapped.code, 0, mapped.stderr);
+  t.equal(mapped.stdout.trim().split(' ')[4], list(cores[0]), 'rank 0 on the first core of the first socket');
+  t.notMatch(mapped.stderr, /round-robin/);
+});
+
+t.test('bindingFor: map-by core takes cores in order, map-by socket one socket after another; both wrap', async (t) => {
+  const { bindingFor, cpuList, wrapNote } = require(path.join(dist, 'cli', 'bind.js'));
+  // Two sockets of two cores, two hardware threads each (as Linux numbers them: siblings apart).
+  const cores = [{ socket: 0, cpus: [0, 4] }, { socket: 0, cpus: [1, 5] }, { socket: 1, cpus: [2, 6] }, { socket: 1, cpus: [3, 7] }];
+  t.same([0, 1, 2, 3, 4].map((r) => bindingFor(cores, r, 'core')), [[0, 4], [1, 5], [2, 6], [3, 7], [0, 4]]);
+  t.same([0, 1, 2, 3, 4].map((r) => bindingFor(cores, r, 'socket')), [[0, 4], [2, 6], [1, 5], [3, 7], [0, 4]]);
+  t.equal(cpuList([8, 0, 1, 2, 5, 6]), '0-2,5-6,8');
+  t.equal(wrapNote(4, 4, 'h'), undefined);
+  t.match(wrapNote(5, 4, 'h'), /5 ranks on h, which has 4 core\(s\) for them: binding round-robin, up to 2 ranks on a core/);
+});
+
+t.test('remote wrapper with --bind-to core: taskset on the remote host binds the worker to its local rank\'s core', { skip: notLinux || tasksetMissing }, async (t) => {
+  const cores = machineCores();
+  const last = cores.length - 1;
+  const line = ssh.remoteCommandLine('/', NODE, ['-e', STATUS_CPUS], NODE, 30000, { mapBy: 'core', localRank: last, localSize: cores.length });
+  const r = await runRemoteLine(line, { HORA_RANK: '5', HORA_LOCAL_RANK: String(last), HORA_SIZE: '6' }).done;
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.stdout.trim(), `5 ${last} 6 ${list(cores[last])}`);
+  t.notMatch(r.stderr, /round-robin/);
+  // Local rank 0 of a host with more ranks than cores says so, once for the host.
+  const wrap = await runRemoteLine(ssh.remoteCommandLine('/', NODE, ['-e', STATUS_CPUS], NODE, 30000, { mapBy: 'core', localRank: 0, localSize: cores.length + 1 }),
+    { HORA_RANK: '0', HORA_LOCAL_RANK: '0', HORA_SIZE: '1' }).done;
+  t.equal(wrap.code, 0, wrap.stderr);
+  t.match(wrap.stderr, `hora run: --bind-to core: ${cores.length + 1} ranks on ${os.hostname()}, which has ${cores.length} core(s) for them`);
 });

@@ -212,3 +212,43 @@ t.test('CollectiveStats: busy time from hand-over to completion, or the time a w
   stats.settled(c, { code: 'ERR_TIMEOUT' });
   t.same([allreduce().count, stats.snapshot().completed], [3, 4], 'a failure counts as completed, not in the totals');
 });
+
+t.test('send and recv: counted, in bytes/s and messages/s, with no bandwidth; outside the order of collectives', async (t) => {
+  const m = new JobMonitor(2);
+  const now = 3_000_000;
+  const kinds = (n) => [
+    { kind: 'allreduce', count: n, bytes: 1000 * n, busyUs: 1000 * n },
+    { kind: 'send', count: 10 * n, bytes: 4000 * n, busyUs: 0 },
+    { kind: 'recv', count: 10 * n, bytes: 4000 * n, busyUs: 0 },
+  ];
+  for (const rank of [0, 1]) {
+    m.record(rank, report({ timeMs: 1000, submitted: 1, completed: 1, kinds: kinds(1) }), now - 1000);
+    m.record(rank, report({ timeMs: 2000, submitted: 3, completed: 3, kinds: kinds(3) }), now);
+  }
+  const s = m.snapshot(2, 60000, now);
+  t.equal(s.ranks[0].messagesPerS, 40, '20 sends and 20 receives in a second');
+  t.equal(s.ranks[0].collectivesPerS, 2);
+  t.equal(s.ranks[0].bytesPerS, 2000 + 16000, 'bytes/s counts the messages\' bytes too');
+  t.equal(s.messagesPerS, 80);
+  t.equal(s.messages, 120, 'messages so far, all ranks');
+  t.same(s.kinds.find((k) => k.kind === 'send'), { kind: 'send', count: 60, bytes: 24000, busyS: 0, algbw: null, busbw: null, recentAlgbw: null, recentBusbw: null });
+  t.match(s.kinds.find((k) => k.kind === 'recv'), { count: 60, bytes: 24000, algbw: null });
+  t.ok(s.kinds.find((k) => k.kind === 'allreduce').algbw > 0, 'collectives keep their bandwidth');
+  const { encodeEnvelope, decodeEnvelope } = require('../dist/ts/control/messages.js');
+  const sent = { kind: 'stats', ...report({ timeMs: 5, kinds: kinds(1), submitted: 1, completed: 1 }) };
+  t.same(decodeEnvelope(encodeEnvelope(sent)).kinds, kinds(1), 'send and recv travel in a Stats message and pass its checks');
+});
+
+t.test('CollectiveStats: a message counts in its kind when it completes, takes no sequence number and is not timed', async (t) => {
+  const { CollectiveStats } = require('../dist/ts/stats.js');
+  const stats = new CollectiveStats(() => []);
+  const SEND = 6, RECV = 7, FLOAT32 = 0;
+  const s = stats.submitted(SEND, '', 4000, FLOAT32, false);
+  stats.started(s, performance.now());
+  stats.settled(s, {});
+  const r = stats.submitted(RECV, '', 64, FLOAT32, false);
+  stats.settled(r, { code: 'ERR_PEER_LOST' });
+  const snap = stats.snapshot();
+  t.same(snap.kinds, [{ kind: 'send', count: 1, bytes: 4000, busyUs: 0 }, { kind: 'recv', count: 0, bytes: 0, busyUs: 0 }]);
+  t.same([snap.submitted, snap.completed], [0, 0], 'no place in the order of collectives');
+});

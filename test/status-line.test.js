@@ -55,6 +55,9 @@ t.test('the text: ranks up, collectives/s, bytes/s, and a stall when there is on
   t.equal(formatStatus({ ...snap, collectivesPerS: 2.25, bytesPerS: 999, stalls: [{ missing: [2, 3] }] }),
     'hora: ranks up 3/4 | 2.3 collectives/s | 999 B/s | STALL: ranks 2, 3 behind');
   t.equal(formatBytes(1.5e9), '1.5 GB');
+  t.equal(formatStatus({ ...snap, messages: 0, messagesPerS: 0 }), 'hora: ranks up 3/4 | 1234 collectives/s | 52.3 MB/s', 'no messages: no messages/s');
+  t.equal(formatStatus({ ...snap, collectivesPerS: 1, messages: 500, messagesPerS: 250.2 }),
+    'hora: ranks up 3/4 | 1.0 collectives/s | 250 messages/s | 52.3 MB/s', 'send and recv calls once the job has made any');
 });
 
 t.test('hora run on a pipe prints no status line', async (t) => {

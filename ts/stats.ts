@@ -11,7 +11,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { FIELD_LIMITS } from './control/messages';
-import type { CollectiveKind, PendingCollective, PipelineStats, Stats } from './control/messages';
+import type { CollectiveKind, PendingCollective, PipelineStats, Stats, StatsKind } from './control/messages';
 import { HoraError, describeValue } from './errors';
 import { DTYPE_BYTES, NativeKind } from './native';
 import type { NativeDType } from './native';
@@ -22,16 +22,17 @@ const PENDING_REPORTED = 4;
 /** Code points of a collective name kept in a report (4 bytes each at most: within FIELD_LIMITS). */
 const NAME_CODE_POINTS = 60;
 
-const KIND_NAMES: Record<number, CollectiveKind | 'invalid'> = {
+const KIND_NAMES: Record<number, StatsKind | 'invalid'> = {
   [NativeKind.Allreduce]: 'allreduce', [NativeKind.Broadcast]: 'broadcast', [NativeKind.Allgather]: 'allgather',
   [NativeKind.ReduceScatter]: 'reduceScatter', [NativeKind.Barrier]: 'barrier', [NativeKind.Invalid]: 'invalid',
+  [NativeKind.Send]: 'send', [NativeKind.Recv]: 'recv',
 };
 
 /** One submitted collective, from submission to completion. */
 export interface SubmittedCollective {
-  /** Position in this rank's order of world collectives, from 1; 0 for a process group's collective. */
+  /** Position in this rank's order of world collectives, from 1; 0 for a process group's collective or a message. */
   seq: number;
-  kind: CollectiveKind | 'invalid';
+  kind: StatsKind | 'invalid';
   name: string;
   bytes: number;
   /** Bytes per element, for an allgather's output counts. */
@@ -56,7 +57,7 @@ export interface KindTotals {
 export class CollectiveStats {
   private submittedCount = 0;
   private completedCount = 0;
-  private readonly kinds = new Map<CollectiveKind, KindTotals>();
+  private readonly kinds = new Map<StatsKind, KindTotals>();
   /** The same totals by NativeKind: a Map lookup on every call was a percent of a small collective. */
   private readonly byKind: Array<KindTotals | undefined> = [];
 
@@ -81,8 +82,13 @@ export class CollectiveStats {
     };
   }
 
-  /** Notes a collective handed to the engine at `now` (performance.now()): from then it is in flight. */
+  /**
+   * Notes a collective handed to the engine at `now` (performance.now()): from then it is in flight. A
+   * message is not timed: a receive is in flight from the moment it is posted, its sender's lateness
+   * included, so its time says nothing of bandwidth.
+   */
   started(c: SubmittedCollective, now: number): void {
+    if (c.kind === 'send' || c.kind === 'recv') return;
     c.at = now;
     const k = c.totals;
     if (k !== null && k.inFlight++ === 0) k.busySince = now;
@@ -119,7 +125,8 @@ export class CollectiveStats {
     for (const c of this.pending()) {
       if (pending.length === PENDING_REPORTED) break;
       if (c.seq === 0) continue;
-      pending.push({ seq: c.seq, name: reportableName(c.name), kind: c.kind, ageMs: c.at >= 0 ? Math.floor(now - c.at) : 0 });
+      // seq > 0: a collective of the world (messages and group collectives have none).
+      pending.push({ seq: c.seq, name: reportableName(c.name), kind: c.kind as CollectiveKind | 'invalid', ageMs: c.at >= 0 ? Math.floor(now - c.at) : 0 });
     }
     const stepUs = Math.floor(1000 * steps.stepMs);
     const report: Stats = {
@@ -131,7 +138,7 @@ export class CollectiveStats {
     return report;
   }
 
-  private totals(kind: CollectiveKind): KindTotals {
+  private totals(kind: StatsKind): KindTotals {
     let k = this.kinds.get(kind);
     if (!k) {
       k = { count: 0, bytes: 0, busyMs: 0, inFlight: 0, busySince: 0 };

@@ -305,9 +305,10 @@ export class Dispatcher implements WorkDriver {
     const bytes = itemBytes(item);
     const spins = bytes <= SPIN_MAX_BYTES && item.kind !== NativeKind.Send && item.kind !== NativeKind.Recv;
     const work = new Work<T>(this, id, spins ? OnAwait.Spin : OnAwait.Awaited);
-    // Messages are not collectives: the stall inspector's view of the ordered queue leaves them out.
+    // Messages are not collectives: the stall inspector's view of the ordered queue leaves them out (no
+    // sequence number), but the job's figures count them.
     const p2p = item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
-    const stats = p2p ? undefined : this.stats.submitted(item.kind, item.name, bytes, item.dtype, !item.group);
+    const stats = this.stats.submitted(item.kind, item.name, bytes, item.dtype, !item.group && !p2p);
     this.outstanding.add({ id, work, finish, value, site, keep, stats });
     if (this.timeline) this.timeline.called(id, item);
     if (this.first === null) {

@@ -36,6 +36,8 @@ function addresses() {
     addresses: addresses(),
     cwd: process.cwd(),
     pid: process.pid,
+    // Where hora run --bind-to core bound it (every CPU it may use, without).
+    cpus: require('node:fs').readFileSync('/proc/self/status', 'utf8').match(/^Cpus_allowed_list:\s*(\S+)/m)[1],
     wrong,
   });
   if (String(rank) === process.env.HORA_TEST_FAIL_RANK) {

@@ -137,7 +137,8 @@ function invariantProblem(m) {
       const counters = [m.timeMs, m.submitted, m.completed, m.steps, m.stepUs, m.commWaitUs];
       if (!counters.every(count)) return 'a stats counter';
       if (m.completed > m.submitted || m.commWaitUs > m.stepUs) return 'stats counters disagree';
-      const kinds = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+      const collectives = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+      const kinds = [...collectives, 'send', 'recv'];
       if (m.kinds.length > kinds.length || new Set(m.kinds.map((k) => k.kind)).size !== m.kinds.length) return 'stats kinds';
       for (const k of m.kinds) if (!kinds.includes(k.kind) || ![k.count, k.bytes, k.busyUs].every(count)) return `stats kind ${k.kind}`;
       if (m.pending.length > 8) return `${m.pending.length} pending`;
@@ -146,7 +147,7 @@ function invariantProblem(m) {
         if (!(p.seq > last && p.seq <= m.submitted)) return `pending seq ${p.seq}`;
         last = p.seq;
         if (!isName(p.name) || Buffer.byteLength(p.name) > 256) return 'pending name';
-        if (![...kinds, 'invalid'].includes(p.kind) || !count(p.ageMs)) return 'pending kind or age';
+        if (![...collectives, 'invalid'].includes(p.kind) || !count(p.ageMs)) return 'pending kind or age';
       }
       const pipe = m.pipeline;
       if (pipe === undefined) return null;

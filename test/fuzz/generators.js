@@ -55,7 +55,9 @@ function addr(rng) {
   return rng.chance(0.8) ? `${rng.int(256)}.${rng.int(256)}.${rng.int(256)}.${rng.int(256)}` : rng.pick(['', '::1', 'fe80::1%eth0', 'node-7.cluster']);
 }
 
-const KINDS = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+const COLLECTIVES = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+/** What Stats.kinds may total: the collectives, and send and recv (which are never pending collectives). */
+const KINDS = [...COLLECTIVES, 'send', 'recv'];
 
 /** A Stats report as a worker sends it: counters, at most one entry per kind, a few pending collectives. */
 function validStats(rng) {
@@ -65,7 +67,7 @@ function validStats(rng) {
   let seq = submitted - pendingCount;
   for (let i = 0; i < pendingCount; i++) {
     seq += 1;
-    pending.push({ seq, name: rng.chance(0.2) ? '' : text(rng, 60, TEXT_CHARS.filter((c) => c !== '\n' && c !== '\t')), kind: rng.pick([...KINDS, 'invalid']), ageMs: rng.int(2 ** 32) });
+    pending.push({ seq, name: rng.chance(0.2) ? '' : text(rng, 60, TEXT_CHARS.filter((c) => c !== '\n' && c !== '\t')), kind: rng.pick([...COLLECTIVES, 'invalid']), ageMs: rng.int(2 ** 32) });
   }
   const kinds = KINDS.filter(() => rng.chance(0.4)).map((kind) => ({ kind, count: rng.int(2 ** 40), bytes: rng.int(2 ** 53), busyUs: rng.int(2 ** 45) }));
   const stepUs = rng.int(2 ** 45);
@@ -356,7 +358,7 @@ const SEMANTIC = {
   stats: [
     (rng, m) => ({ msg: { ...m, completed: m.submitted + rng.range(1, 1000) }, field: 'Stats.completed' }),
     (rng, m) => {
-      const kinds = [...KINDS, 'barrier'].map((kind) => ({ kind, count: 1, bytes: 1, busyUs: 1 }));
+      const kinds = [...KINDS, 'recv'].map((kind) => ({ kind, count: 1, bytes: 1, busyUs: 1 }));
       return { msg: { ...m, kinds }, field: 'Stats.kinds' };
     },
     (rng, m) => {

@@ -8,6 +8,8 @@
 //                             2 stages x size/2 replicas (rank = replica x 2 + stage): stage 0 busy 3/4
 //                             of each batch, stage 1 1/4; weights 1000 x (stage + 1) bytes, peak stash
 //                             100 x (rank + 1) bytes
+//   HORA_TEST_MODE=messages   the same steps, each also passing a 16 KiB message from rank to rank + 1
+//                             (in a ring), awaited as a pipeline stage awaits its input
 const fs = require('node:fs');
 const path = require('node:path');
 const hora = require('../../dist/ts/index.js');
@@ -30,7 +32,7 @@ async function stall() {
   return { sum: out[0] };
 }
 
-async function trainSteps(pipeline) {
+async function trainSteps(pipeline, messages = false) {
   const stopFile = process.env.HORA_TEST_STOP_FILE;
   const deadline = Date.now() + 60000;
   const grad = new Float32Array(64 * 1024);
@@ -38,6 +40,11 @@ async function trainSteps(pipeline) {
   for (;;) {
     steps.begin();
     busy(4);
+    if (messages) {
+      const rank = hora.rank(), size = hora.size();
+      const sent = hora.send(new Float32Array(4096).fill(rank), { to: (rank + 1) % size, tag: 3 });
+      await steps.wait(Promise.all([sent, hora.recv(new Float32Array(4096), { from: (rank + size - 1) % size, tag: 3 })]));
+    }
     grad[0] = (stopFile && fs.existsSync(stopFile)) || Date.now() > deadline ? 1 : 0;
     // 'max' makes the stop flag everyone's: all ranks leave after the same step.
     const out = await steps.wait(hora.allreduce(grad, { name: 'grad/w', op: 'max' }));
@@ -58,7 +65,7 @@ async function trainSteps(pipeline) {
 (async () => {
   await hora.init();
   const mode = process.env.HORA_TEST_MODE;
-  const report = mode === 'stall' ? await stall() : await trainSteps(mode === 'pipeline');
+  const report = mode === 'stall' ? await stall() : await trainSteps(mode === 'pipeline', mode === 'messages');
   const dir = process.env.HORA_TEST_RESULT_DIR;
   if (dir) fs.writeFileSync(path.join(dir, `rank-${hora.rank()}.json`), JSON.stringify(report));
   await hora.shutdown();

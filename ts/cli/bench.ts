@@ -351,6 +351,9 @@ export async function main(argv: string[]): Promise<number> {
     await loopAwaited(a, el.make(n), 5000);
   }
   let anyWrong = 0;
+  // The mean of the rows' busbw, as nccl-tests ends its table.
+  let busbwSum = 0;
+  let rowCount = 0;
   for (let bytes = a.min; bytes <= a.max; bytes *= a.factor) {
     const count = Math.max(1, Math.floor(bytes / el.bytes));
     const x = el.make(count);
@@ -373,6 +376,8 @@ export async function main(argv: string[]): Promise<number> {
     anyWrong += totalWrong;
     if (r === 0) {
       const algbw = (count * el.bytes) / slowest / 1e9;
+      busbwSum += algbw * busFactor(a.op, n);
+      rowCount++;
       const row: (string | number)[] = [count * el.bytes, count, a.dtype, iters, (slowest * 1e6).toFixed(1), algbw.toFixed(3), (algbw * busFactor(a.op, n)).toFixed(3), a.check ? totalWrong : 'n/a'];
       if (model) {
         const e = allreduceEstimate(count * el.bytes, algo) as NonNullable<ReturnType<typeof allreduceEstimate>>;
@@ -382,6 +387,7 @@ export async function main(argv: string[]): Promise<number> {
       console.log(row.map((v, i) => (i === 2 ? String(v).padStart(9) : String(v).padStart(12))).join(' '));
     }
   }
+  if (r === 0 && rowCount > 0) console.log(`# Avg bus bandwidth    : ${(busbwSum / rowCount).toFixed(3)} GB/s`);
   await hora.shutdown();
   return anyWrong > 0 ? 1 : 0;
 }

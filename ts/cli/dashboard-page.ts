@@ -22,8 +22,9 @@ export const DASHBOARD_PAGE = `<!doctype html>
   #stalls.stalled { background: #fde8e8; color: #9b1c1c; font-weight: 600; }
   #chart { background: #fff; border: 1px solid #d5dae1; }
   #split { width: 480px; height: 22px; display: flex; border: 1px solid #d5dae1; background: #fff; }
-  #split-compute { background: #3b82c4; }
-  #split-comm { background: #e07b39; }
+  #split-compute, .swatch.compute { background: #3b82c4; }
+  #split-comm, .swatch.comm { background: #e07b39; }
+  .note { color: #44505e; font-size: 12px; max-width: 900px; }
   .legend span { display: inline-block; margin-right: 14px; }
   .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
   #status { color: #a0a8b2; font-size: 12px; }
@@ -38,19 +39,22 @@ export const DASHBOARD_PAGE = `<!doctype html>
 <div id="stalls">no stalled ranks</div>
 <h2>Ranks</h2>
 <table id="ranks">
-  <thead><tr><th>rank</th><th class="left">state</th><th>collectives/s</th><th>bytes/s</th><th>submitted</th><th>completed</th><th>steps</th><th>comm share</th><th class="left">oldest pending</th></tr></thead>
+  <thead><tr><th>rank</th><th class="left">state</th><th>collectives/s</th><th>messages/s</th><th>bytes/s</th><th>submitted</th><th>completed</th><th>steps</th><th>comm share</th><th class="left">oldest pending</th></tr></thead>
   <tbody></tbody>
 </table>
 <h2>Collectives/s per rank, last minute</h2>
 <canvas id="chart" width="760" height="220"></canvas>
 <div class="legend" id="legend"></div>
-<h2>Bandwidth per kind of collective</h2>
+<h2>Bandwidth per kind of collective, and messages</h2>
 <table id="kinds">
   <thead><tr><th class="left">kind</th><th>completed</th><th>bytes</th><th>algbw</th><th>busbw</th><th>algbw (last s)</th><th>busbw (last s)</th></tr></thead>
   <tbody></tbody>
 </table>
+<p class="note" id="kinds-note" hidden>send and recv (point-to-point messages) are counted, and their bytes are in bytes/s,
+but they have no bandwidth here: a receive is in flight from the moment it is posted, its wait for the sender included.</p>
 <h2>Training steps: compute and communication</h2>
 <div id="split"><div id="split-compute"></div><div id="split-comm"></div></div>
+<div class="legend" id="split-legend"><span><span class="swatch compute"></span>compute (everything else in a step)</span><span><span class="swatch comm"></span>communication: waiting for collectives and for messages (send, recv)</span></div>
 <div id="split-text">no steps reported yet</div>
 <div id="pipeline-panel" hidden>
 <h2>Pipeline</h2>
@@ -94,7 +98,7 @@ function rankList(ranks) {
 
 function render(s) {
   $('summary').textContent = 'ranks up ' + s.ranksUp + '/' + s.size + ' \\u2022 ' + rate(s.collectivesPerS) +
-    ' collectives/s \\u2022 ' + si(s.bytesPerS, 'B/s');
+    ' collectives/s \\u2022 ' + (s.messages > 0 ? rate(s.messagesPerS) + ' messages/s \\u2022 ' : '') + si(s.bytesPerS, 'B/s');
   const stalls = $('stalls');
   if (s.stalls.length === 0) {
     stalls.className = '';
@@ -114,6 +118,7 @@ function render(s) {
       { text: String(r.rank), field: 'rank' },
       { text: state, field: 'state', left: true },
       { text: rate(r.collectivesPerS), field: 'collectivesPerS' },
+      { text: rate(r.messagesPerS), field: 'messagesPerS' },
       { text: si(r.bytesPerS, 'B/s'), field: 'bytesPerS' },
       { text: String(r.submitted), field: 'submitted' },
       { text: String(r.completed), field: 'completed' },
@@ -134,13 +139,14 @@ function render(s) {
     { text: si(k.recentAlgbw, 'B/s'), field: 'recentAlgbw' },
     { text: si(k.recentBusbw, 'B/s'), field: 'recentBusbw' },
   ], { 'data-kind': k.kind })));
+  $('kinds-note').hidden = !s.kinds.some((k) => k.kind === 'send' || k.kind === 'recv');
   const st = s.steps;
   if (st.count > 0 && st.stepS > 0) {
     const comm = st.commShare === null ? st.commWaitS / st.stepS : st.commShare;
     $('split-compute').style.width = (100 * (1 - comm)).toFixed(1) + '%';
     $('split-comm').style.width = (100 * comm).toFixed(1) + '%';
     $('split-text').textContent = st.count + ' steps over all ranks: compute ' + pct(1 - comm) + ', communication ' + pct(comm) +
-      ' (since the start: ' + st.computeS.toFixed(1) + ' s compute, ' + st.commWaitS.toFixed(1) + ' s waiting for collectives)';
+      ' (since the start: ' + st.computeS.toFixed(1) + ' s compute, ' + st.commWaitS.toFixed(1) + ' s waiting for collectives and messages)';
   }
   renderPipeline(s.pipeline);
   drawChart(s);

@@ -30,6 +30,7 @@ import { Dashboard, startDashboard } from './dashboard';
 import { formatStatus, StatusLine } from './status-line';
 import { ifaceSubnetWarning } from './iface-check';
 import { hostPart, localAddressToward, splitShellWords, SshOptions, SshSpawner } from './ssh';
+import { BindRequest, bindingFor, cpuList, MapBy, readCores, wrapNote } from './bind';
 
 // ---------------------------------------------------------------------------
 // Arguments.
@@ -86,6 +87,12 @@ export interface RunOptions {
   stallWarnS: number;
   /** --min-np given: the job goes on when a worker is lost (hora.elastic.run); undefined: a lost worker ends the job. */
   elastic?: ElasticOptions;
+  /** --output-filename, made absolute: each worker's stdout and stderr also go to files below it. */
+  outputDir?: string;
+  /** --bind-to: 'core' binds every worker to a core of its host (with taskset), 'none' leaves placement to the OS. */
+  bindTo: 'core' | 'none';
+  /** --map-by: which core a local rank takes, in order ('core') or one socket after another ('socket'). */
+  mapBy: MapBy;
   command: string;
   args: string[];
 }
@@ -103,7 +110,7 @@ export interface ElasticOptions {
   discoveryScript?: string;
 }
 
-export const RUN_USAGE = `Usage: hora run -np N [options] [--] command [args...]
+export const RUN_USAGE = `Usage: hora run [-np N] [options] [--] command [args...]
 
 Starts N copies of command as one hora job: hosts the rendezvous server, sets
 HORA_RANK, HORA_SIZE, ... in each worker, prefixes worker output with [rank]
@@ -112,13 +119,47 @@ Exits with the failed worker's status (128 + signal number when it was killed
 by a signal), 0 when all succeed.
 
 Job layout:
-  -np, -n, --num-proc N      number of worker processes (default: all slots of -H or
-                              --hostfile; required without them)
-  -H, --hosts HOST:SLOTS,...  hosts and worker slots, filled in order (default
+  -np, -n, --np, --num-proc N
+                              number of worker processes (default: all slots of -H or
+                              --hostfile; without them, as mpirun, one per core of this
+                              machine: the cores this process may run on)
+  -H, --hosts, --host HOST:SLOTS,...
+                              hosts and worker slots, filled in order (default
                               localhost:N); HOST may be user@host; SLOTS defaults to 1
-  --hostfile FILE             hosts from FILE, one "host slots=N" a line (# comments)
+  --hostfile, --machinefile FILE
+                              hosts from FILE, one "host slots=N" a line (# comments)
+  --nproc-per-node, --nproc_per_node N
+                              torchrun's spelling: N workers on each host (this machine,
+                              or every host of -H or --hostfile); N may be cpu or auto
+                              (one per core); not with -np
+  --nnodes M                  torchrun's host count; hora run starts the workers of every
+                              host itself, so M must be the number of hosts of -H or
+                              --hostfile (1 without them)
+  --standalone                torchrun's one-machine job: what hora run does without -H
   --simulate-hosts            treat every local -H entry as a separate host with its own
                               HORA_HOST_ID, to exercise multi-host code on one machine
+  Other launchers' flags that hora run spells differently (--master-addr, --master-port,
+  --rdzv-endpoint, --rdzv-backend, --node-rank, --max-restarts, --log-dir, --redirects,
+  --tee, --oversubscribe) are refused with the hora run flag to use.
+
+CPU binding:
+  --bind-to core|none         core: bind each worker to one core of its host (every
+                              hardware thread of the core), with taskset of util-linux,
+                              on remote hosts too; cores are those the launcher (or the
+                              ssh login on a remote host) may run on. With more workers
+                              than cores on a host they are bound round-robin, and hora run
+                              says so once. Default none: the OS places workers
+  --map-by core|socket        which core the host's local rank i is bound to: the i-th
+                              (core) or one socket after another (socket); implies
+                              --bind-to core. Not in an elastic job (--min-np)
+
+Output:
+  --output-filename DIR       also write each worker's stdout and stderr, as the worker
+                              wrote them, to DIR/rank.N/stdout and DIR/rank.N/stderr (N
+                              padded to the width of the largest rank, as horovodrun does;
+                              DIR/worker.N in an elastic job); remote workers' output is
+                              written here too. The terminal shows the same [rank] lines
+  --tag-output                mpirun's spelling of what hora run always does: [rank] labels
 
 Remote hosts (any host that is not this machine is reached over ssh):
   -p, --ssh-port PORT         ssh port on the remote hosts
@@ -207,6 +248,7 @@ Monitoring:
 
 Examples:
   hora run -np 4 node train.js --epochs 3
+  hora run --bind-to core --output-filename logs node train.js
   hora run -H node1:4,node2:4 node train.js
   hora run --hostfile hosts.txt -i ~/.ssh/cluster_key node train.js
 `;
@@ -214,13 +256,35 @@ Examples:
 // Flags that take a value, by every spelling.
 const VALUE_FLAGS: Record<string, string> = {
   '-np': '-np', '-n': '-np', '--num-proc': '-np', '--np': '-np',
-  '-H': '-H', '--hosts': '-H', '--hostfile': '--hostfile',
+  '-H': '-H', '--hosts': '-H', '--host': '-H', '-host': '-H',
+  '--hostfile': '--hostfile', '-hostfile': '--hostfile', '--machinefile': '--hostfile', '-machinefile': '--hostfile',
+  '--nproc-per-node': '--nproc-per-node', '--nproc_per_node': '--nproc-per-node', '--nnodes': '--nnodes',
+  '--output-filename': '--output-filename', '--bind-to': '--bind-to', '--map-by': '--map-by',
   '-p': '-p', '--ssh-port': '-p', '-i': '-i', '--ssh-identity': '-i', '--ssh-opts': '--ssh-opts',
   '--timeout': '--timeout', '--grace': '--grace',
   '--fusion-mb': '--fusion-mb', '--algo': '--algo', '--transport': '--transport', '--iface': '--iface',
   '--debug': '--debug', '--timeline': '--timeline', '--topology': '--topology',
   '--min-np': '--min-np', '--max-np': '--max-np', '--elastic-timeout': '--elastic-timeout',
   '--host-discovery-script': '--host-discovery-script',
+};
+
+// Flags of other launchers that hora run spells differently or does not need: what to use instead.
+const RENDEZVOUS_HINT = 'hora run hosts the rendezvous itself and starts the workers of every host from one command: ' +
+  'give the hosts with -H host1:N,host2:N (or --hostfile FILE); --iface NAME|ADDR chooses the address ' +
+  '(for workers that something else starts, as Kubernetes pods, see hora rendezvous)';
+const OUTPUT_HINT = 'hora run --output-filename DIR: each rank\'s stdout and stderr in DIR/rank.N/stdout and DIR/rank.N/stderr, ' +
+  'and on the terminal as well';
+const FOREIGN_FLAGS: Record<string, string> = {
+  '--master-addr': RENDEZVOUS_HINT, '--master_addr': RENDEZVOUS_HINT, '--master-port': RENDEZVOUS_HINT, '--master_port': RENDEZVOUS_HINT,
+  '--rdzv-endpoint': RENDEZVOUS_HINT, '--rdzv_endpoint': RENDEZVOUS_HINT, '--rdzv-backend': RENDEZVOUS_HINT, '--rdzv_backend': RENDEZVOUS_HINT,
+  '--rdzv-id': RENDEZVOUS_HINT, '--rdzv_id': RENDEZVOUS_HINT, '--rdzv-conf': RENDEZVOUS_HINT, '--rdzv_conf': RENDEZVOUS_HINT,
+  '--node-rank': RENDEZVOUS_HINT, '--node_rank': RENDEZVOUS_HINT,
+  '--max-restarts': 'elastic training in hora: --min-np A [--max-np B] with hora.elastic.run (docs/elastic.md)',
+  '--max_restarts': 'elastic training in hora: --min-np A [--max-np B] with hora.elastic.run (docs/elastic.md)',
+  '--log-dir': OUTPUT_HINT, '--log_dir': OUTPUT_HINT, '--redirects': OUTPUT_HINT, '--tee': OUTPUT_HINT,
+  '--no-python': 'hora run runs the command as given: hora run -np 2 node train.js',
+  '--no_python': 'hora run runs the command as given: hora run -np 2 node train.js',
+  '--oversubscribe': 'hora run starts at most the slots it is given: raise them (-H localhost:8)',
 };
 
 const TUNING_FLAGS: Record<string, string> = {
@@ -251,6 +315,12 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       simulateHosts = true;
       continue;
     }
+    // torchrun's --standalone (one machine, a rendezvous of its own) and mpirun's --tag-output (every
+    // line labelled with its rank) are what hora run does anyway.
+    if (arg === '--standalone' || arg === '--tag-output') {
+      values.set(arg, '');
+      continue;
+    }
     if (arg === '--dashboard' || arg.startsWith('--dashboard=')) {
       // The port is optional: only a number right after the flag is taken as one.
       let text = arg.startsWith('--dashboard=') ? arg.slice('--dashboard='.length) : undefined;
@@ -270,6 +340,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     const eq = arg.indexOf('=');
     const name = eq > 0 ? arg.slice(0, eq) : arg;
     const flag = VALUE_FLAGS[name];
+    if (flag === undefined && FOREIGN_FLAGS[name] !== undefined) throw new UsageError(name, undefined, `not an option of hora run: ${FOREIGN_FLAGS[name]}`);
     if (flag === undefined) throw new UsageError(arg, undefined, 'unknown option (see hora run --help)');
     let value: string | undefined;
     if (eq > 0) value = arg.slice(eq + 1);
@@ -300,6 +371,17 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   }
   const hostsFlag = discovery !== undefined ? `the hosts that --host-discovery-script ${discovery} lists` : hostfile !== undefined ? `--hostfile ${hostfile}` : `-H ${hostsText}`;
 
+  if (values.has('--standalone') && hosts !== undefined) {
+    throw new UsageError('--standalone', undefined, `one machine only, but ${hostsFlag} names the hosts: leave out --standalone`);
+  }
+  const perNode = nprocPerNode(values);
+  if (perNode !== undefined && values.has('-np')) {
+    throw new UsageError('--nproc-per-node', values.get('--nproc-per-node'), 'either -np or --nproc-per-node, not both');
+  }
+  // torchrun's workers per host: every host gets that many slots.
+  if (perNode !== undefined && hosts !== undefined) hosts = hosts.map((h) => ({ ...h, slots: perNode }));
+  checkNnodes(values.get('--nnodes'), hosts, hostsFlag, simulateHosts);
+
   const npText = values.get('-np');
   let np: number;
   if (npText !== undefined) {
@@ -313,7 +395,8 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     const maxText = values.get('--max-np');
     if (discovery !== undefined && maxText !== undefined && /^\d+$/.test(maxText.trim()) && Number(maxText) >= 1) np = Math.min(np, Number(maxText));
   } else {
-    throw new UsageError('-np', undefined, 'missing: say how many workers to start, e.g. hora run -np 2 node train.js');
+    // As mpirun: one worker per core of this machine (the cores this process may run on).
+    np = perNode ?? coreCount();
   }
   if (hosts === undefined) hosts = [{ host: 'localhost', slots: np, remote: false }];
   const slots = hosts.reduce((n, h) => n + h.slots, 0);
@@ -380,10 +463,66 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   const elastic = parseElastic(values, np, env);
   if (elastic && discovery !== undefined) elastic.discoveryScript = discovery;
 
+  const outputText = values.get('--output-filename');
+  if (outputText !== undefined && outputText.trim() === '') throw new UsageError('--output-filename', outputText, 'a directory name');
+  const outputDir = outputText === undefined ? undefined : path.resolve(outputText);
+  const { bindTo, mapBy } = parseBinding(values, elastic !== undefined);
+
   if (command === undefined || command === '') {
     throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
   }
-  return { np, hosts, simulateHosts, timeoutS, graceS, workerEnv, exportEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, elastic, command, args };
+  return {
+    np, hosts, simulateHosts, timeoutS, graceS, workerEnv, exportEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, elastic,
+    outputDir, bindTo, mapBy, command, args,
+  };
+}
+
+/** The cores of this machine that this process may run on (hardware threads where sysfs does not say). */
+function coreCount(): number {
+  const cores = readCores();
+  return cores !== null && cores.length > 0 ? cores.length : os.availableParallelism();
+}
+
+/** torchrun's --nproc-per-node: a count, or "cpu" / "auto" for one worker per core; undefined when not given. */
+function nprocPerNode(values: Map<string, string>): number | undefined {
+  const text = values.get('--nproc-per-node');
+  if (text === undefined) return undefined;
+  if (text.trim() === 'cpu' || text.trim() === 'auto') return coreCount();
+  return countFlag(values, '--nproc-per-node');
+}
+
+/**
+ * torchrun's --nnodes: here a check of the number of hosts, as one hora run starts the workers of every
+ * host. A MIN:MAX range is an elastic job, which hora counts in workers.
+ */
+function checkNnodes(text: string | undefined, hosts: HostSlots[] | undefined, hostsFlag: string, simulateHosts: boolean): void {
+  if (text === undefined) return;
+  if (/^\s*\d+\s*:\s*\d+\s*$/.test(text)) {
+    const [min, max] = text.split(':').map((x) => Number(x));
+    if (min !== max) throw new UsageError('--nnodes', text, 'a number of hosts: hora counts an elastic job in workers, give --min-np and --max-np');
+    text = String(min);
+  }
+  if (!/^\s*\d+\s*$/.test(text) || Number(text) < 1) throw new UsageError('--nnodes', text, 'a whole number of hosts >= 1');
+  // Hosts as HORA_HOST_ID counts them: every local entry is this machine, unless --simulate-hosts.
+  const given = hosts === undefined ? 1 : new Set(hosts.map((h, i) => (h.remote ? hostPart(h.host) : simulateHosts ? `local#${i}` : 'local'))).size;
+  if (Number(text) !== given) {
+    const which = hosts === undefined ? 'this machine only, as no -H or --hostfile names others' : `the ${given} host(s) of ${hostsFlag}`;
+    throw new UsageError('--nnodes', text, `${given} (hora run starts the workers of every host itself; they are ${which}: name the hosts with -H host1:N,host2:N)`);
+  }
+}
+
+/** --bind-to and --map-by. --map-by alone binds to cores, as Open MPI's mpirun does with it. */
+function parseBinding(values: Map<string, string>, elastic: boolean): { bindTo: 'core' | 'none'; mapBy: MapBy } {
+  const bindText = values.get('--bind-to');
+  const mapText = values.get('--map-by');
+  if (bindText !== undefined && bindText !== 'core' && bindText !== 'none') throw new UsageError('--bind-to', bindText, 'core or none');
+  if (mapText !== undefined && mapText !== 'core' && mapText !== 'socket') throw new UsageError('--map-by', mapText, 'core or socket');
+  if (mapText !== undefined && bindText === 'none') throw new UsageError('--map-by', mapText, 'to come without --bind-to none (it says which core each rank is bound to)');
+  const bindTo = bindText === 'core' || (bindText === undefined && mapText !== undefined) ? 'core' : 'none';
+  if (bindTo === 'core' && elastic) {
+    throw new UsageError(bindText !== undefined ? '--bind-to' : '--map-by', bindText ?? mapText, 'no binding in an elastic job (--min-np): workers come and go there, and hora run does not yet place them on free cores');
+  }
+  return { bindTo, mapBy: (mapText ?? 'core') as MapBy };
 }
 
 /** The whole number >= 1 given for `flag` (a count of processes), undefined when not given. Throws UsageError. */
@@ -524,6 +663,8 @@ export interface WorkerSpec {
   remote: boolean;
   /** Variables added to the launcher's environment. */
   env: Record<string, string>;
+  /** --bind-to core: the worker's place among its host's ranks; the spawner binds it there. */
+  bind?: BindRequest;
   command: string;
   args: string[];
 }
@@ -570,7 +711,17 @@ export class LocalSpawner implements Spawner {
   }
 
   spawn(spec: WorkerSpec): WorkerHandle {
-    const child = child_process.spawn(spec.command, spec.args, {
+    let command = spec.command;
+    let args = spec.args;
+    if (spec.bind) {
+      // taskset sets the affinity and execs the worker: the worker keeps the pid, and with it its signals.
+      const cores = readCores() ?? [];
+      if (cores.length > 0) {
+        args = ['-c', cpuList(bindingFor(cores, spec.bind.localRank, spec.bind.mapBy)), command, ...args];
+        command = 'taskset';
+      }
+    }
+    const child = child_process.spawn(command, args, {
       env: { ...process.env, ...spec.env },
       // Workers get no stdin: they are in their own process group (a terminal read would stop them).
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -721,6 +872,75 @@ export function prefixLines(src: Readable, dest: Writable, prefix: string): Prom
   });
 }
 
+/**
+ * Copies a worker stream's bytes, as they come, to `file` (created, or emptied), beside whatever else
+ * reads the stream; resolves once all are written. A file that cannot be written is given up, with one
+ * call of onError: the job and the terminal output go on.
+ */
+export function copyToFile(src: Readable, file: string, onError: (err: Error) => void): Promise<void> {
+  return new Promise((resolve) => {
+    const out = fs.createWriteStream(file);
+    let state: 'open' | 'ending' | 'failed' = 'open';
+    out.on('error', (err) => {
+      if (state === 'failed') return;
+      state = 'failed';
+      onError(err);
+      resolve();
+    });
+    src.on('data', (chunk: Buffer) => {
+      if (state === 'open') out.write(chunk);
+    });
+    const finish = () => {
+      if (state !== 'open') return;
+      state = 'ending';
+      out.end(() => resolve());
+    };
+    src.once('end', finish);
+    src.once('close', finish);
+    src.once('error', finish);
+  });
+}
+
+/** A worker's folder under --output-filename: rank.N with N padded to the width of the largest rank, as horovodrun does. */
+export function outputFolder(dir: string, rank: number, np: number, elasticWorker?: number): string {
+  if (elasticWorker !== undefined) return path.join(dir, `worker.${elasticWorker}`);
+  return path.join(dir, `rank.${String(rank).padStart(String(Math.max(np - 1, 0)).length, '0')}`);
+}
+
+/** Whether `program` is an executable file in a folder of PATH. */
+function onPath(program: string): boolean {
+  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
+    if (dir === '') continue;
+    try {
+      fs.accessSync(path.join(dir, program), fs.constants.X_OK);
+      return true;
+    } catch {
+      // not here
+    }
+  }
+  return false;
+}
+
+/**
+ * --bind-to core for the workers of this machine: taskset must be there, and the cores known. Says once
+ * per host when its ranks outnumber its cores (remote hosts say it themselves, from the ssh wrapper).
+ */
+function checkLocalBinding(placement: Omit<WorkerSpec, 'command' | 'args'>[], log: (message: string) => void): void {
+  const local = placement.filter((p) => !p.remote);
+  if (local.length === 0) return;
+  if (!onPath('taskset')) throw new LaunchError('--bind-to core: taskset (util-linux) is not on PATH here; install util-linux, or leave out --bind-to/--map-by');
+  const cores = readCores();
+  if (cores === null || cores.length === 0) throw new LaunchError('--bind-to core: this system does not say which CPUs this process may use (no /proc/self/status); leave out --bind-to/--map-by');
+  const said = new Set<string>();
+  for (const p of local) {
+    const key = p.env.HORA_HOST_ID;
+    if (said.has(key)) continue;
+    said.add(key);
+    const note = wrapNote(Number(p.env.HORA_LOCAL_SIZE), cores.length, placement.some((q) => q.remote) || said.size > 1 ? p.host : 'this machine');
+    if (note) log(note);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Supervision.
 
@@ -788,6 +1008,16 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   if (timeline) for (let r = 0; r < opts.np; r++) fs.rmSync(rankTimelinePath(timeline, r), { force: true });
 
   const placement = place(opts, baseHostId);
+  try {
+    if (opts.bindTo === 'core') checkLocalBinding(placement, (message) => process.stderr.write(`hora run: ${message}\n`));
+    if (opts.outputDir !== undefined) fs.mkdirSync(opts.outputDir, { recursive: true });
+  } catch (e) {
+    await server.close();
+    await dashboard?.close();
+    status?.stop();
+    if (e instanceof LaunchError) throw e;
+    throw new LaunchError(`--output-filename ${opts.outputDir}: cannot make the folder: ${(e as Error).message}`);
+  }
   const workers: WorkerHandle[] = [];
   const outputs: Promise<void>[] = [];
   let failure: Failure | undefined;
@@ -863,7 +1093,10 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     // Local workers of a multi-host job must advertise an address the remote hosts reach, not loopback.
     if (multiHost && !spec.remote && opts.iface === undefined) env.HORA_IFACE = rvAddr;
     if (timeline && elastic) fs.rmSync(rankTimelinePath(timeline, workerId), { force: true });
-    const w = spawner.spawn({ ...spec, env, command: opts.command, args: opts.args });
+    const bind: BindRequest | undefined = opts.bindTo === 'core'
+      ? { mapBy: opts.mapBy, localRank: Number(spec.env.HORA_LOCAL_RANK), localSize: Number(spec.env.HORA_LOCAL_SIZE) }
+      : undefined;
+    const w = spawner.spawn({ ...spec, env, bind, command: opts.command, args: opts.args });
     remaining++;
     workers.push(w);
     running.add(w);
@@ -874,6 +1107,18 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     const prefix = multiHost ? `[${label}@${spec.host}] ` : `[${label}] `;
     outputs.push(prefixLines(w.stdout, status ? status.streamTo(process.stdout) : process.stdout, prefix));
     outputs.push(prefixLines(w.stderr, status ? status.streamTo(process.stderr) : process.stderr, prefix));
+    if (opts.outputDir !== undefined) {
+      // The worker's own bytes, unprefixed, as Open MPI and horovodrun write them (remote output arrives through ssh).
+      const folder = outputFolder(opts.outputDir, w.rank, opts.np, elastic ? workerId : undefined);
+      const failed = (err: Error) => log('WARN', `--output-filename: cannot write ${folder}: ${err.message}; that output goes to the terminal only`);
+      try {
+        fs.mkdirSync(folder, { recursive: true });
+        outputs.push(copyToFile(w.stdout, path.join(folder, 'stdout'), failed));
+        outputs.push(copyToFile(w.stderr, path.join(folder, 'stderr'), failed));
+      } catch (e) {
+        failed(e as Error);
+      }
+    }
     w.onExit((code, signal) => {
       running.delete(w);
       const wasDelisted = delisted.delete(w);

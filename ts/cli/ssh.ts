@@ -25,6 +25,8 @@ import * as dgram from 'node:dgram';
 import * as net from 'node:net';
 import type { Readable } from 'node:stream';
 import { trackChild } from './child';
+import { bindingFor, cpuList, readCores, wrapNote } from './bind';
+import type { BindRequest } from './bind';
 import type { WorkerHandle, WorkerSpec } from './run';
 
 export interface SshOptions {
@@ -62,10 +64,24 @@ const LOCAL_SSH_KILL_DELAY_MS = 2000;
  * started; it exits with the worker's status, 128 + signal number when a
  * signal ended it.
  */
-function remoteWrapper(killDelayMs: number, envWaitMs: number): void {
+function remoteWrapper(killDelayMs: number, envWaitMs: number, bind: BindRequest | null, binder: RemoteBinder | null): void {
   const cp: typeof import('node:child_process') = require('node:child_process');
   const os: typeof import('node:os') = require('node:os');
   const [command, ...args] = process.argv.slice(1);
+  // --bind-to core: taskset binds the worker to its core of this host and execs it.
+  let program = command;
+  let programArgs = args;
+  if (bind && binder) {
+    const cores = binder.readCores();
+    if (cores === null || cores.length === 0) {
+      process.stderr.write(`hora run: --bind-to core: ${os.hostname()} does not say which CPUs this process may use; not starting ${JSON.stringify(command)}\n`);
+      process.exit(1);
+    }
+    const note = bind.localRank === 0 ? binder.wrapNote(bind.localSize, cores.length, os.hostname()) : undefined;
+    if (note) process.stderr.write(`hora run: ${note}\n`);
+    program = 'taskset';
+    programArgs = ['-c', binder.cpuList(binder.bindingFor(cores, bind.localRank, bind.mapBy)), command, ...args];
+  }
   let child: import('node:child_process').ChildProcess | undefined;
   const requested = new Set<string>();
   const signalGroup = (signal: NodeJS.Signals) => {
@@ -92,10 +108,11 @@ function remoteWrapper(killDelayMs: number, envWaitMs: number): void {
       giveUp('the first line from the launcher is not the worker\'s environment (a JSON object of strings)');
       return;
     }
-    const c = cp.spawn(command, args, { env: { ...process.env, ...(env as Record<string, string>) }, stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+    const c = cp.spawn(program, programArgs, { env: { ...process.env, ...(env as Record<string, string>) }, stdio: ['ignore', 'inherit', 'inherit'], detached: true });
     child = c;
     c.on('error', (err) => {
-      process.stderr.write(`hora run: cannot start ${JSON.stringify(command)} on ${os.hostname()}: ${err.message}\n`);
+      const what = program === command ? '' : ' (--bind-to core runs it under taskset, of util-linux)';
+      process.stderr.write(`hora run: cannot start ${JSON.stringify(program)} on ${os.hostname()}${what}: ${err.message}\n`);
       process.exit(127);
     });
     c.on('exit', (code, signal) => {
@@ -134,6 +151,14 @@ function remoteWrapper(killDelayMs: number, envWaitMs: number): void {
   process.stdin.on('error', stop);
   // sshd may HUP or TERM the session when the connection goes: pass it on as a stop.
   for (const s of ['SIGHUP', 'SIGTERM', 'SIGINT'] as const) process.on(s, stop);
+}
+
+/** bind.ts's functions, sent to the remote host as source text with the wrapper. */
+interface RemoteBinder {
+  readCores: typeof readCores;
+  bindingFor: typeof bindingFor;
+  cpuList: typeof cpuList;
+  wrapNote: typeof wrapNote;
 }
 
 /** Quotes one word for a POSIX shell. */
@@ -196,8 +221,10 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
  * The command line the remote shell runs for one worker. It holds no variable: those go to the
  * wrapper's stdin (envLine).
  */
-export function remoteCommandLine(cwd: string, command: string, args: string[], node = process.execPath, envWaitMs = ENV_WAIT_MS): string {
-  const wrapper = `(${remoteWrapper.toString()})(${REMOTE_KILL_DELAY_MS}, ${envWaitMs})`;
+export function remoteCommandLine(cwd: string, command: string, args: string[], node = process.execPath, envWaitMs = ENV_WAIT_MS, bind?: BindRequest): string {
+  const binder = bind === undefined ? 'null'
+    : `{ readCores: ${readCores.toString()}, bindingFor: ${bindingFor.toString()}, cpuList: ${cpuList.toString()}, wrapNote: ${wrapNote.toString()} }`;
+  const wrapper = `(${remoteWrapper.toString()})(${REMOTE_KILL_DELAY_MS}, ${envWaitMs}, ${bind === undefined ? 'null' : JSON.stringify(bind)}, ${binder})`;
   const worker = [command, ...args].map(shellQuote).join(' ');
   return `cd ${shellQuote(cwd)} && exec ${shellQuote(node)} -e ${shellQuote(wrapper)} -- ${worker}`;
 }
@@ -277,7 +304,7 @@ export class SshSpawner {
   spawn(spec: WorkerSpec): WorkerHandle {
     const command = spec.command === 'node' ? process.execPath : spec.command;
     const env = envLine(remoteWorkerEnv(process.env, spec.env));
-    const line = remoteCommandLine(process.cwd(), command, spec.args);
+    const line = remoteCommandLine(process.cwd(), command, spec.args, process.execPath, ENV_WAIT_MS, spec.bind);
     const child = child_process.spawn(this.sshCommand, sshArgs(spec.host, this.ssh, line), {
       stdio: ['pipe', 'pipe', 'pipe'],
       // Own process group: a Ctrl-C at the terminal reaches the launcher, which stops workers in order.

@@ -1,5 +1,5 @@
 // `hora run` on a terminal: one live status line (ranks up, collectives/s,
-// bytes/s) kept at the bottom, below the workers' prefixed output.
+// messages/s, bytes/s) kept at the bottom, below the workers' prefixed output.
 //
 // The line is drawn without a newline and redrawn every second. Output meant
 // for the terminal goes through print(): erase the line, write the output
@@ -106,9 +106,10 @@ export function formatBytes(n: number): string {
   return `${Math.round(n)} B`;
 }
 
-/** The status line's text for a snapshot. */
+/** The status line's text for a snapshot: messages/s once the job has sent any (bytes/s counts them too). */
 export function formatStatus(s: JobSnapshot): string {
   const stalled = s.stalls.length > 0 ? ` | STALL: ${s.stalls[0].missing.length === 1 ? 'rank' : 'ranks'} ${s.stalls[0].missing.join(', ')} behind` : '';
-  const rate = s.collectivesPerS >= 100 ? s.collectivesPerS.toFixed(0) : s.collectivesPerS.toFixed(1);
-  return `hora: ranks up ${s.ranksUp}/${s.size} | ${rate} collectives/s | ${formatBytes(s.bytesPerS)}/s${stalled}`;
+  const rate = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
+  const messages = s.messages > 0 ? ` | ${rate(s.messagesPerS)} messages/s` : '';
+  return `hora: ranks up ${s.ranksUp}/${s.size} | ${rate(s.collectivesPerS)} collectives/s${messages} | ${formatBytes(s.bytesPerS)}/s${stalled}`;
 }

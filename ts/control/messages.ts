@@ -105,12 +105,18 @@ export interface Heartbeat {
 /** Kinds of collective a Stats message may name (the API's names). */
 export const COLLECTIVE_KINDS = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'] as const;
 export type CollectiveKind = (typeof COLLECTIVE_KINDS)[number];
+/** Point-to-point calls, counted beside the collectives (but outside their order: no sequence numbers). */
+export const MESSAGE_KINDS = ['send', 'recv'] as const;
+export type MessageKind = (typeof MESSAGE_KINDS)[number];
+/** Every kind a Stats message may total. */
+export const STATS_KINDS = [...COLLECTIVE_KINDS, ...MESSAGE_KINDS] as const;
+export type StatsKind = CollectiveKind | MessageKind;
 
 export interface KindStats {
-  kind: CollectiveKind;
+  kind: StatsKind;
   count: number;
   bytes: number;
-  /** Microseconds with at least one collective of this kind in flight. */
+  /** Microseconds with at least one collective of this kind in flight; 0 for send and recv (not timed). */
   busyUs: number;
 }
 
@@ -382,12 +388,12 @@ function checkPeerTable(table: PeerTable): void {
 function checkStats(stats: Stats): void {
   // uint64 counters arrive as Numbers (above 2^53 rounded): any finite value >= 0 is a count.
   if (stats.completed > stats.submitted) fieldError('Stats.completed', stats.completed, `exceeds Stats.submitted ${stats.submitted}`);
-  if (stats.kinds.length > COLLECTIVE_KINDS.length) {
-    fieldError('Stats.kinds', `${stats.kinds.length} entries`, `exceeds the ${COLLECTIVE_KINDS.length} kinds of collective`);
+  if (stats.kinds.length > STATS_KINDS.length) {
+    fieldError('Stats.kinds', `${stats.kinds.length} entries`, `exceeds the ${STATS_KINDS.length} kinds of collective and message`);
   }
   const seen = new Set<string>();
   stats.kinds.forEach((k, i) => {
-    if (!(COLLECTIVE_KINDS as readonly string[]).includes(k.kind)) fieldError(`Stats.kinds[${i}].kind`, quote(k.kind), `is not one of ${COLLECTIVE_KINDS.join(', ')}`);
+    if (!(STATS_KINDS as readonly string[]).includes(k.kind)) fieldError(`Stats.kinds[${i}].kind`, quote(k.kind), `is not one of ${STATS_KINDS.join(', ')}`);
     if (seen.has(k.kind)) fieldError(`Stats.kinds[${i}].kind`, quote(k.kind), 'appears twice');
     seen.add(k.kind);
   });

@@ -1,7 +1,7 @@
 // The job as the rendezvous server sees it through the workers' Stats reports:
-// rates per rank, bus bandwidth per kind of collective, the compute /
-// communication split of training steps, the utilization of pipeline stages,
-// and stalls.
+// rates per rank, bus bandwidth per kind of collective, counts and bytes of
+// point-to-point messages (send, recv), the compute / communication split of
+// training steps, the utilization of pipeline stages, and stalls.
 //
 // Stall inspector. Every collective has a sequence number, the same on every
 // rank because all ranks issue collectives in the same order. Each report
@@ -18,8 +18,8 @@
 // the stall message says so, since such a rank may have submitted more than
 // its last report knows.
 
-import type { CollectiveKind, Stats } from './messages';
-import { COLLECTIVE_KINDS } from './messages';
+import type { CollectiveKind, Stats, StatsKind } from './messages';
+import { MESSAGE_KINDS, STATS_KINDS } from './messages';
 
 /** Samples of rate history kept per rank: a minute at one report a second. */
 const HISTORY = 60;
@@ -71,6 +71,9 @@ export interface RankSnapshot {
   submitted: number;
   completed: number;
   collectivesPerS: number;
+  /** send and recv calls completed per second. */
+  messagesPerS: number;
+  /** Bytes of its collectives and messages per second. */
   bytesPerS: number;
   steps: number;
   stepS: number;
@@ -82,14 +85,17 @@ export interface RankSnapshot {
 }
 
 export interface KindSnapshot {
-  kind: CollectiveKind;
+  kind: StatsKind;
   /** Completed on all ranks together. */
   count: number;
   bytes: number;
   busyS: number;
-  /** Since the start: bytes / busy time, averaged over ranks; bytes per second. */
-  algbw: number;
-  busbw: number;
+  /**
+   * Since the start: bytes / busy time, averaged over ranks; bytes per second. Null for send and recv,
+   * which are not timed (a receive is in flight from the moment it is posted, waiting for its sender).
+   */
+  algbw: number | null;
+  busbw: number | null;
   /** The same over the last two reports of each rank (null when nothing ran meanwhile). */
   recentAlgbw: number | null;
   recentBusbw: number | null;
@@ -128,6 +134,9 @@ export interface JobSnapshot {
   size: number;
   ranksUp: number;
   collectivesPerS: number;
+  messagesPerS: number;
+  /** send and recv calls completed so far, all ranks together. */
+  messages: number;
   bytesPerS: number;
   ranks: RankSnapshot[];
   kinds: KindSnapshot[];
@@ -161,6 +170,8 @@ interface RankState {
 }
 
 const totalBytes = (s: Stats) => s.kinds.reduce((n, k) => n + k.bytes, 0);
+const isMessage = (kind: string) => (MESSAGE_KINDS as readonly string[]).includes(kind);
+const totalMessages = (s: Stats) => s.kinds.reduce((n, k) => n + (isMessage(k.kind) ? k.count : 0), 0);
 
 export class JobMonitor {
   private readonly ranks: RankState[];
@@ -245,6 +256,7 @@ export class JobMonitor {
         submitted: s?.submitted ?? 0,
         completed: s?.completed ?? 0,
         collectivesPerS: rates?.collectivesPerS ?? 0,
+        messagesPerS: rates?.messagesPerS ?? 0,
         bytesPerS: rates?.bytesPerS ?? 0,
         steps: s?.steps ?? 0,
         stepS: (s?.stepUs ?? 0) / 1e6,
@@ -254,7 +266,7 @@ export class JobMonitor {
       };
     });
     const kinds: KindSnapshot[] = [];
-    for (const kind of COLLECTIVE_KINDS) {
+    for (const kind of STATS_KINDS) {
       let count = 0, bytes = 0, busyUs = 0, recentBytes = 0, recentBusyUs = 0, reporting = 0;
       for (const r of this.ranks) {
         const k = r.last?.stats.kinds.find((x) => x.kind === kind);
@@ -270,7 +282,11 @@ export class JobMonitor {
         }
       }
       if (reporting === 0) continue;
-      const factor = busBandwidthFactor(kind, this.size);
+      if (isMessage(kind)) {
+        kinds.push({ kind, count, bytes, busyS: 0, algbw: null, busbw: null, recentAlgbw: null, recentBusbw: null });
+        continue;
+      }
+      const factor = busBandwidthFactor(kind as CollectiveKind, this.size);
       const algbw = busyUs > 0 ? bytes / (busyUs / 1e6) : 0;
       const recentAlgbw = recentBusyUs > 0 && recentBytes > 0 ? recentBytes / (recentBusyUs / 1e6) : null;
       kinds.push({
@@ -296,6 +312,8 @@ export class JobMonitor {
       size: this.size,
       ranksUp,
       collectivesPerS: ranks.reduce((n, r) => n + r.collectivesPerS, 0),
+      messagesPerS: ranks.reduce((n, r) => n + r.messagesPerS, 0),
+      messages: this.ranks.reduce((n, r) => n + (r.last ? totalMessages(r.last.stats) : 0), 0),
       bytesPerS: ranks.reduce((n, r) => n + r.bytesPerS, 0),
       ranks,
       kinds,
@@ -356,12 +374,13 @@ export class JobMonitor {
     return out;
   }
 
-  private rates(r: RankState): { collectivesPerS: number; bytesPerS: number } | undefined {
+  private rates(r: RankState): { collectivesPerS: number; messagesPerS: number; bytesPerS: number } | undefined {
     if (!r.last || !r.previous) return undefined;
     const dt = (r.last.stats.timeMs - r.previous.stats.timeMs) / 1000;
     if (dt <= 0) return undefined;
     return {
       collectivesPerS: Math.max(0, r.last.stats.completed - r.previous.stats.completed) / dt,
+      messagesPerS: Math.max(0, totalMessages(r.last.stats) - totalMessages(r.previous.stats)) / dt,
       bytesPerS: Math.max(0, totalBytes(r.last.stats) - totalBytes(r.previous.stats)) / dt,
     };
   }

@@ -529,7 +529,8 @@ export class Pipeline {
     const receive = async (stage: number, tag: number, shape: number[]): Promise<tf.Tensor> => {
       const from = this.rankOf(stage);
       const count = shape.reduce((a, b) => a * b, 1);
-      const data = await peerWork(from, hora.recv(new Float32Array(count), { from, tag }));
+      // The stage idles until the message comes: in a training step, communication time (the dashboard's split).
+      const data = await steps.wait(peerWork(from, hora.recv(new Float32Array(count), { from, tag })));
       return tf.tensor(data, shape, 'float32');
     };
     const now = () => Number(process.hrtime.bigint());
@@ -662,16 +663,16 @@ export class Pipeline {
         // This stage's backwards are done: average its gradients with its replicas while the other
         // stages may still be working.
         const own = this.stageOf.gradientArrays();
-        const mean = await round.guard(this.group.allreduce(concatenated(own), { op: 'avg', name: 'pipeline.gradients' }));
+        const mean = await steps.wait(round.guard(this.group.allreduce(concatenated(own), { op: 'avg', name: 'pipeline.gradients' })));
         let at = 0;
         grads = own.map((g) => { const part = mean.subarray(at, at + g.length); at += g.length; return part; });
       }
-      await round.guard(Promise.all(sends));
+      await steps.wait(round.guard(Promise.all(sends)));
       const wallMs = performance.now() - t0;
       const payload: Record<string, unknown> = { busy, wallMs, stage: s, replica: this.replica, n };
       if (last) Object.assign(payload, { loss: lossSum / n, metrics: metricSums.map((v) => v / n) });
       if (penalty !== 0) payload.penalty = penalty;
-      const reports = await round.finish(this.rank, payload);
+      const reports = await steps.wait(round.finish(this.rank, payload));
       return { reports, output: keepOutput && last ? tf.concat(outputs) : null, grads, busyMs: busy, wallMs, stashBytes: batchPeak };
     } catch (e) {
       stash.forEach(({ input, record }) => { input.dispose(); if (record) disposeRecord(record); });
