@@ -15,7 +15,7 @@
  * it would have seen locally (Adam and friends key their slots by position), so N ranks on batch B/N
  * follow one process on batch B up to float rounding, and both ways give bit-identical weights.
  */
-import * as tf from '@tensorflow/tfjs-core';
+import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/errors';
 import { flushCollectives, timelineOn, timelineSpan } from '../../ts/hora';
@@ -108,6 +108,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     if (!(optimizer instanceof tf.Optimizer)) {
       throw new TypeError(`DistributedOptimizer: argument 'optimizer' must be a tf.train optimizer; received ${optimizer === null ? 'null' : typeof optimizer}`);
     }
+    checkSameTfjs(optimizer, 'Optimizer', "DistributedOptimizer: argument 'optimizer'");
     if (options === null || typeof options !== 'object') throw invalid('options', 'an object', options);
     const {
       compression = 'none', backwardPassesPerStep = 1, op = 'avg', overlap = true, bucketMB = DEFAULT_BUCKET_MB,
