@@ -10,7 +10,9 @@
 //              own node_modules/@tensorflow/* beside them.
 // The application's frameworks are hard-linked copies of this checkout's: other paths, so Node loads them as
 // other packages, without copying their bytes. The README's fit.mjs and the pipeline example run there on
-// 2 ranks; a preload (NODE_OPTIONS) reports which copies of tfjs each rank loaded.
+// 2 ranks; a preload (NODE_OPTIONS) reports which copies of tfjs each rank loaded. docs/brain.md's xor.mjs
+// and hora/onnxruntime's loader must take the application's brain.js and onnxruntime-web the same way, and
+// hora/tfjs's types must still check against the application's tfjs.
 // Needs `npm run build:ts` (dist/) and the native addon (build/Release).
 const t = require('tap');
 const fs = require('node:fs');
@@ -183,6 +185,24 @@ t.test('hora installed beside its own copy of the frameworks', { skip }, async (
       for (const [rank, r] of xor.reports.entries()) {
         t.same(r && r.brain, [appCopy], `xor.mjs: rank ${rank} loaded brain.js from the application only`);
       }
+
+      // TypeScript users keep hora/tfjs's types, checked against the application's tfjs.
+      fs.writeFileSync(path.join(appDir, 'types.ts'), `import * as tf from '@tensorflow/tfjs';
+import { DistributedOptimizer, BroadcastWeightsCallback, MetricAverageCallback, shard, pipeline } from 'hora/tfjs';
+const optimizer = new DistributedOptimizer(tf.train.adam(0.05), { overlap: false });
+const model = tf.sequential({ layers: [tf.layers.dense({ inputShape: [4], units: 1 })] });
+model.compile({ optimizer, loss: 'meanSquaredError' });
+const callbacks: tf.Callback[] = [new BroadcastWeightsCallback(), new MetricAverageCallback()];
+const part: tf.Tensor = shard(tf.zeros([4, 4]), tf.zeros([4, 1])).x;
+const rate: number | undefined = optimizer.learningRate;
+export const used = [callbacks, part, rate, pipeline];
+`);
+      fs.writeFileSync(path.join(appDir, 'tsconfig.json'), JSON.stringify({
+        compilerOptions: { target: 'ES2020', module: 'node16', moduleResolution: 'node16', strict: true, noEmit: true, skipLibCheck: true, types: ['node'] },
+        files: ['types.ts'],
+      }));
+      const tsc = await runProcess([path.join(MODULES, 'typescript', 'bin', 'tsc'), '-p', appDir], cleanEnv({}), 120000, appDir);
+      t.equal(tsc.code, 0, "hora/tfjs's types check against the application's tfjs", { output: tail(tsc) });
 
       // onnxruntime-web's training build, loaded by hora/onnxruntime itself, started from elsewhere.
       const probe = path.join(appDir, 'ort-probe.js');
