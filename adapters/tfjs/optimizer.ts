@@ -12,10 +12,10 @@
  * handed to hora as soon as it is full, and the JS thread blocks with Work.wait() only after all of them
  * are submitted.
  *
- * Either way every rank packs the same variables in the same order, whatever the key order of the
- * gradient map (or of an array, or a varList), and a rank whose variables differ in name or size fails the
- * bucket with ERR_MISMATCH on every rank before anything is applied (buckets.ts says how), with a message
- * that names the variable.
+ * Every rank packs the same variables in the same order, whatever the key order of the gradient map (or
+ * of an array, or a varList), and a rank whose variables differ in name or size fails the bucket with
+ * ERR_MISMATCH on every rank before anything is applied (buckets.ts says how), with a message that names
+ * the variable.
  *
  * Either way the inner optimizer sees the averaged gradients under the same names and in the same order
  * it would have seen locally (Adam and friends key their slots by position), so N ranks on batch B/N
@@ -253,7 +253,7 @@ export class DistributedOptimizer extends tf.Optimizer {
       if (!this.plan) this.plan = planBuckets(pass.step.arrivals, this.bucketMB * 1024 * 1024);
       averaged = entries.map((e) => (e.tensor ? results.get(e.name) ?? null : null));
     } else {
-      let local: Array<Float32Array | null> | null = null;
+      let sums: Array<Float32Array | null> | null = null; // k > 1: the passes' averaged sums
       if (k === 1) {
         // Refused before any bucket leaves, so that no rank waits in a bucket this one will not send.
         entries.forEach(checkFloat32);
@@ -263,13 +263,12 @@ export class DistributedOptimizer extends tf.Optimizer {
           this.stats.submitMs += performance.now() - t0;
           return;
         }
-        local = (this.accumulated as { sums: Array<Float32Array | null> }).sums;
-        for (const sum of local) if (sum) for (let i = 0; i < sum.length; i++) sum[i] /= k;
+        sums = (this.accumulated as { sums: Array<Float32Array | null> }).sums;
+        for (const sum of sums) if (sum) for (let i = 0; i < sum.length; i++) sum[i] /= k;
         this.accumulated = null;
         this.passes = 0;
       }
       // Buckets in the order of the names: each goes out once full, so later read-backs overlap earlier transfers.
-      const sums = local;
       const order = byName(entries).filter((i) => (sums ? sums[i] : entries[i].tensor));
       const sizes = order.map((i) => ({ name: entries[i].name, count: sums ? (sums[i] as Float32Array).length : (entries[i].tensor as tf.Tensor).size }));
       const step = new BucketedStep(planBuckets(sizes, this.bucketMB * 1024 * 1024), (data, name) => this.submit(data, name), flushCollectives);
