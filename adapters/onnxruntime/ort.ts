@@ -2,11 +2,13 @@
  * The slice of onnxruntime-web's training build (1.17 to 1.19.2) that hora/onnxruntime uses, and its loader.
  *
  * hora never imports a framework at load time: the module object is passed in by the user, or loaded here,
- * by path, the first time a session is created. The package's `exports` hide its training build from Node,
+ * by path, the first time a session is created, from the application's onnxruntime-web (not a copy beside
+ * a linked hora: adapters/application.ts). The package's `exports` hide its training build from Node,
  * so it is required as `onnxruntime-web/dist/ort.training.wasm.min.js` resolved to a file.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { applicationFolders, findFramework, packageFolder } from '../application';
 
 export interface OrtTensor {
   readonly type: string;
@@ -47,27 +49,20 @@ export interface OrtTrainingModule {
 
 const TRAINING_BUILD = 'onnxruntime-web/dist/ort.training.wasm.min.js';
 
-/** The package.json named `name` in the folders above `file`. */
-function packageJsonAbove(file: string, name: string): string {
-  for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
-    const candidate = path.join(dir, 'package.json');
-    if (fs.existsSync(candidate) && (JSON.parse(fs.readFileSync(candidate, 'utf8')) as { name?: string }).name === name) return candidate;
-    if (path.dirname(dir) === dir) throw new Error(`hora/onnxruntime: no package.json of ${name} above ${file}`);
-  }
-}
-
 /** Loads onnxruntime-web's training build by path (single-threaded wasm unless the caller set numThreads). */
 export function loadOrtTraining(): OrtTrainingModule {
-  // onnxruntime-web's `exports` hide its package.json and the training build: resolve its main entry, which
-  // they allow, and walk up to the package's folder.
-  let entry: string;
-  try {
-    entry = require.resolve('onnxruntime-web', { paths: [process.cwd(), __dirname] });
-  } catch {
-    throw new Error(`hora/onnxruntime: cannot find onnxruntime-web; install a version with training (npm install onnxruntime-web@1.19.2) or pass {ort} (the module from ${TRAINING_BUILD})`);
+  // The application's copy (adapters/application.ts): one it loaded already, else the one it resolves, hora's
+  // own last. onnxruntime-web's `exports` hide its package.json and the training build: resolve its main
+  // entry, which they allow, and walk up to the package's folder.
+  const found = findFramework((m) => m.filename.includes(`${path.sep}onnxruntime-web${path.sep}`), [['onnxruntime-web']]);
+  if (!found) {
+    throw new Error(`hora/onnxruntime: cannot find onnxruntime-web from the application (${applicationFolders().join(', ')}) or from hora; ` +
+      `install a version with training (npm install onnxruntime-web@1.19.2) or pass {ort} (the module from ${TRAINING_BUILD})`);
   }
-  const packageJson = packageJsonAbove(entry, 'onnxruntime-web');
-  const file = path.join(path.dirname(packageJson), 'dist', 'ort.training.wasm.min.js');
+  const folder = packageFolder(found.file, 'onnxruntime-web');
+  if (!folder) throw new Error(`hora/onnxruntime: no package.json of onnxruntime-web above ${found.file}`);
+  const packageJson = path.join(folder, 'package.json');
+  const file = path.join(folder, 'dist', 'ort.training.wasm.min.js');
   if (!fs.existsSync(file)) {
     const version = (JSON.parse(fs.readFileSync(packageJson, 'utf8')) as { version: string }).version;
     throw new Error(`hora/onnxruntime: onnxruntime-web ${version} has no training build (${file} is missing); training was removed in 1.20, install onnxruntime-web@1.19.2`);

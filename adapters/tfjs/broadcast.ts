@@ -2,7 +2,7 @@
  * Making every rank start from the same place: root's model weights and optimizer state, and each
  * rank's share of the data.
  */
-import * as tf from '@tensorflow/tfjs-core';
+import { tf } from './framework';
 import * as hora from '../../ts/index';
 
 /** What broadcastModel needs of a model: tf.LayersModel's `weights` (LayerVariables). */

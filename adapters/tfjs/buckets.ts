@@ -10,9 +10,12 @@
  * step, one the hooks could not follow, a gradient replaced before applyGradients): with those at the
  * end, every step issues the plan's number of collectives whatever its gradients.
  *
- * A bucket's collective name holds a hash of the variable names in it, so ranks with different sets of
- * gradients (a branch one rank's loss did not use) fail that bucket with ERR_MISMATCH from the engine's
- * agreement step before any data moves, and nothing is averaged with the wrong tensor.
+ * The order inside a bucket is the same on every rank whatever order the gradients were handed over in:
+ * the plan's order, then the extras sorted by name. A bucket's collective name holds a hash of its
+ * variables' names and sizes, and every bucket is submitted as a batch of its own, so the engine's agreement
+ * compares that name bucket by bucket (never only the total of a fused run): ranks with different sets of
+ * gradients (a branch one rank's loss did not use) or different shapes fail that bucket with ERR_MISMATCH
+ * before any data moves, and nothing is averaged with the wrong tensor.
  */
 
 /** Starts one allreduce of `data` named `name`; the returned function waits and gives the result. */
@@ -43,18 +46,28 @@ export function planBuckets(order: Array<{ name: string; count: number }>, bucke
   return buckets;
 }
 
-/** FNV-1a, 32 bits, as 8 hex digits: a short name that changes with the variable list. */
-function hashNames(names: string[]): string {
+/** FNV-1a, 32 bits, as 8 hex digits: a short name that changes with the variable list and their sizes. */
+function hashLayout(names: string[], counts: number[]): string {
   let h = 0x811c9dc5;
-  for (const name of names) {
-    for (let i = 0; i < name.length; i++) {
-      h ^= name.charCodeAt(i);
+  const mix = (text: string) => {
+    for (let i = 0; i < text.length; i++) {
+      h ^= text.charCodeAt(i);
       h = Math.imul(h, 0x01000193) >>> 0;
     }
     h ^= 0x0a;
     h = Math.imul(h, 0x01000193) >>> 0;
-  }
+  };
+  names.forEach((name, i) => {
+    mix(name);
+    mix(String(counts[i]));
+  });
   return h.toString(16).padStart(8, '0');
+}
+
+/** A variable and its size, as a bucket carried it. */
+export interface SentVariable {
+  name: string;
+  count: number;
 }
 
 interface Sent {
@@ -117,10 +130,12 @@ export class BucketedStep {
     if (any) this.flush();
   }
 
-  /** Sends every bucket not yet sent (the last one with the extras) and waits for all of them. */
+  /** Sends every bucket not yet sent (the last one with the extras), each as a batch of its own, and waits for all of them. */
   complete(): { results: Map<string, Float32Array>; errors: unknown[] } {
-    while (this.next < this.plan.length) this.send(this.next++);
-    this.flush();
+    while (this.next < this.plan.length) {
+      this.send(this.next++);
+      this.flush();
+    }
     const results = new Map<string, Float32Array>();
     const errors: unknown[] = [];
     for (const s of this.sent) {
@@ -136,16 +151,17 @@ export class BucketedStep {
     return { results, errors };
   }
 
-  /** The names each bucket carried, in order (for explaining a mismatch). */
-  sentNames(): string[][] {
-    return this.sent.map((s) => s.names);
+  /** The variables each bucket carried, in order (for explaining a mismatch). */
+  sentLayout(): SentVariable[][] {
+    return this.sent.map((s) => s.names.map((name, i) => ({ name, count: s.counts[i] })));
   }
 
   private send(b: number): void {
     const bucket = this.plan[b];
     const isLast = b === this.plan.length - 1;
     const present = this.present[b];
-    const extras = isLast ? this.extras : [];
+    // Sorted by name (stably: a gradient replaced after the hooks sent it follows the one it replaces).
+    const extras = isLast ? this.extras.slice().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)) : [];
     let names: string[], counts: number[], offsets: number[], data: Float32Array;
     if (present.size === bucket.names.length && extras.length === 0) {
       ({ names, counts, offsets } = bucket);
@@ -182,7 +198,7 @@ export class BucketedStep {
         at += e.values.length;
       }
     }
-    const name = `tfjs bucket ${b + 1}/${this.plan.length} (${names.length} tensors, #${hashNames(names)})`;
+    const name = `tfjs bucket ${b + 1}/${this.plan.length} (${names.length} tensors, #${hashLayout(names, counts)})`;
     if (this.firstSentAt === null) this.firstSentAt = performance.now();
     this.sent.push({ names, counts, offsets, finish: this.submit(data, name) });
   }

@@ -3,13 +3,14 @@
  * which @tensorflow/tfjs includes) so that fit hands them the model. Put every hora callback before
  * your own: tfjs passes one logs object down the list, so later callbacks see the averaged values.
  */
-import { Callback, Logs } from '@tensorflow/tfjs-layers';
+import type { Logs } from '@tensorflow/tfjs-layers';
+import { tfl } from './framework';
 import * as hora from '../../ts/index';
 import { broadcastModel } from './broadcast';
 import { setLearningRate } from './optimizer';
 
 /** Broadcasts root's weights to every rank when training begins, so all ranks start identical. */
-export class BroadcastWeightsCallback extends Callback {
+export class BroadcastWeightsCallback extends tfl.Callback {
   constructor(readonly root = 0) {
     super();
   }
@@ -23,7 +24,7 @@ export class BroadcastWeightsCallback extends Callback {
  * Replaces every numeric entry of the epoch logs (loss, acc, val_loss...) by its mean over ranks, so
  * rank 0's history and early-stopping decisions reflect the whole data set and every rank decides alike.
  */
-export class MetricAverageCallback extends Callback {
+export class MetricAverageCallback extends tfl.Callback {
   async onEpochEnd(epoch: number, logs?: Logs): Promise<void> {
     if (!logs) return;
     const keys = Object.keys(logs).sort();
@@ -62,7 +63,7 @@ export interface LearningRateWarmupOptions {
  * target / N over the first warmupEpochs, updated every batch, then held. Sets the learning rate of the
  * model's optimizer (a DistributedOptimizer or any tf.train optimizer with a learningRate).
  */
-export class LearningRateWarmupCallback extends Callback {
+export class LearningRateWarmupCallback extends tfl.Callback {
   readonly warmupEpochs: number;
   readonly scaleByWorldSize: boolean;
   private initialLr: number | undefined;

@@ -11,8 +11,8 @@
  * restore() writes the copies back into the same variables; sync(root) broadcasts root's tensors, and
  * gives the optimizer of a rank that has not stepped yet (no slots) the slots of root's.
  */
-import * as tf from '@tensorflow/tfjs-core';
-import { Callback, Logs } from '@tensorflow/tfjs-layers';
+import type { Logs } from '@tensorflow/tfjs-layers';
+import { tf, tfl } from './framework';
 import * as hora from '../../ts/index';
 import { HoraError, describeValue } from '../../ts/errors';
 import { broadcast, current } from '../../ts/hora';
@@ -403,7 +403,7 @@ export const DEFAULT_COMMIT_EVERY = 10;
  * the epoch, from its first batch, so a fit resumed mid-epoch (ElasticState.fit) commits at the same
  * points as one that was never interrupted.
  */
-export class ElasticCallback extends Callback {
+export class ElasticCallback extends tfl.Callback {
   readonly state: ElasticState;
   readonly commitEvery: number;
   /** Commits made by this callback, for tests and logs. */

@@ -30,7 +30,7 @@
  * itself, or the engine no longer keeps a tape where this looks) is missing from `followed`: the caller
  * reads it after the pass, as without hooks.
  */
-import * as tf from '@tensorflow/tfjs-core';
+import { tf } from './framework';
 
 type Thunks = Record<string, () => tf.Tensor>;
 

@@ -8,19 +8,25 @@
  * computes the layers below. applyGradients() then only waits for what is still in flight.
  *
  * Without overlap, or for gradients computed elsewhere (tf.variableGrads), applyGradients does all the
- * work after the fact: each gradient is read back and handed to hora before the next one is read, and
- * the JS thread blocks with Work.wait() only after all of them are submitted.
+ * work after the fact: the gradients are read back into buckets in the order of their names, each bucket
+ * handed to hora as soon as it is full, and the JS thread blocks with Work.wait() only after all of them
+ * are submitted.
+ *
+ * Every rank packs the same variables in the same order, whatever the key order of the gradient map (or
+ * of an array, or a varList), and a rank whose variables differ in name or size fails the bucket with
+ * ERR_MISMATCH on every rank before anything is applied (buckets.ts says how), with a message that names
+ * the variable.
  *
  * Either way the inner optimizer sees the averaged gradients under the same names and in the same order
  * it would have seen locally (Adam and friends key their slots by position), so N ranks on batch B/N
  * follow one process on batch B up to float rounding, and both ways give bit-identical weights.
  */
-import * as tf from '@tensorflow/tfjs-core';
+import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/errors';
 import { flushCollectives, timelineOn, timelineSpan } from '../../ts/hora';
 import { steps } from '../../ts/stats';
-import { BucketedStep, planBuckets, PlannedBucket } from './buckets';
+import { BucketedStep, planBuckets, PlannedBucket, SentVariable } from './buckets';
 import { gradientsWithHooks } from './hooks';
 import { bfloat16ToFloat, floatToBFloat16, floatToHalf, halfToFloat } from './half';
 
@@ -108,6 +114,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     if (!(optimizer instanceof tf.Optimizer)) {
       throw new TypeError(`DistributedOptimizer: argument 'optimizer' must be a tf.train optimizer; received ${optimizer === null ? 'null' : typeof optimizer}`);
     }
+    checkSameTfjs(optimizer, 'Optimizer', "DistributedOptimizer: argument 'optimizer'");
     if (options === null || typeof options !== 'object') throw invalid('options', 'an object', options);
     const {
       compression = 'none', backwardPassesPerStep = 1, op = 'avg', overlap = true, bucketMB = DEFAULT_BUCKET_MB,
@@ -214,8 +221,10 @@ export class DistributedOptimizer extends tf.Optimizer {
     let t2: number;
     if (pass) {
       if (k > 1) this.checkSameVariables(entries);
-      // What the hooks did not send: gradients they could not follow, and any replaced since the pass.
-      for (const [i, e] of entries.entries()) {
+      // What the hooks did not send: gradients they could not follow, and any replaced since the pass; in
+      // the order of their names, so that the first step's plan (made from these arrivals) is every rank's.
+      for (const i of byName(entries)) {
+        const e = entries[i];
         if (!e.tensor || (pass.taken.has(e.name) && pass.grads[e.name] === e.tensor)) continue;
         let values = readGradient(e) as Float32Array;
         if (k > 1) {
@@ -240,29 +249,36 @@ export class DistributedOptimizer extends tf.Optimizer {
         this.accumulated = null;
         this.passes = 0;
       }
-      if (errors.length > 0) throw this.explain(errors, pass.step);
+      if (errors.length > 0) throw this.explain(errors, pass.step, entries);
       if (!this.plan) this.plan = planBuckets(pass.step.arrivals, this.bucketMB * 1024 * 1024);
       averaged = entries.map((e) => (e.tensor ? results.get(e.name) ?? null : null));
     } else {
-      let local: Array<Float32Array | null>;
+      let sums: Array<Float32Array | null> | null = null; // k > 1: the passes' averaged sums
       if (k === 1) {
-        local = entries.map((e) => readGradient(e));
+        // Refused before any bucket leaves, so that no rank waits in a bucket this one will not send.
+        entries.forEach(checkFloat32);
       } else {
         this.accumulate(entries);
         if (++this.passes < k) {
           this.stats.submitMs += performance.now() - t0;
           return;
         }
-        local = (this.accumulated as { sums: Array<Float32Array | null> }).sums;
-        for (const sum of local) if (sum) for (let i = 0; i < sum.length; i++) sum[i] /= k;
+        sums = (this.accumulated as { sums: Array<Float32Array | null> }).sums;
+        for (const sum of sums) if (sum) for (let i = 0; i < sum.length; i++) sum[i] /= k;
         this.accumulated = null;
         this.passes = 0;
       }
-      // Submit everything first, in the order received, so later read-backs overlap earlier transfers.
-      const pending = local.map((data, i) => (data ? this.submit(data, entries[i].name) : null));
+      // Buckets in the order of the names: each goes out once full, so later read-backs overlap earlier transfers.
+      const order = byName(entries).filter((i) => (sums ? sums[i] : entries[i].tensor));
+      const sizes = order.map((i) => ({ name: entries[i].name, count: sums ? (sums[i] as Float32Array).length : (entries[i].tensor as tf.Tensor).size }));
+      const step = new BucketedStep(planBuckets(sizes, this.bucketMB * 1024 * 1024), (data, name) => this.submit(data, name), flushCollectives);
+      // (add copies the values into its bucket, so the backend's own array is read without a copy of ours.)
+      for (const i of order) step.add(entries[i].name, sums ? (sums[i] as Float32Array) : ((entries[i].tensor as tf.Tensor).dataSync() as Float32Array));
       t1 = performance.now();
-      averaged = pending.map((finish) => (finish ? finish() : null));
+      const { results, errors } = step.complete();
       t2 = performance.now();
+      if (errors.length > 0) throw this.explain(errors, step, entries);
+      averaged = entries.map((e, i) => ((sums ? sums[i] : e.tensor) ? results.get(e.name) ?? null : null));
     }
 
     const tensors = averaged.map((data, i) => {
@@ -317,15 +333,14 @@ export class DistributedOptimizer extends tf.Optimizer {
     }
   }
 
-  /** The error for failed buckets; a mismatch is explained by the variables each rank sent. */
-  private explain(errors: unknown[], step: BucketedStep): unknown {
+  /** The error for failed buckets; a mismatch is explained by the variables (and shapes) each rank sent. */
+  private explain(errors: unknown[], step: BucketedStep, entries: Entry[]): unknown {
     const mismatch = errors.find((e) => e instanceof HoraError && e.code === 'ERR_MISMATCH') as HoraError | undefined;
     if (!mismatch) return errors[0];
     try {
-      const detail = describeDifference(gatherNames(step.sentNames()));
-      return new HoraError('ERR_MISMATCH', `DistributedOptimizer: the ranks computed gradients for different variables, so no bucket ` +
-        `was averaged: ${detail}. Every rank must compute a gradient for every variable it trains, every step (a branch that ` +
-        `some ranks' loss does not use gives those ranks no gradient for its variables). Engine: ${mismatch.message}`, mismatch.rank, mismatch.peer);
+      const shapes = new Map(entries.map((e) => [e.name, e.tensor ? e.tensor.shape : null]));
+      const layout = step.sentLayout().map((bucket) => bucket.map((v) => ({ ...v, shape: shapes.get(v.name) ?? [v.count] })));
+      return new HoraError('ERR_MISMATCH', `DistributedOptimizer: ${describeDifference(gatherLayouts(layout))}. Engine: ${mismatch.message}`, mismatch.rank, mismatch.peer);
     } catch {
       return mismatch;
     }
@@ -402,11 +417,14 @@ export class DistributedOptimizer extends tf.Optimizer {
   }
 }
 
+/** A variable as a bucket carried it, with its gradient's shape. */
+type SentShape = SentVariable & { shape: number[] };
+
 /**
- * Every rank's bucket contents, for an error message: two allgathers (lengths, then the names as JSON
+ * Every rank's bucket contents, for an error message: two allgathers (lengths, then the layouts as JSON
  * padded to the longest), which every rank runs because every rank saw the same bucket fail.
  */
-function gatherNames(mine: string[][]): string[][][] {
+function gatherLayouts(mine: SentShape[][]): SentShape[][][] {
   const bytes = new TextEncoder().encode(JSON.stringify(mine));
   const lengths = hora.allgather(Int32Array.of(bytes.length), { name: 'tfjs gradient names: lengths' }).wait();
   const longest = Math.max(...lengths);
@@ -414,28 +432,60 @@ function gatherNames(mine: string[][]): string[][][] {
   padded.set(bytes);
   const all = hora.allgather(padded, { name: 'tfjs gradient names' }).wait();
   const decoder = new TextDecoder();
-  return Array.from(lengths, (n, r) => JSON.parse(decoder.decode(all.subarray(r * longest, r * longest + n))) as string[][]);
+  return Array.from(lengths, (n, r) => JSON.parse(decoder.decode(all.subarray(r * longest, r * longest + n))) as SentShape[][]);
 }
 
-/** Which rank lacks which variables' gradients, or how the orders differ. */
-function describeDifference(perRank: string[][][]): string {
-  const sets = perRank.map((buckets) => new Set(buckets.flat()));
-  const union = new Set(sets.flatMap((s) => [...s]));
+/**
+ * What differs between the ranks' buckets, most telling first: a variable whose shape differs (the ranks
+ * built different models), then variables some ranks have no gradient for, else the packing itself.
+ */
+function describeDifference(perRank: SentShape[][][]): string {
+  const byRank = perRank.map((buckets) => new Map(buckets.flat().map((v) => [v.name, v])));
+  const names = [...new Set(perRank.flatMap((buckets) => buckets.flat().map((v) => v.name)))];
+  const shapeText = (v: SentShape) => `${JSON.stringify(v.shape)} (${v.count} values)`;
+  for (const name of names) {
+    const seen = new Map<string, number[]>(); // shape text -> ranks
+    byRank.forEach((vars, r) => {
+      const v = vars.get(name);
+      if (v) seen.set(shapeText(v), [...(seen.get(shapeText(v)) ?? []), r]);
+    });
+    if (seen.size > 1) {
+      const sides = [...seen].map(([shape, ranks]) => `${shape} on rank${ranks.length > 1 ? 's' : ''} ${ranks.join(', ')}`);
+      const others = names.filter((n) => n !== name && new Set(byRank.filter((m) => m.has(n)).map((m) => shapeText(m.get(n) as SentShape))).size > 1);
+      return `the ranks' variables differ in shape: '${name}' is ${sides.join(' and ')}` +
+        (others.length > 0 ? ` (and ${others.length} more: ${others.join(', ')})` : '') +
+        ', so no bucket was averaged. Every rank must build the same model, with the same layer sizes';
+    }
+  }
   const lacks: string[] = [];
-  sets.forEach((set, r) => {
-    const missing = [...union].filter((n) => !set.has(n));
+  byRank.forEach((vars, r) => {
+    const missing = names.filter((n) => !vars.has(n));
     if (missing.length > 0) lacks.push(`rank ${r} has no gradient for ${missing.join(', ')}`);
   });
-  if (lacks.length > 0) return lacks.join('; ') + ' (which other ranks have)';
-  return `the same variables, packed differently: ${perRank.map((b, r) => `rank ${r}: ${JSON.stringify(b)}`).join('; ')}`;
+  const advice = 'Every rank must compute a gradient for every variable it trains, every step (a branch that ' +
+    "some ranks' loss does not use gives those ranks no gradient for its variables)";
+  if (lacks.length > 0) {
+    return `the ranks computed gradients for different variables, so no bucket was averaged: ${lacks.join('; ')} (which other ranks have). ${advice}`;
+  }
+  const listed = perRank.map((b, r) => `rank ${r}: ${JSON.stringify(b.map((bucket) => bucket.map((v) => v.name)))}`).join('; ');
+  return `the ranks computed gradients for the same variables, packed differently, so no bucket was averaged: ${listed}. ${advice}`;
+}
+
+/** Indices of the entries in the order of their names: the same on every rank whatever order they came in. */
+function byName(entries: Entry[]): number[] {
+  return entries.map((_, i) => i).sort((a, b) => (entries[a].name < entries[b].name ? -1 : entries[a].name > entries[b].name ? 1 : a - b));
+}
+
+function checkFloat32(e: Entry): void {
+  if (e.tensor && e.tensor.dtype !== 'float32') {
+    throw new TypeError(`DistributedOptimizer: gradient '${e.name}' has dtype ${e.tensor.dtype}; only float32 gradients can be averaged`);
+  }
 }
 
 /** A float32 copy of one gradient (null where the variable got none). */
 function readGradient(e: Entry): Float32Array | null {
   if (!e.tensor) return null;
-  if (e.tensor.dtype !== 'float32') {
-    throw new TypeError(`DistributedOptimizer: gradient '${e.name}' has dtype ${e.tensor.dtype}; only float32 gradients can be averaged`);
-  }
+  checkFloat32(e);
   return Float32Array.from(e.tensor.dataSync() as Float32Array);
 }
 

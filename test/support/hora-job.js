@@ -15,12 +15,13 @@ const NODE = process.execPath;
 
 /**
  * Resolves {code, signal, stdout, stderr, reports (by rank, null where none), seconds, resultDir}.
- * env is added to the environment of the launcher (and so of the workers); timeoutMs kills the launcher.
+ * env is added to the environment of the launcher (and so of the workers); timeoutMs kills the launcher;
+ * cwd is where the launcher (and so the workers) start, the checkout's root unless given.
  */
-// Runs `node args...` and collects its output; SIGKILLs it after timeoutMs so a hang fails the test.
-function runProcess(args, env, timeoutMs = 60000) {
+// Runs `node args...` in cwd and collects its output; SIGKILLs it after timeoutMs so a hang fails the test.
+function runProcess(args, env, timeoutMs = 60000, cwd = ROOT) {
   return new Promise((resolve) => {
-    const child = spawn(NODE, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(NODE, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -33,11 +34,11 @@ function runProcess(args, env, timeoutMs = 60000) {
   });
 }
 
-async function runJob(np, script, { env = {}, args = [], timeoutMs = 120000, resultVar = 'HORA_TEST_RESULT_DIR', launcherArgs = [] } = {}) {
+async function runJob(np, script, { env = {}, args = [], timeoutMs = 120000, resultVar = 'HORA_TEST_RESULT_DIR', launcherArgs = [], cwd = ROOT } = {}) {
   const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-test-'));
   const started = process.hrtime.bigint();
   const run = await runProcess([HORA, 'run', '-np', String(np), ...launcherArgs, '--', NODE, script, ...args],
-    { ...process.env, HORA_TIMEOUT_S: '60', ...env, [resultVar]: resultDir }, timeoutMs);
+    { ...process.env, HORA_TIMEOUT_S: '60', ...env, [resultVar]: resultDir }, timeoutMs, cwd);
   const reports = [];
   for (let r = 0; r < np; r++) {
     const file = path.join(resultDir, `rank-${r}.json`);

@@ -19,7 +19,7 @@
  * after `warmup` untimed ones (the first runs of a kernel are many times slower: V8 has not compiled
  * it yet, the backend allocates), the layers taking turns run by run.
  */
-import * as tf from '@tensorflow/tfjs-core';
+import { checkSameTfjs, tf } from '../framework';
 import type { layers as tfl, LayersModel } from '@tensorflow/tfjs-layers';
 import { HoraError } from '../../../ts/errors';
 import type { LayerCost } from './partition';
@@ -44,6 +44,7 @@ export function layerChain(model: LayersModel): Layer[] {
   if (m === null || typeof m !== 'object' || !Array.isArray(m.layers) || typeof m.getClassName !== 'function') {
     throw new HoraError('ERR_INVALID_ARGUMENT', `pipeline: argument 'model' must be a tf.LayersModel (tf.sequential or tf.model); received ${m === null ? 'null' : typeof m}`);
   }
+  checkSameTfjs(model, 'LayersModel', "pipeline: argument 'model'");
   if (model.getClassName() === 'Sequential') return model.layers.filter((l) => l.getClassName() !== 'InputLayer');
   if (model.inputs.length !== 1 || model.outputs.length !== 1) {
     throw notAChain(`the model has ${model.inputs.length} inputs and ${model.outputs.length} outputs, not one of each`);

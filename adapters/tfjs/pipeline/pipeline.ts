@@ -14,8 +14,7 @@
  * micro-batches' gradients once. A failure anywhere ends the round on every rank with an error naming
  * the stage and rank where it began.
  */
-import * as tf from '@tensorflow/tfjs-core';
-import * as tfl from '@tensorflow/tfjs-layers';
+import { tf, tfl } from '../framework';
 import type { LayersModel } from '@tensorflow/tfjs-layers';
 import * as hora from '../../../ts/index';
 import { HoraError } from '../../../ts/errors';

@@ -28,9 +28,8 @@
  * recorded tape whose Dense kernel products keep their input and output gradient, and the kernels'
  * gradients are computed once per batch (weight-grads.ts).
  */
-import * as tf from '@tensorflow/tfjs-core';
+import { tf, tfl } from '../framework';
 import type { LayersModel, Sequential } from '@tensorflow/tfjs-layers';
-import * as tfl from '@tensorflow/tfjs-layers';
 import { HoraError } from '../../../ts/errors';
 import type { Layer } from './layers';
 import { DeferredKernels, type TapeNode } from './weight-grads';

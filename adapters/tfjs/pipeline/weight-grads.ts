@@ -22,7 +22,7 @@
  * input needs no gradient. A kernel that also reaches the loss another way (a regularizer) keeps that part
  * of its gradient from the replay, and the deferred part is added to it.
  */
-import * as tf from '@tensorflow/tfjs-core';
+import { tf } from '../framework';
 import type { Layer } from './layers';
 
 /** A tape node, as tfjs-core's engine records it. */
