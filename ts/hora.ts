@@ -31,7 +31,8 @@ import type {
 import { startReporting, stopReporting } from './stats';
 import { openTimeline, TimelineWriter } from './timeline';
 import { JOB_FINISHED_REFUSAL } from './control/membership';
-import { Dispatcher, Work } from './work';
+import { Dispatcher, invalidItem, Work } from './work';
+import { Lend } from './lend';
 
 export interface Topology {
   rank: number;
@@ -703,6 +704,8 @@ export type Plan<T> = {
   /** The result in a world of one; null: `value`. */
   local: (() => T) | null;
   value?: T;
+  /** What the engine does with item.data when it is the user's array (ts/lend.ts); absent: it is hora's, or none. */
+  lends?: Lend;
 };
 
 /**
@@ -736,7 +739,7 @@ export function run<T, A = undefined, B = undefined>(
     done.fulfil(p.local !== null ? p.local() : p.value as T);
     return done;
   }
-  const work = w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep ?? p.value, p.value);
+  const work = w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep ?? p.value, p.value, p.lends);
   if (p.item.device !== undefined && p.keep !== null) for (const k of p.keep) if (k instanceof DeviceBuffer) work.onSettled(lend(k));
   return work;
 }
@@ -773,7 +776,7 @@ function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: Allr
   const out = inplace ? x : copyOf(x as Tensor) as T;
   return {
     item: { kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
-    finish: null, keep: null, local: null, value: out,
+    finish: null, keep: null, local: null, value: out, lends: inplace ? Lend.ReadsWrites : Lend.None,
   };
 }
 
@@ -804,7 +807,7 @@ export function broadcastPlan<T extends CollectiveInput>(x: T, options?: Broadca
     const out = inplace ? x : copyOf(x as Tensor) as T;
     return {
       item: { kind: NativeKind.Broadcast, op: NativeOp.Sum, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
-      finish: null, keep: null, local: null, value: out,
+      finish: null, keep: null, local: null, value: out, lends: inplace ? Lend.ReadsWrites : Lend.None,
     };
   };
 }
@@ -838,7 +841,7 @@ export function allgatherPlan<T extends CollectiveInput>(x: T, options?: Allgath
     const Ctor = x.constructor as new (buffer: ArrayBuffer) => T;
     return {
       item: { kind: NativeKind.Allgather, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: null },
-      finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x as Tensor) as T,
+      finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x as Tensor) as T, lends: Lend.Reads,
     };
   };
 }
@@ -872,7 +875,7 @@ export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: Red
     const out = new Ctor(end - begin);
     return {
       item: { kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: out as Tensor },
-      finish: () => out, keep: [x, out], local: () => copyOf(x as Tensor) as T,
+      finish: () => out, keep: [x, out], local: () => copyOf(x as Tensor) as T, lends: Lend.Reads,
     };
   };
 }
@@ -912,10 +915,7 @@ export function failPeers(reason: string): void {
 /** The placeholder that keeps the ranks in step when this rank's call cannot run; see failPeers(). */
 /** @internal */
 export function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite, group = 0): void {
-  dispatcher.submit({
-    kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
-    name: '', data: null, out: null, invalidReason: reason, group,
-  }, () => undefined, site, []);
+  dispatcher.submit(invalidItem(reason, group), () => undefined, site, []);
 }
 
 /**
@@ -982,7 +982,7 @@ export function runMessage<T>(scope: Scope | null, call: string, callee: Functio
     return failed;
   }
   if (!w.dispatcher) throw new HoraError('ERR_INTERNAL', `hora.${w.prefix}${call}: no engine in a world of one`, w.self);
-  return w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep ?? p.value, p.value);
+  return w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep ?? p.value, p.value, p.lends);
 }
 
 /**
@@ -1004,7 +1004,7 @@ export function sendPlan(x: Tensor, options: SendOptions): (w: Scope) => Plan<vo
     const tag = tagOf(c, o.tag, w.self);
     return {
       item: { kind: NativeKind.Send, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name: '', data: x, out: null, peer, tag },
-      finish: () => undefined, keep: [x], local: () => undefined,
+      finish: () => undefined, keep: [x], local: () => undefined, lends: Lend.Reads,
     };
   };
 }
@@ -1045,7 +1045,7 @@ export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Te
     const tag = tagOf(c, o.tag, w.self);
     return {
       item: { kind: NativeKind.Recv, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name: '', data: into, out: null, peer, tag },
-      finish: () => into, keep: [into], local: () => into,
+      finish: () => into, keep: [into], local: () => into, lends: fresh ? Lend.None : Lend.Writes,
     };
   };
 }

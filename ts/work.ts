@@ -12,7 +12,8 @@
  * difference into ERR_MISMATCH rather than wrong numbers.
  */
 import { CallSite, HoraError } from './errors';
-import { itemBytes, NativeKind, packCode } from './native';
+import { callName, cannotBeTaken, changedArray, copyBack, copyIn, Lend, Stages } from './lend';
+import { itemBytes, NativeAlgorithm, NativeDType, NativeKind, NativeOp, packCode } from './native';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
 import type { TimelineWriter } from './timeline';
@@ -147,6 +148,11 @@ function isHostMessage(item: NativeItem): boolean {
   return (item.kind === NativeKind.Send || item.kind === NativeKind.Recv) && item.device === undefined && !!item.data;
 }
 
+/** A send or receive: not in the order of collectives, so no placeholder takes its place when it fails. */
+function isMessage(item: NativeItem): boolean {
+  return item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
+}
+
 /** A host collective of the world that submitOne() and runOne() take as positional arguments. */
 function isLoneCollective(item: NativeItem): boolean {
   return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
@@ -164,6 +170,31 @@ interface Outstanding {
   keep: unknown;
   /** For the Stats report; absent for connect. */
   stats?: SubmittedCollective;
+  /** The user's array the item's data is (see ts/lend.ts), and its bytes at the call; null: none lent. */
+  lent: ArrayBufferView | null;
+  lentBytes: number;
+  lends: Lend;
+  /** What the engine got in place of `lent`, until the work settles; null: `lent` itself, or nothing. */
+  stage: ArrayBufferView | null;
+  /** The item as called (for the errors about `lent`); null unless lent. */
+  item: Omit<NativeItem, 'id'> | null;
+}
+
+/** The placeholder that keeps the ranks in step when a collective of this rank cannot run (see hora.failPeers). */
+export function invalidItem(reason: string, group = 0): Omit<NativeItem, 'id'> {
+  return {
+    kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
+    name: '', data: null, out: null, invalidReason: reason, group,
+  };
+}
+
+/** An error the binding threw, as the HoraError of the works it was to take. */
+function refusal(call: string, e: unknown, rank: number): HoraError {
+  const err = e as { code?: unknown; message?: unknown } | null;
+  const message = err && typeof err.message === 'string' ? err.message : String(e);
+  const code = e instanceof TypeError || e instanceof RangeError ? 'ERR_INVALID_ARGUMENT'
+    : err && typeof err.code === 'string' ? err.code : 'ERR_INTERNAL';
+  return new HoraError(code, `${call}: the native binding refused the call: ${message}`, rank);
 }
 
 /**
@@ -232,6 +263,8 @@ export class Dispatcher implements WorkDriver {
   private firstId = 0;
   private rest: NativeItem[] = [];
   private batchBytes = 0;
+  /** Copies of lent arrays for works that stay pending while JavaScript runs (ts/lend.ts). */
+  private readonly stages = new Stages();
   private flushScheduled = false;
   // A flush microtask is queued and has not run yet. A wait() loop never lets microtasks run, and each
   // wait() flushes the batch itself; queuing a new microtask per call would pile them up without bound.
@@ -300,7 +333,7 @@ export class Dispatcher implements WorkDriver {
   }
 
   /** Queues one item; returns its Work. */
-  submit<T>(item: Omit<NativeItem, 'id'>, finish: Finish<T> | null, site: CallSite, keep: unknown, value?: T): Work<T> {
+  submit<T>(item: Omit<NativeItem, 'id'>, finish: Finish<T> | null, site: CallSite, keep: unknown, value?: T, lends = Lend.None): Work<T> {
     const id = this.nextId++;
     const bytes = itemBytes(item);
     const spins = bytes <= SPIN_MAX_BYTES && item.kind !== NativeKind.Send && item.kind !== NativeKind.Recv;
@@ -309,7 +342,8 @@ export class Dispatcher implements WorkDriver {
     // sequence number), but the job's figures count them.
     const p2p = item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
     const stats = this.stats.submitted(item.kind, item.name, bytes, item.dtype, !item.group && !p2p);
-    this.outstanding.add({ id, work, finish, value, site, keep, stats });
+    const lent = lends !== Lend.None ? item.data : null;
+    this.outstanding.add({ id, work, finish, value, site, keep, stats, lent, lentBytes: bytes, lends, stage: null, item: lent ? item : null });
     if (this.timeline) this.timeline.called(id, item);
     if (this.first === null) {
       this.first = item as NativeItem;
@@ -335,7 +369,7 @@ export class Dispatcher implements WorkDriver {
   track<T>(finish: Finish<T>, site: CallSite, start: (id: number) => void): Work<T> {
     const id = this.nextId++;
     const work = new Work<T>(this, id);
-    this.outstanding.add({ id, work, finish, value: undefined, site, keep: null, stats: undefined });
+    this.outstanding.add({ id, work, finish, value: undefined, site, keep: null, stats: undefined, lent: null, lentBytes: 0, lends: Lend.None, stage: null, item: null });
     start(id);
     return work;
   }
@@ -349,24 +383,124 @@ export class Dispatcher implements WorkDriver {
     this.batchBytes = 0;
     const id = this.firstId;
     if (this.rest.length === 0 && (isHostMessage(one) || isLoneCollective(one))) {
-      if (isHostMessage(one)) this.comm.submitMessage(id, packCode(one, willWait), one.data!, one.peer!, one.tag!, one.group ?? 0);
-      else {
-        this.started(id, performance.now());
-        const result = this.comm.submitOne(id, packCode(one, willWait), one.root, one.data, one.out, one.name || null);
-        if (result !== undefined) this.settle(id, result);
-      }
+      this.submitLone(id, one, willWait);
       return;
     }
     one.id = id;
     const items = [one, ...this.rest];
     this.rest = [];
+    this.submitBatch(items, willWait);
+  }
+
+  /** flush() of one host collective or message alone: positional arguments, no item object to read. */
+  private submitLone(id: number, one: NativeItem, willWait: boolean): void {
+    const data = this.lend(id, one.data, true);
+    if (data instanceof HoraError) {
+      if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group), id }]);
+      return;
+    }
+    let result: NativeResult | true | undefined;
+    try {
+      if (isHostMessage(one)) this.comm.submitMessage(id, packCode(one, willWait), data!, one.peer!, one.tag!, one.group ?? 0);
+      else {
+        this.started(id, performance.now());
+        result = this.comm.submitOne(id, packCode(one, willWait), one.root, data, one.out, one.name || null);
+      }
+    } catch (e) {
+      one.id = id;
+      this.refused([one], e);
+      return;
+    }
+    if (result !== undefined) this.settle(id, result);
+  }
+
+  /** flush() of a batch: messages are posted each alone, collectives go to the engine together. */
+  private submitBatch(items: NativeItem[], willWait: boolean): void {
+    let lost = 0;
+    for (let i = 0; i < items.length; i++) {
+      const item = items[i];
+      const data = this.lend(item.id, item.data, true);
+      if (!(data instanceof HoraError)) item.data = data;
+      else if (!isMessage(item)) items[i] = { ...invalidItem(data.message, item.group), id: item.id };
+      else lost++;
+    }
+    // A message that failed here is not posted at all; a collective's place is held.
+    if (lost > 0) items = items.filter((item) => !isMessage(item) || this.outstanding.get(item.id) !== undefined);
+    if (items.length === 0) return;
     if (items.every(isHostMessage)) {
-      for (const m of items) this.comm.submitMessage(m.id, packCode(m, willWait), m.data!, m.peer!, m.tag!, m.group ?? 0);
+      for (const m of items) {
+        try {
+          this.comm.submitMessage(m.id, packCode(m, willWait), m.data!, m.peer!, m.tag!, m.group ?? 0);
+        } catch (e) {
+          this.refused([m], e);
+        }
+      }
     } else {
       const now = performance.now();
       for (const item of items) this.started(item.id, now);
-      this.comm.submit(items, willWait);
+      try {
+        this.comm.submit(items, willWait);
+      } catch (e) {
+        this.refused(items, e);
+      }
     }
+  }
+
+  /**
+   * The array the engine is to use for work `id`, whose item's data is `data`: the array itself, or its
+   * stage when the work stays pending while JavaScript runs (`pending`; see ts/lend.ts). A HoraError: the
+   * user's array changed since the call, and the work has failed with it here (a collective still has to
+   * take its place in the order: the caller submits the invalid placeholder).
+   */
+  private lend(id: number, data: ArrayBufferView | null, pending: boolean): ArrayBufferView | null | HoraError {
+    if (data === null) return data;
+    const o = this.outstanding.get(id);
+    if (o === undefined || o.lent === null) return data;
+    const lent = o.lent;
+    if (lent.byteLength !== o.lentBytes) {
+      const err = changedArray(o.item!, lent, o.lentBytes, false, this.rank);
+      this.failHere(id, err);
+      return err;
+    }
+    if (!pending || cannotBeTaken(lent)) return lent;
+    const stage = this.stages.take(lent as Float32Array);
+    if (o.lends & Lend.Reads) copyIn(stage, lent);
+    o.stage = stage;
+    return stage;
+  }
+
+  /**
+   * The binding threw instead of taking `items` (nothing of that call reached the engine): each work fails
+   * with a HoraError, and each collective's place in the order is taken by the invalid placeholder, so the
+   * other ranks fail it too instead of waiting for it. Nothing escapes: this runs in a microtask.
+   */
+  private refused(items: NativeItem[], e: unknown): void {
+    const placeholders: NativeItem[] = [];
+    for (const item of items) {
+      const err = refusal(callName(item), e, this.rank);
+      this.failHere(item.id, err);
+      if (!isMessage(item)) placeholders.push({ ...invalidItem(err.message, item.group), id: item.id });
+    }
+    this.holdPlaces(placeholders);
+  }
+
+  /** Submits invalid placeholders (their works have failed here already: their completions find nothing). */
+  private holdPlaces(placeholders: NativeItem[]): void {
+    if (placeholders.length === 0) return;
+    try {
+      this.comm.submit(placeholders, false);
+    } catch {
+      // The communicator is closed: no rank waits for these any more.
+    }
+  }
+
+  /** Fails work `id` on this rank now, before (or instead of) the engine's answer. */
+  private failHere(id: number, err: HoraError): void {
+    const o = this.outstanding.take(id);
+    if (!o) return;
+    if (o.stats) this.stats.settled(o.stats, { code: err.code, message: err.message });
+    if (o.stage !== null) this.stages.give(o.stage as Float32Array);
+    o.work.reject(o.site.attach(err));
   }
 
   /** Submits what is batched and resolves once every outstanding work has settled, either way. */
@@ -404,14 +538,32 @@ export class Dispatcher implements WorkDriver {
       this.first = null;
       this.batchBytes = 0;
       this.flushScheduled = false;
-      this.settle(id, isHostMessage(one)
-        ? this.comm.runMessage(id, packCode(one), one.data!, one.peer!, one.tag!, one.group ?? 0)
-        : this.comm.runOne(id, packCode(one), one.root, one.data, one.out, one.name || null));
+      this.runLone(id, one);
       return;
     }
     this.flush(true);
     const result = this.comm.wait(id);
     if (result) this.settle(id, result);
+  }
+
+  /** waitFor() of a lone collective or message: runOne or runMessage, in which no JavaScript runs (no stage). */
+  private runLone(id: number, one: NativeItem): void {
+    const data = this.lend(id, one.data, false);
+    if (data instanceof HoraError) {
+      if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group), id }]);
+      return;
+    }
+    let result: NativeResult | true | number;
+    try {
+      result = isHostMessage(one)
+        ? this.comm.runMessage(id, packCode(one), data!, one.peer!, one.tag!, one.group ?? 0)
+        : this.comm.runOne(id, packCode(one), one.root, data, one.out, one.name || null);
+    } catch (e) {
+      one.id = id;
+      this.refused([one], e);
+      return;
+    }
+    this.settle(id, result);
   }
 
   /** Tells the Stats counters that the collective `id` (not a message) is handed to the engine. */
@@ -431,6 +583,7 @@ export class Dispatcher implements WorkDriver {
     if (!o) return;
     const result = typeof taken === 'object' ? taken : SUCCESS;
     if (o.stats) this.stats.settled(o.stats, result, typeof taken === 'number' ? taken / 1e6 : 0);
+    if (o.stage !== null && this.giveBack(o, !result.code)) return;
     if (result.code) {
       const peer = result.peer ?? -1;
       const place = peer >= 0 && peer !== this.rank ? this.peerPlaces[peer] : undefined;
@@ -443,5 +596,24 @@ export class Dispatcher implements WorkDriver {
     } catch (e) {
       o.work.reject(o.site.attach(new HoraError('ERR_INTERNAL', `hora: could not unpack a result: ${(e as Error).message}`, this.rank)));
     }
+  }
+
+  /**
+   * A settled work's stage: the result copied into the user's array (succeeded), and the stage kept for
+   * reuse. True when the work failed here instead: the user's array changed while the work was pending.
+   */
+  private giveBack(o: Outstanding, succeeded: boolean): boolean {
+    const lent = o.lent!, stage = o.stage!;
+    o.stage = null;
+    let failed = false;
+    if (succeeded && o.lends & Lend.Writes) {
+      if (lent.byteLength === o.lentBytes) copyBack(lent, stage);
+      else {
+        o.work.reject(o.site.attach(changedArray(o.item!, lent, o.lentBytes, true, this.rank)));
+        failed = true;
+      }
+    }
+    this.stages.give(stage as Float32Array);
+    return failed;
   }
 }

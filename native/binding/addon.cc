@@ -137,16 +137,31 @@ void viewOf(const Napi::Value& v, uint8_t** data, size_t* bytes) {
 // (a Float32Array matches the eighth; about 25 ns of a small collective). The ArrayBuffer bounds the
 // count, so an array whose elements are not the dtype's size (the JS layer never passes one) gives a wrong
 // count, never one that reaches past the buffer.
-size_t elementsOf(const Napi::Value& v, size_t elementBytes, uint8_t** data) {
+//
+// A view of a SharedArrayBuffer (worker_threads' memory) has no ArrayBuffer to ask: Node-API before
+// node_api_is_sharedarraybuffer (Node 18 to 22) answers napi_get_arraybuffer_info only for an ArrayBuffer,
+// and napi_invalid_arg for a SharedArrayBuffer. Such a view is bounded by its own type instead, which
+// costs the type tests only there.
+size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data) {
   napi_env env = v.Env();
   size_t length = 0, offset = 0, bufferBytes = 0;
   void* first = nullptr;
   napi_value buffer = nullptr;
-  if (napi_get_typedarray_info(env, v, nullptr, &length, &first, &buffer, &offset) != napi_ok ||
-      napi_get_arraybuffer_info(env, buffer, nullptr, &bufferBytes) != napi_ok) {
+  if (napi_get_typedarray_info(env, v, nullptr, &length, &first, &buffer, &offset) != napi_ok) {
     throw Napi::TypeError::New(env, "native: expected a TypedArray");
   }
-  if (offset > bufferBytes || length > (bufferBytes - offset) / elementBytes) {
+  if (napi_get_arraybuffer_info(env, buffer, nullptr, &bufferBytes) != napi_ok) {
+    napi_typedarray_type type;
+    if (napi_get_typedarray_info(env, v, &type, nullptr, nullptr, nullptr, nullptr) != napi_ok) {
+      throw Napi::TypeError::New(env, "native: expected a TypedArray");
+    }
+    if (dtypeBytes != elementBytes(type)) {
+      throw Napi::RangeError::New(env, "native: the array's elements are not its dtype's size");
+    }
+    *data = static_cast<uint8_t*>(first);
+    return length;
+  }
+  if (offset > bufferBytes || length > (bufferBytes - offset) / dtypeBytes) {
     throw Napi::RangeError::New(env, "native: the array holds fewer bytes than its dtype needs");
   }
   *data = static_cast<uint8_t*>(first);
@@ -309,10 +324,17 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     std::vector<std::shared_ptr<Work>> messages;
     batch.reserve(arr.Length());
     Napi::Array keys = keys_.Value();
+    // Tracked only once every item is read: an item the binding refuses leaves nothing of the call behind
+    // (the JS side then fails the whole call's works, and no entry here would wait for a completion).
+    if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
+    std::vector<std::shared_ptr<Work>> all;
+    all.reserve(arr.Length());
     for (uint32_t i = 0; i < arr.Length(); ++i) {
       Napi::Object it = arr.Get(i).As<Napi::Object>();
       auto get = [&](ItemKey k) { return it.Get(keys.Get(static_cast<uint32_t>(k))); };
-      auto w = Track(env, get(kId));
+      auto w = std::make_shared<Work>();
+      w->id = static_cast<uint64_t>(get(kId).As<Napi::Number>().Int64Value());
+      all.push_back(w);
       w->kind = enumFrom<hora::Kind>(get(kKind), kKind, 8);
       w->op = enumFrom<hora::ReduceOp>(get(kOp), kOp, hora::kNumReduceOps);
       w->dtype = enumFrom<hora::DType>(get(kDtype), kDtype, hora::kNumDTypes);
@@ -361,6 +383,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       }
       batch.push_back(std::move(w));
     }
+    for (const auto& w : all) Adopt(env, w);
     const bool willWait = info.Length() > 1 && info[1].ToBoolean().Value();
     // With no collective in the batch, the item waited for is a message: the waiting caller moves them.
     for (auto& m : messages) comm_->post(std::move(m), willWait && batch.empty());
@@ -413,8 +436,9 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     return result;
   }
 
-  // A work for runOne() and runMessage(): like Track(), but kept out of pending_. The work of the last
-  // runOne() is made anew in place when nothing else holds it (see Recycle()), rather than allocated.
+  // A work for runOne(), runMessage() and submitMessage() (which adopts it once it is read): like Track(),
+  // but kept out of pending_. The work of the last runOne() is made anew in place when nothing else holds
+  // it (see Recycle()), rather than allocated.
   std::shared_ptr<Work> Untracked(Napi::Env env, const Napi::Value& idValue) {
     if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
     std::shared_ptr<Work> w;
@@ -465,8 +489,9 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // posted at once; code is packed as for submitOne (kind, dtype, willWait); group 0 is the world. As with
   // submitOne, reading an item object's properties cost more than moving a small message.
   Napi::Value SubmitMessage(const Napi::CallbackInfo& info) {
-    auto w = Track(info.Env(), info[0]);
+    auto w = Untracked(info.Env(), info[0]);
     const bool willWait = FillMessage(info, w.get());
+    Adopt(info.Env(), w);
     comm_->post(std::move(w), willWait);
     return info.Env().Undefined();
   }
