@@ -499,8 +499,9 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
 }
 
 // Tensor fusion: pack the run of allreduces into one buffer, reduce it once, unpack. Every rank fuses the
-// same runs because batches are formed by program order (see ts/work.ts), and the agreement checks the
-// number of tensors and the total count.
+// same runs because batches are formed by program order, or by name (see ts/work.ts), and the agreement
+// checks the run tensor by tensor: a digest of the names and counts in order (engine/layout.h), so
+// that no rank adds a tensor's elements to another's; a difference names the first tensor that differs.
 //
 // When the agreement fails (another rank's call at this position was invalid, or differs), the ranks may
 // have grouped different numbers of calls, so the group cannot fail as a whole: every rank fails only the
@@ -529,17 +530,18 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     stamp(&batch[k]->times.copyInEnd);
   }
   ctx.startDeadline();
-  Proposal proposal = proposalFor(first, g.seq++, end - begin, total);
+  const Layout layout(&batch[begin], end - begin);
+  Proposal proposal = proposalForRun(layout, g.seq++, total);
   group.seq = proposal.seq;
   stamp(&group.negotiateStart);
   Status st;
   if (carriesPayload(proposal, ctx)) {
     group.algorithm = kRodeAlong;
-    st = agree(ctx, proposal, "", buf);
+    st = agree(ctx, proposal, "", buf, &layout);
     stamp(&group.negotiateEnd);
     if (st.isOk() && first.op == ReduceOp::kAvg) scaleForAvg(first.dtype, buf, total, ctx.size());
   } else {
-    st = agree(ctx, proposal, "");
+    st = agree(ctx, proposal, "", nullptr, &layout);
     stamp(&group.negotiateEnd);
   }
   // The fused tensors share the group's phases; each keeps its own copies.
@@ -591,17 +593,19 @@ Status Communicator::execute(Work& w) {
   const int p = ctx.size(), r = ctx.rank();
   uint64_t count = w.kind == Kind::kBarrier ? 0 : w.count;
   Proposal proposal = proposalFor(w, g.seq++, 1, count);
+  // Read only when another rank's fused run stands at this position (a Layout is two words, no allocation).
+  const Layout layout(w);
   w.times.seq = proposal.seq;
   stamp(&w.times.negotiateStart);
   if (carriesPayload(proposal, ctx)) {
     w.times.algorithm = kRodeAlong;
-    Status agreed = agree(ctx, proposal, w.invalidReason, w.data);
+    Status agreed = agree(ctx, proposal, w.invalidReason, w.data, &layout);
     stamp(&w.times.negotiateEnd);
     HORA_RETURN_IF_ERROR(agreed);
     if (w.op == ReduceOp::kAvg) scaleForAvg(w.dtype, w.data, w.count, p);
     return Status::ok();
   }
-  Status agreed = agree(ctx, proposal, w.invalidReason);
+  Status agreed = agree(ctx, proposal, w.invalidReason, nullptr, &layout);
   stamp(&w.times.negotiateEnd);
   HORA_RETURN_IF_ERROR(agreed);
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
