@@ -764,10 +764,12 @@ std::vector<std::shared_ptr<Work>> makeRun(const std::vector<std::pair<std::stri
 
 // Runs agree() on every rank with rank r's run of tensors (fused when it holds more than one, as
 // Communicator::runFused proposes it; else as execute() does), its payload riding along when small.
+// alike[r]: what agree() said rank r's run has alike with every other rank's.
 std::vector<Status> agreeOnRuns(World& w, const std::vector<std::vector<std::shared_ptr<Work>>>& runs,
-                                std::vector<std::vector<uint8_t>>* payloads) {
+                                std::vector<std::vector<uint8_t>>* payloads, std::vector<size_t>* alike = nullptr) {
   const uint64_t seq = w.seq++;
-  return onEveryRank(w, [&](int r, Context& c) {
+  std::vector<size_t> mine(w.size, 0);
+  std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
     const auto& run = runs[r];
     size_t total = 0;
     for (const auto& wk : run) total += wk->count;
@@ -776,8 +778,10 @@ std::vector<Status> agreeOnRuns(World& w, const std::vector<std::vector<std::sha
     const Layout& layout = run.size() > 1 ? fused : lone;
     const Proposal prop = run.size() > 1 ? proposalForRun(layout, seq, total) : proposalFor(*run[0], seq, 1, total);
     uint8_t* payload = carriesPayload(prop, c) ? (*payloads)[r].data() : nullptr;
-    return agree(c, prop, "", payload, &layout);
+    return agree(c, prop, "", payload, &layout, &mine[r]);
   });
+  if (alike != nullptr) *alike = mine;
+  return st;
 }
 
 // The digest and the words, without a network.
@@ -822,6 +826,9 @@ void layoutUnitTests() {
   check.expect(!layoutsDiffer(view(0, e0), view(1, e0)) && layoutsDiffer(view(0, e0), view(1, e1)) &&
                    layoutsDiffer(view(0, fewer), view(1, more)),
                "layoutsDiffer");
+  const LayoutView three[] = {view(0, more), view(1, fewer), view(2, more)};
+  const LayoutView swapped[] = {view(0, e0), view(1, e1)};
+  check.expect(commonPrefix(three, 3) == 2 && commonPrefix(three, 1) == 3 && commonPrefix(swapped, 2) == 0, "commonPrefix");
   // Past what was exchanged, the words say so rather than read entries that are not there.
   LayoutView capped0 = view(0, fewer), capped1 = view(1, fewer);
   capped0.numTensors = 5000;
@@ -845,20 +852,26 @@ void layoutUnitTests() {
 void agreementLayoutTests(World& w) {
   const int p = w.size;
   if (p < 2) return;
-  Check check("agree " + w.name() + ": fused runs are checked tensor by tensor; a difference is ERR_MISMATCH on every rank naming the first tensor, payloads untouched");
+  Check check("agree " + w.name() + ": fused runs are checked tensor by tensor; a difference is ERR_MISMATCH on every rank naming the first tensor, payloads untouched; runs that begin alike say how many tensors they share");
   auto payloadsFor = [&](size_t count) {
     std::vector<std::vector<uint8_t>> bufs;
     for (int r = 0; r < p; ++r) bufs.push_back(makeInput(DType::kFloat32, ReduceOp::kSum, r, count, 11));
     return bufs;
   };
   auto expectMismatch = [&](const std::string& what, const std::vector<std::vector<std::shared_ptr<Work>>>& runs,
-                            size_t total, const std::string& words) {
+                            size_t total, const std::string& words, size_t wantAlike = 0) {
     if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
     std::vector<std::vector<uint8_t>> bufs = payloadsFor(total);
     const auto before = bufs;
-    std::string err = expectSameVerdict(agreeOnRuns(w, runs, &bufs), Code::kMismatch, [&](const std::string& m) {
+    std::vector<size_t> alike;
+    std::string err = expectSameVerdict(agreeOnRuns(w, runs, &bufs, &alike), Code::kMismatch, [&](const std::string& m) {
       return contains(m, words) ? std::string() : "message: " + m;
     });
+    for (int r = 0; r < p && err.empty(); ++r) {
+      if (alike[r] != wantAlike) {
+        err = "rank " + std::to_string(r) + " has " + std::to_string(alike[r]) + " tensors alike, expected " + std::to_string(wantAlike);
+      }
+    }
     for (int r = 0; r < p && err.empty(); ++r) {
       if (bufs[r] != before[r]) err = "rank " + std::to_string(r) + "'s payload buffer changed";
     }
@@ -888,7 +901,26 @@ void agreementLayoutTests(World& w) {
                                   ") on rank 0 but tensor 1 of 2 is unnamed (float32 x " + n + ") on rank 1"
                             : "tensor 1 of 2 is unnamed (float32 x " + n + ") on rank 0 but tensor 1 of 1 is unnamed (float32 x " +
                                   std::to_string(3 * count) + ") on rank " + std::to_string(k));
+      // Runs that begin alike: rank k's was cut after its first two tensors (by an invalid call, say).
+      // Every rank learns that the first two are alike, and runs them.
+      runs.assign(p, makeRun({{"a", count}, {"b", count}, {"c", count}}));
+      runs[k] = makeRun({{"a", count}, {"b", count}});
+      expectMismatch("runs that begin alike, rank " + std::to_string(k) + " shorter, count " + n, runs, 3 * count,
+                     k == 0 ? "tensor 3 of 3 is 'c' (float32 x " + n + ") on rank 1 but rank 0 fused only 2"
+                            : "tensor 3 of 3 is 'c' (float32 x " + n + ") on rank 0 but rank " + std::to_string(k) + " fused only 2",
+                     2);
+      runs[k] = makeRun({{"a", count}});
+      expectMismatch("runs that begin alike, rank " + std::to_string(k) + " alone, count " + n, runs, 3 * count,
+                     "tensor 2 of 3 is 'b'", 1);
     }
+  }
+  if (p >= 4 && !w.broken) {
+    // Runs that begin alike, but rank 2 runs another op: nothing runs (the first tensor fails on every rank).
+    std::vector<std::vector<std::shared_ptr<Work>>> runs(p, makeRun({{"a", 3}, {"b", 3}}));
+    runs[1] = makeRun({{"a", 3}});
+    runs[2] = makeRun({{"a", 3}, {"b", 3}});  // its own Works (the others share theirs)
+    for (auto& wk : runs[2]) wk->op = ReduceOp::kMax;
+    expectMismatch("runs that begin alike, another op on rank 2", runs, 6, "rank 0 and rank 1 fused different tensors", 0);
   }
 }
 

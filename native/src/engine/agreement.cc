@@ -268,28 +268,43 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
   return Status::ok();
 }
 
+// What every rank's proposal must share for the ranks to run the tensors their layouts have alike: all
+// of sameCollective() but the layout's own fields (numTensors, nameHash, count).
+uint64_t collectiveSignature(const Proposal& p) {
+  const uint64_t fields[] = {p.seq, static_cast<uint32_t>(p.root), p.group,
+                             uint64_t(p.kind) | uint64_t(p.op) << 8 | uint64_t(p.dtype) << 16 |
+                                 uint64_t(p.compareCount) << 24 | uint64_t(p.algorithm) << 32 | uint64_t(p.onDevice) << 40};
+  return fnv1a64(std::string(reinterpret_cast<const char*>(fields), sizeof(fields)));
+}
+
 // The second round of an agreement whose verdict is that layouts differ (kLayout), run by every rank:
-// each sends its layout (up to kMaxLayoutEntries tensors) to all, and each words the same message from
-// them, comparing every rank's layout with the first rank's. Counts come from the network: each rank's
-// number of tensors is bounded (allgatherCounts) and only up to kMaxLayoutEntries of them travel, so the
-// allocation is at most that many entries a rank.
-Status explainLayouts(Context& ctx, const Proposal& mine, const Layout* layout, const Message& verdict) {
+// each sends its number of tensors and collective signature, then its layout (up to kMaxLayoutEntries
+// tensors), to all; each words the same message from them, comparing every rank's layout with the first
+// rank's, and finds the leading tensors that every rank has alike (*alike). Nothing from the network
+// sizes an allocation past kMaxLayoutEntries entries a rank.
+Status explainLayouts(Context& ctx, const Proposal& mine, const Layout* layout, const Message& verdict, size_t* alike) {
   const int p = ctx.size();
-  const uint64_t numTensors = layout != nullptr ? layout->size() : 1;
+  struct Head {
+    uint64_t numTensors;
+    uint64_t signature;
+  };
+  std::vector<Head> heads(p);
+  heads[ctx.rank()] = {layout != nullptr ? layout->size() : 1, collectiveSignature(mine)};
+  AllgatherOptions h;
+  h.output = reinterpret_cast<uint8_t*>(heads.data());
+  h.bytesPerRank.assign(p, sizeof(Head));
+  HORA_RETURN_IF_ERROR(allgather(ctx, h));
   auto shownOf = [](uint64_t n) { return static_cast<size_t>(n < kMaxLayoutEntries ? n : kMaxLayoutEntries); };
-  std::vector<uint64_t> counts;
-  uint64_t total = 0;
-  HORA_RETURN_IF_ERROR(allgatherCounts(ctx, numTensors, sizeof(LayoutEntry), &counts, &total));
   AllgatherOptions o;
   o.bytesPerRank.resize(p);
   std::vector<size_t> first(p + 1, 0);
   for (int i = 0; i < p; ++i) {
-    o.bytesPerRank[i] = shownOf(counts[i]) * sizeof(LayoutEntry);
-    first[i + 1] = first[i] + shownOf(counts[i]);
+    o.bytesPerRank[i] = shownOf(heads[i].numTensors) * sizeof(LayoutEntry);
+    first[i + 1] = first[i] + shownOf(heads[i].numTensors);
   }
   std::vector<LayoutEntry> entries(first[p]);
   LayoutEntry* own = entries.data() + first[ctx.rank()];
-  for (size_t i = 0; i < shownOf(numTensors); ++i) {
+  for (size_t i = 0; i < shownOf(heads[ctx.rank()].numTensors); ++i) {
     if (layout != nullptr) {
       own[i] = layoutEntry((*layout)[i]);
       continue;
@@ -302,20 +317,20 @@ Status explainLayouts(Context& ctx, const Proposal& mine, const Layout* layout, 
   }
   o.output = reinterpret_cast<uint8_t*>(entries.data());
   HORA_RETURN_IF_ERROR(allgather(ctx, o));
-  auto view = [&](int i) {
-    LayoutView v;
-    v.rank = ctx.worldRank(i);
-    v.numTensors = counts[i];
-    v.entries = entries.data() + first[i];
-    v.shown = shownOf(counts[i]);
-    return v;
-  };
-  const LayoutView base = view(0);
+  std::vector<LayoutView> views(p);
+  bool sameCollective = true;
+  for (int i = 0; i < p; ++i) {
+    views[i].rank = ctx.worldRank(i);
+    views[i].numTensors = heads[i].numTensors;
+    views[i].entries = entries.data() + first[i];
+    views[i].shown = shownOf(heads[i].numTensors);
+    sameCollective &= heads[i].signature == heads[0].signature;
+  }
+  *alike = sameCollective ? commonPrefix(views.data(), views.size()) : 0;
   for (int i = 1; i < p; ++i) {
-    const LayoutView other = view(i);
-    if (layoutsDiffer(base, other)) {
+    if (layoutsDiffer(views[0], views[i])) {
       const Proposal& at = verdict.proposal;  // the same on every rank
-      return Status(Code::kMismatch, describeLayoutDifference(at.seq, at.group, base, other), -1);
+      return Status(Code::kMismatch, describeLayoutDifference(at.seq, at.group, views[0], views[i]), -1);
     }
   }
   // The layouts differ past what was exchanged (or a digest collided): the first round's words.
@@ -351,7 +366,10 @@ bool carriesPayload(const Proposal& p, const Context& ctx) {
 }
 
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload,
-             const Layout* layout) {
+             const Layout* layout, size_t* alike) {
+  size_t ignored = 0;
+  if (alike == nullptr) alike = &ignored;
+  *alike = 0;
   Message msg;
   msg.proposal = mine;
   // Messages name world ranks, also inside a process group.
@@ -380,7 +398,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
       if (userPayload != nullptr && payload != userPayload) memcpy(userPayload, work, msg.payloadBytes);
       return Status::ok();
     case VerdictState::kInvalid: return Status(Code::kInvalidArgument, msg.text, msg.culprit);
-    case VerdictState::kLayout: return explainLayouts(ctx, mine, layout, msg);
+    case VerdictState::kLayout: return explainLayouts(ctx, mine, layout, msg, alike);
     default: return Status(Code::kMismatch, msg.text, -1);
   }
 }

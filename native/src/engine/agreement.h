@@ -57,8 +57,14 @@ Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 //
 // layout: the tensors this rank's collective carries, read only when the layouts of the ranks differ;
 // nullptr: the one tensor the proposal describes (its name as cut to fit the proposal).
+//
+// alike: when the verdict is kMismatch for layouts that differ but begin with the same tensors on every
+// rank (the same collective, names, counts and dtype: one rank fused [a, b] where another has [a] alone
+// and its b, say, was an invalid call), the number of those leading tensors; else 0. A caller that
+// passes it runs those tensors as one allreduce (the payload did not ride along), completes them, and
+// takes the rest up again; every rank computes the same number, so the ranks stay in step.
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr,
-             const Layout* layout = nullptr);
+             const Layout* layout = nullptr, size_t* alike = nullptr);
 bool carriesPayload(const Proposal& p, const Context& ctx);
 // Whether the next agreement would finish without waiting on a peer: a world of two ranks, whose partner's
 // whole message for it (head, text, payload) has arrived. Takes nothing from the stream (TCP may read

@@ -82,6 +82,17 @@ bool layoutsDiffer(const LayoutView& a, const LayoutView& b) {
   return false;
 }
 
+size_t commonPrefix(const LayoutView* views, size_t n) {
+  if (n == 0) return 0;
+  size_t k = views[0].shown;
+  for (size_t v = 1; v < n; ++v) {
+    size_t i = 0;
+    while (i < k && i < views[v].shown && sameTensor(views[0].entries[i], views[v].entries[i])) ++i;
+    k = i;
+  }
+  return k;
+}
+
 std::string describeLayoutDifference(uint64_t seq, uint32_t group, const LayoutView& a, const LayoutView& b) {
   std::string s = rankName(a.rank) + " and " + rankName(b.rank) + " fused different tensors into allreduce #" +
                   std::to_string(seq);

@@ -65,6 +65,9 @@ constexpr size_t kMaxLayoutEntries = 1024;
 // Whether the two layouts differ in what is shown (or in their number of tensors).
 bool layoutsDiffer(const LayoutView& a, const LayoutView& b);
 
+// The number of leading tensors that every one of the n layouts shows alike.
+size_t commonPrefix(const LayoutView* views, size_t n);
+
 // Names the first tensor that differs between two ranks' layouts of the collective #seq (of group, 0: the
 // world), e.g. "rank 0 and rank 1 fused different tensors into allreduce #5: tensor 1 of 2 is 'grad_b'
 // (float64 x 2) on rank 0 but 'grad_a' (float64 x 2) on rank 1". Computed alike on every rank.
