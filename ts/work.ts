@@ -9,10 +9,15 @@
  * end of it (a microtask), when their bytes reach the fusion buffer size, or when wait() needs them. The
  * engine fuses runs of small allreduces inside a batch. Because batches follow program order and sizes,
  * every rank running the same program forms the same batches; the engine's agreement step turns any
- * difference into ERR_MISMATCH rather than wrong numbers.
+ * difference into ERR_MISMATCH rather than wrong numbers, tensor by tensor inside a fused run.
+ *
+ * A batch whose collectives are all named is matched by name, as Horovod matches tensors: it is ordered by
+ * name before it is submitted (orderByName), so ranks that call the same named collectives in a different
+ * order within one synchronous run get the right results. Its cut by size is left to the end of the run,
+ * where it is the same on every rank whatever the order (see submit()).
  */
-import { CallSite, HoraError } from './errors';
-import { itemBytes, NativeKind, packCode } from './native';
+import { CallSite, describeValue, HoraError } from './errors';
+import { itemBytes, NativeAlgorithm, NativeDType, NativeKind, NativeOp, packCode } from './native';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
 import type { TimelineWriter } from './timeline';
@@ -32,6 +37,9 @@ const SPIN_MAX_BYTES = 64 * 1024;
  */
 const SITE_BURST = 256;
 const SITES_PER_MS = 4;
+/** Dispatcher.batchNames: a collective of the batch is named; one is not. */
+const NAMED = 1;
+const UNNAMED = 2;
 
 /** @internal What a Work's first await tells its driver. */
 export const enum OnAwait {
@@ -147,6 +155,45 @@ function isHostMessage(item: NativeItem): boolean {
   return (item.kind === NativeKind.Send || item.kind === NativeKind.Recv) && item.device === undefined && !!item.data;
 }
 
+/**
+ * Orders a batch whose collectives are all named, in place, by name (then process group): every rank then
+ * submits the same named collectives in the same order, whatever order its program called them in.
+ * Messages are not collectives and keep their places. The comparison is of UTF-16 code units, the same on
+ * every rank whatever its locale; the sort is stable. A name given twice in one group is refused as
+ * Horovod refuses it: the second of the two becomes an invalid call at its place, so that every rank fails
+ * that place with ERR_INVALID_ARGUMENT and the ranks stay in step.
+ * @internal
+ */
+export function orderByName(items: NativeItem[]): void {
+  const places: number[] = [];
+  const collectives: NativeItem[] = [];
+  for (let i = 0; i < items.length; i++) {
+    if (items[i].kind === NativeKind.Send || items[i].kind === NativeKind.Recv) continue;
+    places.push(i);
+    collectives.push(items[i]);
+  }
+  collectives.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : (a.group ?? 0) - (b.group ?? 0)));
+  for (let k = 0; k < collectives.length; k++) {
+    let item = collectives[k];
+    const before = collectives[k - 1];
+    if (k > 0 && before.name === item.name && (before.group ?? 0) === (item.group ?? 0)) item = duplicateOf(item);
+    items[places[k]] = item;
+  }
+}
+
+const CALL_NAMES = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+
+/** The invalid call that stands at a duplicate's place (see orderByName). */
+function duplicateOf(item: NativeItem): NativeItem {
+  const call = (item.group ? 'group.' : '') + (CALL_NAMES[item.kind] ?? 'collective');
+  const reason = `hora.${call}: argument 'options.name' must differ from the names of the other collectives called in the ` +
+    `same synchronous run of JavaScript (one batch, matched by name); received ${describeValue(item.name)} a second time`;
+  return {
+    id: item.id, kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
+    name: item.name, data: null, out: null, invalidReason: reason, group: item.group ?? 0,
+  };
+}
+
 /** A host collective of the world that submitOne() and runOne() take as positional arguments. */
 function isLoneCollective(item: NativeItem): boolean {
   return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
@@ -232,6 +279,8 @@ export class Dispatcher implements WorkDriver {
   private firstId = 0;
   private rest: NativeItem[] = [];
   private batchBytes = 0;
+  /** The batch's collectives: NAMED when one is named, UNNAMED when one is not (see orderByName). */
+  private batchNames = 0;
   private flushScheduled = false;
   // A flush microtask is queued and has not run yet. A wait() loop never lets microtasks run, and each
   // wait() flushes the batch itself; queuing a new microtask per call would pile them up without bound.
@@ -316,7 +365,10 @@ export class Dispatcher implements WorkDriver {
       this.rest.push(item as NativeItem);
     }
     this.batchBytes += bytes;
-    if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes) {
+    if (!p2p) this.batchNames |= item.name ? NAMED : UNNAMED;
+    // A batch ordered by name is cut at the end of the run only: a cut by size here would fall at a
+    // different call on a rank whose program called the same collectives in another order.
+    if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes && this.batchNames !== NAMED) {
       this.flush();
     } else if (!this.flushScheduled) {
       this.flushScheduled = true;
@@ -344,6 +396,8 @@ export class Dispatcher implements WorkDriver {
     if (one === null) return;
     this.first = null;
     this.batchBytes = 0;
+    const byName = this.batchNames === NAMED;
+    this.batchNames = 0;
     const id = this.firstId;
     if (this.rest.length === 0 && (isHostMessage(one) || isLoneCollective(one))) {
       if (isHostMessage(one)) this.comm.submitMessage(id, packCode(one, willWait), one.data!, one.peer!, one.tag!, one.group ?? 0);
@@ -357,6 +411,7 @@ export class Dispatcher implements WorkDriver {
     one.id = id;
     const items = [one, ...this.rest];
     this.rest = [];
+    if (byName) orderByName(items);
     if (items.every(isHostMessage)) {
       for (const m of items) this.comm.submitMessage(m.id, packCode(m, willWait), m.data!, m.peer!, m.tag!, m.group ?? 0);
     } else {
@@ -400,6 +455,7 @@ export class Dispatcher implements WorkDriver {
       // Submitted and waited for in one crossing into the addon.
       this.first = null;
       this.batchBytes = 0;
+      this.batchNames = 0;
       this.flushScheduled = false;
       this.settle(id, isHostMessage(one)
         ? this.comm.runMessage(id, packCode(one), one.data!, one.peer!, one.tag!, one.group ?? 0)
