@@ -116,6 +116,10 @@ function check(t, cfg, rank, results) {
   expectError(t, dup[1], 'ERR_INVALID_ARGUMENT', at('duplicate, every rank: the second of the name'));
   t.match(dup[1] && dup[1].message, /argument 'options\.name' must differ .* received the string "dup" a second time/, at('duplicate, every rank: says why'));
   expectValue(t, dup[2], sumOf(2, 7, p), at('duplicate, every rank: the call after it in the batch'));
+  const dupU = r['duplicate, with an unnamed call'].got;
+  expectValue(t, dupU[0], sumOf(2, 1, p), at('duplicate, with an unnamed call: the unnamed call'));
+  expectValue(t, dupU[1], sumOf(2, 5, p), at('duplicate, with an unnamed call: the first of the name'));
+  expectError(t, dupU[2], 'ERR_INVALID_ARGUMENT', at('duplicate, with an unnamed call: the second of the name'));
   const dup0 = r['duplicate, rank 0 only'].got;
   expectValue(t, dup0[0], sumOf(2, 1, p), at('duplicate, rank 0 only: the first'));
   expectError(t, dup0[1], 'ERR_INVALID_ARGUMENT', at('duplicate, rank 0 only: the duplicate (and the other ranks\' call at its place)'));

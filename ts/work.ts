@@ -156,15 +156,17 @@ function isHostMessage(item: NativeItem): boolean {
 }
 
 /**
- * Orders a batch whose collectives are all named, in place, by name (then process group): every rank then
- * submits the same named collectives in the same order, whatever order its program called them in.
- * Messages are not collectives and keep their places. The comparison is of UTF-16 code units, the same on
- * every rank whatever its locale; the sort is stable. A name given twice in one group is refused as
- * Horovod refuses it: the second of the two becomes an invalid call at its place, so that every rank fails
- * that place with ERR_INVALID_ARGUMENT and the ranks stay in step.
+ * Orders a batch whose collectives are all named (sort), in place, by name (then process group): every
+ * rank then submits the same named collectives in the same order, whatever order its program called them
+ * in. Messages are not collectives and keep their places. The comparison is of UTF-16 code units, the same
+ * on every rank whatever its locale; the sort is stable.
+ *
+ * Sorted or not, a name given twice in one group is refused as Horovod refuses it: the second of the two
+ * (in the batch's order) becomes an invalid call at its place, so that every rank fails that place with
+ * ERR_INVALID_ARGUMENT and the ranks stay in step.
  * @internal
  */
-export function orderByName(items: NativeItem[]): void {
+export function orderByName(items: NativeItem[], sort = true): void {
   const places: number[] = [];
   const collectives: NativeItem[] = [];
   for (let i = 0; i < items.length; i++) {
@@ -172,11 +174,17 @@ export function orderByName(items: NativeItem[]): void {
     places.push(i);
     collectives.push(items[i]);
   }
-  collectives.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : (a.group ?? 0) - (b.group ?? 0)));
+  const key = (item: NativeItem) => `${item.group ?? 0}:${item.name}`;
+  const seen = sort ? null : new Set<string>();
+  if (sort) collectives.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : (a.group ?? 0) - (b.group ?? 0)));
   for (let k = 0; k < collectives.length; k++) {
     let item = collectives[k];
-    const before = collectives[k - 1];
-    if (k > 0 && before.name === item.name && (before.group ?? 0) === (item.group ?? 0)) item = duplicateOf(item);
+    if (item.name !== '') {
+      const before = collectives[k - 1];
+      const again = seen === null ? k > 0 && before.name === item.name && (before.group ?? 0) === (item.group ?? 0) : seen.has(key(item));
+      if (again) item = duplicateOf(item);
+      else seen?.add(key(item));
+    }
     items[places[k]] = item;
   }
 }
@@ -187,7 +195,7 @@ const CALL_NAMES = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'bar
 function duplicateOf(item: NativeItem): NativeItem {
   const call = (item.group ? 'group.' : '') + (CALL_NAMES[item.kind] ?? 'collective');
   const reason = `hora.${call}: argument 'options.name' must differ from the names of the other collectives called in the ` +
-    `same synchronous run of JavaScript (one batch, matched by name); received ${describeValue(item.name)} a second time`;
+    `same synchronous run of JavaScript (one batch); received ${describeValue(item.name)} a second time`;
   return {
     id: item.id, kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
     name: item.name, data: null, out: null, invalidReason: reason, group: item.group ?? 0,
@@ -396,7 +404,7 @@ export class Dispatcher implements WorkDriver {
     if (one === null) return;
     this.first = null;
     this.batchBytes = 0;
-    const byName = this.batchNames === NAMED;
+    const names = this.batchNames;
     this.batchNames = 0;
     const id = this.firstId;
     if (this.rest.length === 0 && (isHostMessage(one) || isLoneCollective(one))) {
@@ -411,7 +419,7 @@ export class Dispatcher implements WorkDriver {
     one.id = id;
     const items = [one, ...this.rest];
     this.rest = [];
-    if (byName) orderByName(items);
+    if (names & NAMED) orderByName(items, names === NAMED);
     if (items.every(isHostMessage)) {
       for (const m of items) this.comm.submitMessage(m.id, packCode(m, willWait), m.data!, m.peer!, m.tag!, m.group ?? 0);
     } else {

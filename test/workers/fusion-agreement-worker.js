@@ -127,6 +127,12 @@ function cases(r, p) {
       () => hora.allreduce(values(2, 5, r), { name: 'dup', op: 'sum' }),
       () => hora.allreduce(values(2, 7, r), { name: 'dup_z', op: 'sum' }),
     ], [0, 1, 2]),
+    // The same in a batch that also holds an unnamed call (not ordered by name).
+    'duplicate, with an unnamed call': () => inOrder([
+      () => hora.allreduce(values(2, 1, r), { op: 'sum' }),
+      () => hora.allreduce(values(2, 5, r), { name: 'dup_u', op: 'sum' }),
+      () => hora.allreduce(values(2, 7, r), { name: 'dup_u', op: 'sum' }),
+    ], [0, 1, 2]),
     'duplicate, rank 0 only': () => inOrder([
       () => hora.allreduce(values(2, 1, r), { name: 'once', op: 'sum' }),
       () => hora.allreduce(values(2, 5, r), { name: r === 0 ? 'once' : 'once_more', op: 'sum' }),
