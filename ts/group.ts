@@ -52,27 +52,27 @@ export class Group {
 
   /** hora.allreduce over the group's ranks (default op 'avg': divided by the group's size). */
   allreduce<T extends Tensor>(x: T, options?: AllreduceOptions): Work<T> {
-    return run(this.live('allreduce'), 'allreduce', this.allreduce, hostOnly('allreduce', x, allreducePlan(x, options)));
+    return run(this.live('allreduce'), 'allreduce', this.allreduce, hostOnly('allreduce', x, allreducePlan(x, options)), undefined, options);
   }
 
   /** hora.broadcast from group rank `root` (default 0) to the group. */
   broadcast<T extends Tensor>(x: T, options?: BroadcastOptions): Work<T> {
-    return run(this.live('broadcast'), 'broadcast', this.broadcast, hostOnly('broadcast', x, broadcastPlan(x, options)));
+    return run(this.live('broadcast'), 'broadcast', this.broadcast, hostOnly('broadcast', x, broadcastPlan(x, options)), undefined, options);
   }
 
   /** hora.allgather over the group: every member's x, in group rank order. */
   allgather<T extends Tensor>(x: T, options?: AllgatherOptions): Work<T> {
-    return run(this.live('allgather'), 'allgather', this.allgather, hostOnly('allgather', x, allgatherPlan(x, options)));
+    return run(this.live('allgather'), 'allgather', this.allgather, hostOnly('allgather', x, allgatherPlan(x, options)), undefined, options);
   }
 
   /** hora.reduceScatter over the group: this member's block (by group rank) of the reduction. */
   reduceScatter<T extends Tensor>(x: T, options?: ReduceScatterOptions): Work<T> {
-    return run(this.live('reduceScatter'), 'reduceScatter', this.reduceScatter, hostOnly('reduceScatter', x, reduceScatterPlan(x, options)));
+    return run(this.live('reduceScatter'), 'reduceScatter', this.reduceScatter, hostOnly('reduceScatter', x, reduceScatterPlan(x, options)), undefined, options);
   }
 
   /** Completes once every member has called it. */
   barrier(options?: BarrierOptions): Work<void> {
-    return run(this.live('barrier'), 'barrier', this.barrier, barrierPlan(options));
+    return run(this.live('barrier'), 'barrier', this.barrier, barrierPlan(options), undefined, options);
   }
 
   /** hora.send to group rank `to`. */
@@ -136,7 +136,9 @@ export function newGroup(ranks: readonly number[]): Work<Group | null> {
   const mine = Int32Array.from([id, ...list]);
   const lists = dispatcher.submit({
     kind: NativeKind.Allgather, op: NativeOp.Sum, dtype: NativeDType.Int32, root: 0, algorithm: NativeAlgorithm.Auto,
-    name: 'hora.newGroup', data: mine, out: null,
+    // Numbered: two newGroup calls in one synchronous run are two collectives of one batch, which must
+    // differ by name (see orderByName in work.ts).
+    name: `hora.newGroup ${id}`, data: mine, out: null,
   }, (r: NativeResult) => splitLists(new Int32Array(r.gathered as ArrayBuffer), r.counts ?? []), site, [mine]);
   const made = new Work<Group | null>({
     waitFor: () => {

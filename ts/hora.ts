@@ -711,7 +711,8 @@ export type Plan<T> = {
 /**
  * Runs one collective: validates through `plan` (which throws HoraError on bad input), then either
  * answers locally (world of one) or submits to the engine. Invalid input still reaches the engine as a
- * placeholder so every rank fails this collective together.
+ * placeholder so every rank fails this collective together; it carries the call's name (b.name, when b,
+ * the call's options, has a string there), so that a batch ordered by name keeps its order on every rank.
  */
 /** @internal */
 export function run<T, A = undefined, B = undefined>(
@@ -729,7 +730,7 @@ export function run<T, A = undefined, B = undefined>(
   } catch (e) {
     const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.self);
     (w.dispatcher ? site : new CallSite(callee)).attach(err);
-    if (w.dispatcher) submitInvalid(w.dispatcher, err.message, site, w.group);
+    if (w.dispatcher) submitInvalid(w.dispatcher, err.message, site, w.group, nameOfFailed(b));
     const failed = new Work<T>(null);
     failed.reject(err);
     return failed;
@@ -785,7 +786,7 @@ function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: Allr
  * new DeviceBuffer on the same device and stream (or x itself).
  */
 export function broadcast<T extends CollectiveInput>(x: T, options?: BroadcastOptions): Work<T> {
-  return run(null, 'broadcast', broadcast, broadcastPlan(x, options));
+  return run(null, 'broadcast', broadcast, broadcastPlan(x, options), undefined, options);
 }
 
 /** @internal */
@@ -817,7 +818,7 @@ export function broadcastPlan<T extends CollectiveInput>(x: T, options?: Broadca
  * of the same type; for a DeviceBuffer, a new DeviceBuffer on the same device and stream.
  */
 export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOptions): Work<T> {
-  return run(null, 'allgather', allgather, allgatherPlan(x, options));
+  return run(null, 'allgather', allgather, allgatherPlan(x, options), undefined, options);
 }
 
 /** @internal */
@@ -852,7 +853,7 @@ export function allgatherPlan<T extends CollectiveInput>(x: T, options?: Allgath
  * the block is a new DeviceBuffer on the same device and stream.
  */
 export function reduceScatter<T extends CollectiveInput>(x: T, options?: ReduceScatterOptions): Work<T> {
-  return run(null, 'reduceScatter', reduceScatter, reduceScatterPlan(x, options));
+  return run(null, 'reduceScatter', reduceScatter, reduceScatterPlan(x, options), undefined, options);
 }
 
 /** @internal */
@@ -882,7 +883,7 @@ export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: Red
 
 /** Completes once every rank has called it. */
 export function barrier(options?: BarrierOptions): Work<void> {
-  return run(null, 'barrier', barrier, barrierPlan(options));
+  return run(null, 'barrier', barrier, barrierPlan(options), undefined, options);
 }
 
 /** @internal */
@@ -914,8 +915,18 @@ export function failPeers(reason: string): void {
 
 /** The placeholder that keeps the ranks in step when this rank's call cannot run; see failPeers(). */
 /** @internal */
-export function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite, group = 0): void {
-  dispatcher.submit(invalidItem(reason, group), () => undefined, site, []);
+export function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite, group = 0, name = ''): void {
+  dispatcher.submit(invalidItem(reason, group, name), () => undefined, site, []);
+}
+
+/** options.name of a call that failed validation, when it is a string; else ''. Reading it may throw (a getter). */
+function nameOfFailed(options: unknown): string {
+  try {
+    const name = typeof options === 'object' && options !== null ? (options as { name?: unknown }).name : undefined;
+    return typeof name === 'string' ? name : '';
+  } catch {
+    return '';
+  }
 }
 
 /**

@@ -9,9 +9,14 @@
  * end of it (a microtask), when their bytes reach the fusion buffer size, or when wait() needs them. The
  * engine fuses runs of small allreduces inside a batch. Because batches follow program order and sizes,
  * every rank running the same program forms the same batches; the engine's agreement step turns any
- * difference into ERR_MISMATCH rather than wrong numbers.
+ * difference into ERR_MISMATCH rather than wrong numbers, tensor by tensor inside a fused run.
+ *
+ * A batch whose collectives are all named is matched by name, as Horovod matches tensors: it is ordered by
+ * name before it is submitted (orderByName), so ranks that call the same named collectives in a different
+ * order within one synchronous run get the right results. Its cut by size is left to the end of the run,
+ * where it is the same on every rank whatever the order (see submit()).
  */
-import { CallSite, HoraError } from './errors';
+import { CallSite, describeValue, HoraError } from './errors';
 import { callName, cannotBeTaken, changedArray, copyBack, copyIn, Lend, Stages } from './lend';
 import { itemBytes, NativeAlgorithm, NativeDType, NativeKind, NativeOp, packCode } from './native';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
@@ -33,6 +38,9 @@ const SPIN_MAX_BYTES = 64 * 1024;
  */
 const SITE_BURST = 256;
 const SITES_PER_MS = 4;
+/** Dispatcher.batchNames: a collective of the batch is named; one is not. */
+const NAMED = 1;
+const UNNAMED = 2;
 
 /** @internal What a Work's first await tells its driver. */
 export const enum OnAwait {
@@ -153,6 +161,50 @@ function isMessage(item: NativeItem): boolean {
   return item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
 }
 
+/**
+ * Orders a batch whose collectives are all named (sort), in place, by name (then process group): every
+ * rank then submits the same named collectives in the same order, whatever order its program called them
+ * in. Messages are not collectives and keep their places. The comparison is of UTF-16 code units, the same
+ * on every rank whatever its locale; the sort is stable.
+ *
+ * Sorted or not, a name given twice in one group is refused as Horovod refuses it: the second of the two
+ * (in the batch's order) becomes an invalid call at its place, so that every rank fails that place with
+ * ERR_INVALID_ARGUMENT and the ranks stay in step.
+ * @internal
+ */
+export function orderByName(items: NativeItem[], sort = true): void {
+  const places: number[] = [];
+  const collectives: NativeItem[] = [];
+  for (let i = 0; i < items.length; i++) {
+    if (items[i].kind === NativeKind.Send || items[i].kind === NativeKind.Recv) continue;
+    places.push(i);
+    collectives.push(items[i]);
+  }
+  const key = (item: NativeItem) => `${item.group ?? 0}:${item.name}`;
+  const seen = sort ? null : new Set<string>();
+  if (sort) collectives.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : (a.group ?? 0) - (b.group ?? 0)));
+  for (let k = 0; k < collectives.length; k++) {
+    let item = collectives[k];
+    if (item.name !== '') {
+      const before = collectives[k - 1];
+      const again = seen === null ? k > 0 && before.name === item.name && (before.group ?? 0) === (item.group ?? 0) : seen.has(key(item));
+      if (again) item = duplicateOf(item);
+      else seen?.add(key(item));
+    }
+    items[places[k]] = item;
+  }
+}
+
+const CALL_NAMES = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+
+/** The invalid call that stands at a duplicate's place (see orderByName). */
+function duplicateOf(item: NativeItem): NativeItem {
+  const call = (item.group ? 'group.' : '') + (CALL_NAMES[item.kind] ?? 'collective');
+  const reason = `hora.${call}: argument 'options.name' must differ from the names of the other collectives called in the ` +
+    `same synchronous run of JavaScript (one batch); received ${describeValue(item.name)} a second time`;
+  return { ...invalidItem(reason, item.group, item.name), id: item.id };
+}
+
 /** A host collective of the world that submitOne() and runOne() take as positional arguments. */
 function isLoneCollective(item: NativeItem): boolean {
   return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
@@ -181,10 +233,10 @@ interface Outstanding {
 }
 
 /** The placeholder that keeps the ranks in step when a collective of this rank cannot run (see hora.failPeers). */
-export function invalidItem(reason: string, group = 0): Omit<NativeItem, 'id'> {
+export function invalidItem(reason: string, group = 0, name = ''): Omit<NativeItem, 'id'> {
   return {
     kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
-    name: '', data: null, out: null, invalidReason: reason, group,
+    name, data: null, out: null, invalidReason: reason, group,
   };
 }
 
@@ -265,6 +317,8 @@ export class Dispatcher implements WorkDriver {
   private batchBytes = 0;
   /** Copies of lent arrays for works that stay pending while JavaScript runs (ts/lend.ts). */
   private readonly stages = new Stages();
+  /** The batch's collectives: NAMED when one is named, UNNAMED when one is not (see orderByName). */
+  private batchNames = 0;
   private flushScheduled = false;
   // A flush microtask is queued and has not run yet. A wait() loop never lets microtasks run, and each
   // wait() flushes the batch itself; queuing a new microtask per call would pile them up without bound.
@@ -353,7 +407,10 @@ export class Dispatcher implements WorkDriver {
       this.rest.push(item as NativeItem);
     }
     this.batchBytes += bytes;
-    if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes) {
+    if (!p2p) this.batchNames |= item.name ? NAMED : UNNAMED;
+    // A batch ordered by name is cut at the end of the run only: a cut by size here would fall at a
+    // different call on a rank whose program called the same collectives in another order.
+    if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes && this.batchNames !== NAMED) {
       this.flush();
     } else if (!this.flushScheduled) {
       this.flushScheduled = true;
@@ -381,6 +438,8 @@ export class Dispatcher implements WorkDriver {
     if (one === null) return;
     this.first = null;
     this.batchBytes = 0;
+    const names = this.batchNames;
+    this.batchNames = 0;
     const id = this.firstId;
     if (this.rest.length === 0 && (isHostMessage(one) || isLoneCollective(one))) {
       this.submitLone(id, one, willWait);
@@ -389,6 +448,7 @@ export class Dispatcher implements WorkDriver {
     one.id = id;
     const items = [one, ...this.rest];
     this.rest = [];
+    if (names & NAMED) orderByName(items, names === NAMED);
     this.submitBatch(items, willWait);
   }
 
@@ -396,7 +456,7 @@ export class Dispatcher implements WorkDriver {
   private submitLone(id: number, one: NativeItem, willWait: boolean): void {
     const data = this.lend(id, one.data, true);
     if (data instanceof HoraError) {
-      if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group), id }]);
+      if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group, one.name), id }]);
       return;
     }
     let result: NativeResult | true | undefined;
@@ -421,7 +481,7 @@ export class Dispatcher implements WorkDriver {
       const item = items[i];
       const data = this.lend(item.id, item.data, true);
       if (!(data instanceof HoraError)) item.data = data;
-      else if (!isMessage(item)) items[i] = { ...invalidItem(data.message, item.group), id: item.id };
+      else if (!isMessage(item)) items[i] = { ...invalidItem(data.message, item.group, item.name), id: item.id };
       else lost++;
     }
     // A message that failed here is not posted at all; a collective's place is held.
@@ -479,7 +539,7 @@ export class Dispatcher implements WorkDriver {
     for (const item of items) {
       const err = refusal(callName(item), e, this.rank);
       this.failHere(item.id, err);
-      if (!isMessage(item)) placeholders.push({ ...invalidItem(err.message, item.group), id: item.id });
+      if (!isMessage(item)) placeholders.push({ ...invalidItem(err.message, item.group, item.name), id: item.id });
     }
     this.holdPlaces(placeholders);
   }
@@ -537,6 +597,7 @@ export class Dispatcher implements WorkDriver {
       // Submitted and waited for in one crossing into the addon.
       this.first = null;
       this.batchBytes = 0;
+      this.batchNames = 0;
       this.flushScheduled = false;
       this.runLone(id, one);
       return;
@@ -550,7 +611,7 @@ export class Dispatcher implements WorkDriver {
   private runLone(id: number, one: NativeItem): void {
     const data = this.lend(id, one.data, false);
     if (data instanceof HoraError) {
-      if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group), id }]);
+      if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group, one.name), id }]);
       return;
     }
     let result: NativeResult | true | number;

@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "common/types.h"
 #include "engine/agreement.h"
+#include "engine/layout.h"
 #include "engine/probe.h"
 #include "engine/work.h"
 #include "reduce/reduce.h"
@@ -750,6 +751,179 @@ void agreementPayloadTests(World& w) {
   }
 }
 
+// A fused run of allreduces: its Works as the engine holds them, from (name, count) pairs.
+std::vector<std::shared_ptr<Work>> makeRun(const std::vector<std::pair<std::string, size_t>>& tensors) {
+  std::vector<std::shared_ptr<Work>> run;
+  for (const auto& t : tensors) {
+    auto wk = std::make_shared<Work>(makeWork(Kind::kAllreduce, t.second));
+    wk->name = t.first;
+    run.push_back(wk);
+  }
+  return run;
+}
+
+// Runs agree() on every rank with rank r's run of tensors (fused when it holds more than one, as
+// Communicator::runFused proposes it; else as execute() does), its payload riding along when small.
+// alike[r]: what agree() said rank r's run has alike with every other rank's.
+std::vector<Status> agreeOnRuns(World& w, const std::vector<std::vector<std::shared_ptr<Work>>>& runs,
+                                std::vector<std::vector<uint8_t>>* payloads, std::vector<size_t>* alike = nullptr) {
+  const uint64_t seq = w.seq++;
+  std::vector<size_t> mine(w.size, 0);
+  std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+    const auto& run = runs[r];
+    size_t total = 0;
+    for (const auto& wk : run) total += wk->count;
+    const Layout fused(run.data(), run.size());
+    const Layout lone(*run[0]);
+    const Layout& layout = run.size() > 1 ? fused : lone;
+    const Proposal prop = run.size() > 1 ? proposalForRun(layout, seq, total) : proposalFor(*run[0], seq, 1, total);
+    uint8_t* payload = carriesPayload(prop, c) ? (*payloads)[r].data() : nullptr;
+    return agree(c, prop, "", payload, &layout, &mine[r]);
+  });
+  if (alike != nullptr) *alike = mine;
+  return st;
+}
+
+// The digest and the words, without a network.
+void layoutUnitTests() {
+  Check check("layout: the digest of a fused run changes with any name, count, order or split; the words name the first tensor that differs");
+  auto digest = [](const std::vector<std::pair<std::string, size_t>>& t) {
+    const auto run = makeRun(t);
+    return layoutDigest(Layout(run.data(), run.size()));
+  };
+  const uint64_t ab = digest({{"a", 2}, {"b", 3}});
+  check.expect(ab == digest({{"a", 2}, {"b", 3}}), "the digest of one layout is not stable");
+  check.expect(ab != digest({{"b", 3}, {"a", 2}}), "the digest does not change with the order");
+  check.expect(ab != digest({{"a", 3}, {"b", 2}}), "the digest does not change with the counts");
+  check.expect(ab != digest({{"a", 2}, {"c", 3}}), "the digest does not change with a name");
+  check.expect(digest({{"", 2}, {"", 3}}) != digest({{"", 3}, {"", 2}}), "unnamed: the digest does not change with the split");
+  check.expect(digest({{"", 5}}) != digest({{"", 2}, {"", 3}}), "the digest does not change with the number of tensors");
+
+  auto entries = [](const std::vector<std::pair<std::string, size_t>>& t) {
+    std::vector<LayoutEntry> e;
+    for (const auto& wk : makeRun(t)) e.push_back(layoutEntry(*wk));
+    return e;
+  };
+  auto view = [](int rank, const std::vector<LayoutEntry>& e) {
+    LayoutView v;
+    v.rank = rank;
+    v.numTensors = e.size();
+    v.entries = e.data();
+    v.shown = e.size();
+    return v;
+  };
+  const auto e0 = entries({{"grad_b", 2}, {"grad_a", 2}}), e1 = entries({{"grad_a", 2}, {"grad_b", 2}});
+  std::string m = describeLayoutDifference(5, 0, view(0, e0), view(1, e1));
+  check.expect(m == "rank 0 and rank 1 fused different tensors into allreduce #5: tensor 1 of 2 is 'grad_b' (float32 x 2) "
+                    "on rank 0 but 'grad_a' (float32 x 2) on rank 1", "order: " + m);
+  const auto five = entries({{"", 5}}), split = entries({{"", 2}, {"", 3}});
+  m = describeLayoutDifference(7, 3, view(2, split), view(4, five));
+  check.expect(m == "rank 2 and rank 4 fused different tensors into allreduce #7 of group 3: tensor 1 of 2 is unnamed "
+                    "(float32 x 2) on rank 2 but tensor 1 of 1 is unnamed (float32 x 5) on rank 4", "split: " + m);
+  const auto more = entries({{"a", 1}, {"b", 1}, {"c", 4}}), fewer = entries({{"a", 1}, {"b", 1}});
+  m = describeLayoutDifference(1, 0, view(0, fewer), view(1, more));
+  check.expect(contains(m, "tensor 3 of 3 is 'c' (float32 x 4) on rank 1 but rank 0 fused only 2"), "one more: " + m);
+  check.expect(!layoutsDiffer(view(0, e0), view(1, e0)) && layoutsDiffer(view(0, e0), view(1, e1)) &&
+                   layoutsDiffer(view(0, fewer), view(1, more)),
+               "layoutsDiffer");
+  const LayoutView three[] = {view(0, more), view(1, fewer), view(2, more)};
+  const LayoutView swapped[] = {view(0, e0), view(1, e1)};
+  check.expect(commonPrefix(three, 3) == 2 && commonPrefix(three, 1) == 3 && commonPrefix(swapped, 2) == 0, "commonPrefix");
+  // Past what was exchanged, the words say so rather than read entries that are not there.
+  LayoutView capped0 = view(0, fewer), capped1 = view(1, fewer);
+  capped0.numTensors = 5000;
+  capped1.numTensors = 6000;
+  m = describeLayoutDifference(1, 0, capped0, capped1);
+  check.expect(contains(m, "their first 2 tensors are the same") && contains(m, "5000 tensors on rank 0, 6000 on rank 1"), "capped: " + m);
+  // A long name is cut at a character, and marked; bytes from the network are bounded before use.
+  Work longName = makeWork(Kind::kAllreduce, 1);
+  longName.name = std::string(44, 'x') + "\xc3\xa9tail";  // the cut falls inside the two-byte e-acute
+  LayoutEntry cut = layoutEntry(longName);
+  check.expect(cut.nameCut == 1 && cut.nameBytes == 44, "a long name: nameBytes " + std::to_string(cut.nameBytes));
+  LayoutEntry hostile = cut;
+  hostile.nameBytes = 255;
+  hostile.dtype = 200;
+  hostile.name[3] = '\n';
+  std::vector<LayoutEntry> h0{hostile}, h1{entries({{"y", 1}})[0]};
+  m = describeLayoutDifference(1, 0, view(0, h0), view(1, h1));
+  check.expect(contains(m, "'xxx?") && contains(m, "...' (unknown-dtype x 1)") && m.find('\n') == std::string::npos, "hostile entry: " + m);
+}
+
+void agreementLayoutTests(World& w) {
+  const int p = w.size;
+  if (p < 2) return;
+  Check check("agree " + w.name() + ": fused runs are checked tensor by tensor; a difference is ERR_MISMATCH on every rank naming the first tensor, payloads untouched; runs that begin alike say how many tensors they share");
+  auto payloadsFor = [&](size_t count) {
+    std::vector<std::vector<uint8_t>> bufs;
+    for (int r = 0; r < p; ++r) bufs.push_back(makeInput(DType::kFloat32, ReduceOp::kSum, r, count, 11));
+    return bufs;
+  };
+  auto expectMismatch = [&](const std::string& what, const std::vector<std::vector<std::shared_ptr<Work>>>& runs,
+                            size_t total, const std::string& words, size_t wantAlike = 0) {
+    if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+    std::vector<std::vector<uint8_t>> bufs = payloadsFor(total);
+    const auto before = bufs;
+    std::vector<size_t> alike;
+    std::string err = expectSameVerdict(agreeOnRuns(w, runs, &bufs, &alike), Code::kMismatch, [&](const std::string& m) {
+      return contains(m, words) ? std::string() : "message: " + m;
+    });
+    for (int r = 0; r < p && err.empty(); ++r) {
+      if (alike[r] != wantAlike) {
+        err = "rank " + std::to_string(r) + " has " + std::to_string(alike[r]) + " tensors alike, expected " + std::to_string(wantAlike);
+      }
+    }
+    for (int r = 0; r < p && err.empty(); ++r) {
+      if (bufs[r] != before[r]) err = "rank " + std::to_string(r) + "'s payload buffer changed";
+    }
+    if (err.empty()) err = stillUsable(w);
+    check.expect(err.empty(), what + ": " + err);
+  };
+  for (size_t count : {size_t(3), size_t(40000)}) {  // rides along with the agreement, and not
+    const std::string n = std::to_string(count);
+    {
+      std::vector<std::vector<std::shared_ptr<Work>>> runs(p, makeRun({{"a", count}, {"b", count}}));
+      std::vector<std::vector<uint8_t>> bufs = payloadsFor(2 * count);
+      check.expect(firstFailure(agreeOnRuns(w, runs, &bufs)).empty(), "the same run on every rank fails");
+    }
+    for (int k = 0; k < p; ++k) {
+      std::vector<std::vector<std::shared_ptr<Work>>> runs(p, makeRun({{"a", count}, {"b", count}}));
+      runs[k] = makeRun({{"b", count}, {"a", count}});
+      const std::string a = "'a' (float32 x " + n + ")", b = "'b' (float32 x " + n + ")";
+      expectMismatch("order on rank " + std::to_string(k) + ", count " + n, runs, 2 * count,
+                     "rank 0 and rank " + std::to_string(k == 0 ? 1 : k) + " fused different tensors into allreduce #" +
+                         std::to_string(w.seq) + ": tensor 1 of 2 is " + (k == 0 ? b : a) + " on rank 0 but " +
+                         (k == 0 ? a : b) + " on rank " + std::to_string(k == 0 ? 1 : k));
+      // The same total split differently, unnamed; on one rank not fused at all.
+      runs.assign(p, makeRun({{"", count}, {"", 2 * count}}));
+      runs[k] = makeRun({{"", 3 * count}});
+      expectMismatch("split on rank " + std::to_string(k) + ", count " + n, runs, 3 * count,
+                     k == 0 ? "tensor 1 of 1 is unnamed (float32 x " + std::to_string(3 * count) +
+                                  ") on rank 0 but tensor 1 of 2 is unnamed (float32 x " + n + ") on rank 1"
+                            : "tensor 1 of 2 is unnamed (float32 x " + n + ") on rank 0 but tensor 1 of 1 is unnamed (float32 x " +
+                                  std::to_string(3 * count) + ") on rank " + std::to_string(k));
+      // Runs that begin alike: rank k's was cut after its first two tensors (by an invalid call, say).
+      // Every rank learns that the first two are alike, and runs them.
+      runs.assign(p, makeRun({{"a", count}, {"b", count}, {"c", count}}));
+      runs[k] = makeRun({{"a", count}, {"b", count}});
+      expectMismatch("runs that begin alike, rank " + std::to_string(k) + " shorter, count " + n, runs, 3 * count,
+                     k == 0 ? "tensor 3 of 3 is 'c' (float32 x " + n + ") on rank 1 but rank 0 fused only 2"
+                            : "tensor 3 of 3 is 'c' (float32 x " + n + ") on rank 0 but rank " + std::to_string(k) + " fused only 2",
+                     2);
+      runs[k] = makeRun({{"a", count}});
+      expectMismatch("runs that begin alike, rank " + std::to_string(k) + " alone, count " + n, runs, 3 * count,
+                     "tensor 2 of 3 is 'b'", 1);
+    }
+  }
+  if (p >= 4 && !w.broken) {
+    // Runs that begin alike, but rank 2 runs another op: nothing runs (the first tensor fails on every rank).
+    std::vector<std::vector<std::shared_ptr<Work>>> runs(p, makeRun({{"a", 3}, {"b", 3}}));
+    runs[1] = makeRun({{"a", 3}});
+    runs[2] = makeRun({{"a", 3}, {"b", 3}});  // its own Works (the others share theirs)
+    for (auto& wk : runs[2]) wk->op = ReduceOp::kMax;
+    expectMismatch("runs that begin alike, another op on rank 2", runs, 6, "rank 0 and rank 1 fused different tensors", 0);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Failures: a peer that goes away, and one that never calls in.
 
@@ -1141,6 +1315,8 @@ void worldTests(Net net, int size) {
   fresh();
   agreementPayloadTests(w);
   fresh();
+  agreementLayoutTests(w);
+  fresh();
   gridTests(w);
   fresh();
   groupTests(w);
@@ -1152,6 +1328,7 @@ int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   startWatchdog();
   const auto t0 = SteadyClock::now();
+  layoutUnitTests();
   for (int size = 1; size <= 6; ++size) {
     worldTests(Net::kShm, size);
     worldTests(Net::kTcp, size);

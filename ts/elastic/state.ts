@@ -197,14 +197,15 @@ export class State {
     if (w.size > 1) {
       const header = await this.#broadcastHeader(root, w.rank === root);
       await this.#checkHeader(header, root);
-      const arrays: TypedArray[] = [];
+      const arrays: Array<[string, TypedArray]> = [];
       for (const [name, type, length] of header.typed) {
         const f = this.#fields.get(name)!;
         if ((f.value as TypedArray).length !== length) f.value = new TYPED_ARRAYS[type](length);
-        if (length > 0) arrays.push(f.value as TypedArray);
+        if (length > 0) arrays.push([name, f.value as TypedArray]);
       }
       if (w.rank !== root) for (const [name, value] of Object.entries(header.json)) this.#fields.get(name)!.value = value;
-      await Promise.all(arrays.map((a) => broadcast(bytesOf(a), { root, inplace: true, name: 'elastic.State.sync' })));
+      // One name each: the broadcasts go in one batch, whose collectives must differ by name.
+      await Promise.all(arrays.map(([name, a]) => broadcast(bytesOf(a), { root, inplace: true, name: `elastic.State.sync ${name}` })));
     }
     this.#save();
   }

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "algorithms/collectives.h"
 #include "algorithms/recursive_doubling.h"
@@ -12,7 +13,8 @@
 namespace hora {
 namespace {
 
-enum class VerdictState : uint8_t { kAgreed = 0, kMismatch = 1, kInvalid = 2 };
+// kLayout: a mismatch in the tensors of a fused run only; agree() then exchanges the layouts to name them.
+enum class VerdictState : uint8_t { kAgreed = 0, kMismatch = 1, kInvalid = 2, kLayout = 3 };
 
 // What travels: the proposal of the lowest rank in the group so far, and the group's verdict.
 struct Message {
@@ -37,6 +39,17 @@ bool sameCollective(const Proposal& a, const Proposal& b) {
          a.numTensors == b.numTensors && a.nameHash == b.nameHash && (!a.compareCount || a.count == b.count);
 }
 
+// Whether a and b differ only in the tensors they carry, one of them being a fused run: the same fused
+// allreduce split into different tensors (their names, counts, order or number).
+bool differInLayoutOnly(const Proposal& a, const Proposal& b) {
+  if (a.numTensors <= 1 && b.numTensors <= 1) return false;
+  Proposal same = b;
+  same.numTensors = a.numTensors;
+  same.nameHash = a.nameHash;
+  same.count = a.count;
+  return a.kind == static_cast<uint8_t>(Kind::kAllreduce) && sameCollective(a, same);
+}
+
 void setText(Message* m, const std::string& s) {
   size_t n = s.size() < sizeof(m->text) - 1 ? s.size() : sizeof(m->text) - 1;
   memcpy(m->text, s.data(), n);
@@ -48,20 +61,22 @@ void combine(Message* out, const Message* lower, const Message* higher) {
   Message result;
   if (lower->state != 0 || higher->state != 0) {
     // Keep the verdict that involves the lowest rank; invalid input beats a mismatch it may have caused.
+    const uint8_t invalid = static_cast<uint8_t>(VerdictState::kInvalid);
     const Message* pick;
-    if (lower->state != higher->state && lower->state != 0 && higher->state != 0) {
-      pick = lower->state == static_cast<uint8_t>(VerdictState::kInvalid) ? lower : higher;
-    } else if (lower->state == 0) {
+    if (lower->state == 0) {
       pick = higher;
     } else if (higher->state == 0) {
       pick = lower;
+    } else if ((lower->state == invalid) != (higher->state == invalid)) {
+      pick = lower->state == invalid ? lower : higher;
     } else {
       pick = lower->culprit <= higher->culprit ? lower : higher;
     }
     result = *pick;
   } else if (!sameCollective(lower->proposal, higher->proposal)) {
     result = *lower;
-    result.state = static_cast<uint8_t>(VerdictState::kMismatch);
+    result.state = static_cast<uint8_t>(differInLayoutOnly(lower->proposal, higher->proposal) ? VerdictState::kLayout
+                                                                                                : VerdictState::kMismatch);
     result.culprit = lower->proposer < higher->proposer ? lower->proposer : higher->proposer;
     setText(&result, "rank " + std::to_string(lower->proposer) + " submitted " + describe(lower->proposal) +
                          " but rank " + std::to_string(higher->proposer) + " submitted " +
@@ -105,13 +120,19 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   p.group = w.group != nullptr ? w.group->id : 0;
   p.algorithm = static_cast<uint8_t>(w.algorithm);
   p.onDevice = w.device >= 0 ? 1 : 0;
-  p.nameHash = numTensors > 1 ? 0 : fnv1a64(w.name);
+  p.nameHash = numTensors > 1 ? 0 : fnv1a64(w.name);  // a fused run's: proposalForRun()
   // The name as error messages show it, cut to fit (name is zero-filled); no string is built for it.
   const char* prefix = numTensors > 1 ? "fused:" : "";
   const size_t lead = strlen(prefix), room = sizeof(p.name) - 1;
   memcpy(p.name, prefix, lead);
   const size_t n = w.name.size() < room - lead ? w.name.size() : room - lead;
   memcpy(p.name + lead, w.name.data(), n);
+  return p;
+}
+
+Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount) {
+  Proposal p = proposalFor(run[0], seq, run.size(), totalCount);
+  p.nameHash = layoutDigest(run);
   return p;
 }
 
@@ -247,6 +268,75 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
   return Status::ok();
 }
 
+// What every rank's proposal must share for the ranks to run the tensors their layouts have alike: all
+// of sameCollective() but the layout's own fields (numTensors, nameHash, count).
+uint64_t collectiveSignature(const Proposal& p) {
+  const uint64_t fields[] = {p.seq, static_cast<uint32_t>(p.root), p.group,
+                             uint64_t(p.kind) | uint64_t(p.op) << 8 | uint64_t(p.dtype) << 16 |
+                                 uint64_t(p.compareCount) << 24 | uint64_t(p.algorithm) << 32 | uint64_t(p.onDevice) << 40};
+  return fnv1a64(std::string(reinterpret_cast<const char*>(fields), sizeof(fields)));
+}
+
+// The second round of an agreement whose verdict is that layouts differ (kLayout), run by every rank:
+// each sends its number of tensors and collective signature, then its layout (up to kMaxLayoutEntries
+// tensors), to all; each words the same message from them, comparing every rank's layout with the first
+// rank's, and finds the leading tensors that every rank has alike (*alike). Nothing from the network
+// sizes an allocation past kMaxLayoutEntries entries a rank.
+Status explainLayouts(Context& ctx, const Proposal& mine, const Layout* layout, const Message& verdict, size_t* alike) {
+  const int p = ctx.size();
+  struct Head {
+    uint64_t numTensors;
+    uint64_t signature;
+  };
+  std::vector<Head> heads(p);
+  heads[ctx.rank()] = {layout != nullptr ? layout->size() : 1, collectiveSignature(mine)};
+  AllgatherOptions h;
+  h.output = reinterpret_cast<uint8_t*>(heads.data());
+  h.bytesPerRank.assign(p, sizeof(Head));
+  HORA_RETURN_IF_ERROR(allgather(ctx, h));
+  auto shownOf = [](uint64_t n) { return static_cast<size_t>(n < kMaxLayoutEntries ? n : kMaxLayoutEntries); };
+  AllgatherOptions o;
+  o.bytesPerRank.resize(p);
+  std::vector<size_t> first(p + 1, 0);
+  for (int i = 0; i < p; ++i) {
+    o.bytesPerRank[i] = shownOf(heads[i].numTensors) * sizeof(LayoutEntry);
+    first[i + 1] = first[i] + shownOf(heads[i].numTensors);
+  }
+  std::vector<LayoutEntry> entries(first[p]);
+  LayoutEntry* own = entries.data() + first[ctx.rank()];
+  for (size_t i = 0; i < shownOf(heads[ctx.rank()].numTensors); ++i) {
+    if (layout != nullptr) {
+      own[i] = layoutEntry((*layout)[i]);
+      continue;
+    }
+    Work lone;  // the proposal's tensor, its name as the proposal holds it
+    lone.name.assign(mine.name, strnlen(mine.name, sizeof(mine.name)));
+    lone.count = mine.count;
+    lone.dtype = static_cast<DType>(mine.dtype);
+    own[i] = layoutEntry(lone);
+  }
+  o.output = reinterpret_cast<uint8_t*>(entries.data());
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  std::vector<LayoutView> views(p);
+  bool sameCollective = true;
+  for (int i = 0; i < p; ++i) {
+    views[i].rank = ctx.worldRank(i);
+    views[i].numTensors = heads[i].numTensors;
+    views[i].entries = entries.data() + first[i];
+    views[i].shown = shownOf(heads[i].numTensors);
+    sameCollective &= heads[i].signature == heads[0].signature;
+  }
+  *alike = sameCollective ? commonPrefix(views.data(), views.size()) : 0;
+  for (int i = 1; i < p; ++i) {
+    if (layoutsDiffer(views[0], views[i])) {
+      const Proposal& at = verdict.proposal;  // the same on every rank
+      return Status(Code::kMismatch, describeLayoutDifference(at.seq, at.group, views[0], views[i]), -1);
+    }
+  }
+  // The layouts differ past what was exchanged (or a digest collided): the first round's words.
+  return Status(Code::kMismatch, verdict.text, -1);
+}
+
 }  // namespace
 
 bool partnerMessageArrived(Context& ctx) {
@@ -275,7 +365,11 @@ bool carriesPayload(const Proposal& p, const Context& ctx) {
   return chooseAllreduceAlgorithm(ctx, o) == Algorithm::kRecursiveDoubling;
 }
 
-Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload) {
+Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload,
+             const Layout* layout, size_t* alike) {
+  size_t ignored = 0;
+  if (alike == nullptr) alike = &ignored;
+  *alike = 0;
   Message msg;
   msg.proposal = mine;
   // Messages name world ranks, also inside a process group.
@@ -304,6 +398,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
       if (userPayload != nullptr && payload != userPayload) memcpy(userPayload, work, msg.payloadBytes);
       return Status::ok();
     case VerdictState::kInvalid: return Status(Code::kInvalidArgument, msg.text, msg.culprit);
+    case VerdictState::kLayout: return explainLayouts(ctx, mine, layout, msg, alike);
     default: return Status(Code::kMismatch, msg.text, -1);
   }
 }

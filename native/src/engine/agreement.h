@@ -6,12 +6,19 @@
 // agree, or a description of the first disagreement (lowest ranks first) that names both sides. A
 // disagreement fails this one collective on every rank with ERR_MISMATCH (or ERR_INVALID_ARGUMENT) and
 // the communicator stays usable, because no data was exchanged. It also serves as the barrier.
+//
+// A fused run of allreduces proposes a digest of its layout (each tensor's name and count, in order; see
+// layout.h) as its nameHash. When the only difference between two proposals is in their layouts (one of
+// them fused), the verdict says so, and every rank, all being at this point of agree() whatever they
+// run, takes part in a second round that exchanges the layouts, so that the error names the first tensor
+// that differs as each rank has it. Only a failing agreement pays for that round.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "common/status.h"
+#include "engine/layout.h"
 #include "engine/work.h"
 #include "transport/context.h"
 
@@ -35,7 +42,10 @@ struct Proposal {
 
 // Describes a proposal for error messages: "allreduce 'grad/w' (float32 x 1024, op avg, #17)".
 std::string describe(const Proposal& p);
+// The proposal of the lone collective w; for a fused run, use proposalForRun.
 Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t totalCount);
+// The proposal of a run of allreduces fused into one: their total count, and their layout's digest.
+Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 
 // Runs the agreement. invalidReason is non-empty when this rank's own call was invalid (kind kInvalid).
 // Returns a transport failure as is; on disagreement returns kMismatch or kInvalidArgument with a message
@@ -44,7 +54,17 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
 // Small allreduces ride along: when carriesPayload(mine), pass the data as payload and it comes back
 // reduced over all ranks (not yet divided for avg), in the same single pass, halving the latency of the
 // collectives that are pure latency.
-Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr);
+//
+// layout: the tensors this rank's collective carries, read only when the layouts of the ranks differ;
+// nullptr: the one tensor the proposal describes (its name as cut to fit the proposal).
+//
+// alike: when the verdict is kMismatch for layouts that differ but begin with the same tensors on every
+// rank (the same collective, names, counts and dtype: one rank fused [a, b] where another has [a] alone
+// and its b, say, was an invalid call), the number of those leading tensors; else 0. A caller that
+// passes it runs those tensors as one allreduce (the payload did not ride along), completes them, and
+// takes the rest up again; every rank computes the same number, so the ranks stay in step.
+Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr,
+             const Layout* layout = nullptr, size_t* alike = nullptr);
 bool carriesPayload(const Proposal& p, const Context& ctx);
 // Whether the next agreement would finish without waiting on a peer: a world of two ranks, whose partner's
 // whole message for it (head, text, payload) has arrived. Takes nothing from the stream (TCP may read

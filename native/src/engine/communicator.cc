@@ -499,13 +499,16 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
 }
 
 // Tensor fusion: pack the run of allreduces into one buffer, reduce it once, unpack. Every rank fuses the
-// same runs because batches are formed by program order (see ts/work.ts), and the agreement checks the
-// number of tensors and the total count.
+// same runs because batches are formed by program order, or by name (see ts/work.ts), and the agreement
+// checks the run tensor by tensor: a digest of the names and counts in order (engine/layout.h), so
+// that no rank adds a tensor's elements to another's; a difference names the first tensor that differs.
 //
 // When the agreement fails (another rank's call at this position was invalid, or differs), the ranks may
 // have grouped different numbers of calls, so the group cannot fail as a whole: every rank fails only the
 // first call of its group, the one all ranks were checking at this position, and takes the rest up again.
-// That keeps the ranks in step call by call. Returns the index of the first call not yet completed.
+// That keeps the ranks in step call by call. Where the ranks' runs begin with the same tensors (a rank's
+// run was cut short by an invalid call after them, say), those are reduced and completed instead, and the
+// rest taken up again (agree()'s alike). Returns the index of the first call not yet completed.
 size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end) {
   const Work& first = *batch[begin];
   Group& g = groupOf(first);
@@ -529,18 +532,31 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     stamp(&batch[k]->times.copyInEnd);
   }
   ctx.startDeadline();
-  Proposal proposal = proposalFor(first, g.seq++, end - begin, total);
+  const Layout layout(&batch[begin], end - begin);
+  Proposal proposal = proposalForRun(layout, g.seq++, total);
   group.seq = proposal.seq;
   stamp(&group.negotiateStart);
   Status st;
-  if (carriesPayload(proposal, ctx)) {
+  size_t alike = 0;
+  bool rodeAlong = carriesPayload(proposal, ctx);
+  if (rodeAlong) {
     group.algorithm = kRodeAlong;
-    st = agree(ctx, proposal, "", buf);
+    st = agree(ctx, proposal, "", buf, &layout, &alike);
     stamp(&group.negotiateEnd);
     if (st.isOk() && first.op == ReduceOp::kAvg) scaleForAvg(first.dtype, buf, total, ctx.size());
   } else {
-    st = agree(ctx, proposal, "");
+    st = agree(ctx, proposal, "", nullptr, &layout, &alike);
     stamp(&group.negotiateEnd);
+  }
+  if (!st.isOk() && alike > 0) {
+    // Every rank's run begins with these tensors alike: reduce them (nothing rode along), and leave the rest.
+    for (size_t k = begin + alike; k < end; ++k) batch[k]->times.copyInStart = batch[k]->times.copyInEnd = 0;
+    end = begin + alike;
+    total = 0;
+    for (size_t k = begin; k < end; ++k) total += batch[k]->count;
+    if (options_.timeline) group.fusedTensors = static_cast<uint32_t>(alike);
+    rodeAlong = false;
+    st = Status::ok();
   }
   // The fused tensors share the group's phases; each keeps its own copies.
   auto shareGroupTimes = [&](Work& w) {
@@ -558,7 +574,7 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     complete(batch[begin], st, st.isOk() ? std::string() : describeWork(first));
     return begin + 1;
   }
-  if (st.isOk() && !carriesPayload(proposal, ctx)) {
+  if (st.isOk() && !rodeAlong) {
     AllreduceOptions o;
     o.data = buf;
     o.count = total;
@@ -591,19 +607,26 @@ Status Communicator::execute(Work& w) {
   const int p = ctx.size(), r = ctx.rank();
   uint64_t count = w.kind == Kind::kBarrier ? 0 : w.count;
   Proposal proposal = proposalFor(w, g.seq++, 1, count);
+  // Read only when another rank's fused run stands at this position (a Layout is two words, no allocation).
+  const Layout layout(w);
   w.times.seq = proposal.seq;
   stamp(&w.times.negotiateStart);
+  // alike: every other rank's fused run begins with this tensor (see runFused()); it runs as below.
+  size_t alike = 0;
   if (carriesPayload(proposal, ctx)) {
     w.times.algorithm = kRodeAlong;
-    Status agreed = agree(ctx, proposal, w.invalidReason, w.data);
+    Status agreed = agree(ctx, proposal, w.invalidReason, w.data, &layout, &alike);
     stamp(&w.times.negotiateEnd);
-    HORA_RETURN_IF_ERROR(agreed);
-    if (w.op == ReduceOp::kAvg) scaleForAvg(w.dtype, w.data, w.count, p);
-    return Status::ok();
+    if (agreed.isOk()) {
+      if (w.op == ReduceOp::kAvg) scaleForAvg(w.dtype, w.data, w.count, p);
+      return Status::ok();
+    }
+    if (alike == 0) return agreed;
+  } else {
+    Status agreed = agree(ctx, proposal, w.invalidReason, nullptr, &layout, &alike);
+    stamp(&w.times.negotiateEnd);
+    if (!agreed.isOk() && alike == 0) return agreed;
   }
-  Status agreed = agree(ctx, proposal, w.invalidReason);
-  stamp(&w.times.negotiateEnd);
-  HORA_RETURN_IF_ERROR(agreed);
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
     if (w.group != nullptr) return Status(Code::kInvalidArgument, "group collectives take host memory only");
     if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, options_.transport));
