@@ -409,8 +409,10 @@ export class Dispatcher implements WorkDriver {
     this.batchBytes += bytes;
     if (!p2p) this.batchNames |= item.name ? NAMED : UNNAMED;
     // A batch ordered by name is cut at the end of the run only: a cut by size here would fall at a
-    // different call on a rank whose program called the same collectives in another order.
-    if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes && this.batchNames !== NAMED) {
+    // different call on a rank whose program called the same collectives in another order. A call alone
+    // is not cut either: handed over now, its array would be lent while JavaScript runs (a copy, see
+    // ts/lend.ts) even when wait() comes next; the next call, or the end of the run, hands it over.
+    if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes && this.batchNames !== NAMED && this.rest.length > 0) {
       this.flush();
     } else if (!this.flushScheduled) {
       this.flushScheduled = true;
