@@ -25,15 +25,21 @@ const CHALLENGE_BYTES = 44;
 const ANSWER_BYTES = 44;
 const VERDICT_BAD_PROOF = 1;
 
-// The job tag: native/src/common/hash.h's fnv1a64 of the job id, with that file's offset basis.
+// The job tag: native/src/common/hash.h's fnv1a64 of the job id (FNV-1a, 64 bits).
 function jobTagOf(jobId) {
-  let h = 1469598103934665603n;
+  let h = 14695981039346656037n;
   for (const b of Buffer.from(jobId, 'utf8')) {
     h ^= BigInt(b);
     h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
   }
   return h;
 }
+
+t.test('the job tag is FNV-1a 64 as published', async (t) => {
+  t.equal(jobTagOf(''), 0xcbf29ce484222325n, 'of "": the offset basis');
+  t.equal(jobTagOf('a'), 0xaf63dc4c8601ec8cn, 'of "a"');
+  t.equal(jobTagOf('foobar'), 0x85944171f73967e8n, 'of "foobar"');
+});
 
 function hello(rank, size, jobTag) {
   const b = Buffer.alloc(88);
