@@ -763,7 +763,6 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     },
   });
   const { host: rvAddr, port: rvPort } = await server.listen();
-  server.on('worker-lost', (_rank: number, reason: string) => log('INFO', reason));
   let dashboard: Dashboard | undefined;
   if (opts.dashboard !== undefined) {
     try {
