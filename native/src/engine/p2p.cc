@@ -120,9 +120,12 @@ bool PointToPoint::progress() {
     for (Channel& c : channels_) {
       if (c.pair == nullptr || !c.dead.isOk()) continue;
       // The abort may come from this very peer's death (the launcher saw its exit before the next
-      // liveness check here): a connection that hung up names its own peer, as it would a moment later.
-      c.nextLivenessCheck = Clock::time_point();
-      checkLiveness(c, now);
+      // liveness check here): an operation waiting on a connection that hung up names its own peer, as it
+      // would a moment later.
+      if (involved(c)) {
+        c.nextLivenessCheck = Clock::time_point();
+        checkLiveness(c, now);
+      }
       if (c.dead.isOk()) breakChannel(c, reason);
     }
   }
