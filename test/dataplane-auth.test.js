@@ -25,15 +25,21 @@ const CHALLENGE_BYTES = 44;
 const ANSWER_BYTES = 44;
 const VERDICT_BAD_PROOF = 1;
 
-// The job tag: native/src/common/hash.h's fnv1a64 of the job id, with that file's offset basis.
+// The job tag: native/src/common/hash.h's fnv1a64 of the job id (FNV-1a, 64 bits).
 function jobTagOf(jobId) {
-  let h = 1469598103934665603n;
+  let h = 14695981039346656037n;
   for (const b of Buffer.from(jobId, 'utf8')) {
     h ^= BigInt(b);
     h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
   }
   return h;
 }
+
+t.test('the job tag is FNV-1a 64 as published', async (t) => {
+  t.equal(jobTagOf(''), 0xcbf29ce484222325n, 'of "": the offset basis');
+  t.equal(jobTagOf('a'), 0xaf63dc4c8601ec8cn, 'of "a"');
+  t.equal(jobTagOf('foobar'), 0x85944171f73967e8n, 'of "foobar"');
+});
 
 function hello(rank, size, jobTag) {
   const b = Buffer.alloc(88);
@@ -149,4 +155,85 @@ t.test('rogue connections during init are dropped and logged; the job completes'
     'rank 0 logs the silent connections', { warns });
   t.equal(warns.length, silent.length + noisy.length + forgers.length, 'one WARN line per rogue connection', { warns });
   t.notMatch(output, /rank [12] hora WARN dropped/, 'ranks 1 and 2 saw no rogue connection');
+});
+
+// docs/security.md: a burst of strangers held on a rank's data port before its handshake loop starts must
+// not push the real ranks into the kernel's SYN retry (1 s). 300 connections are made and held while
+// rank 0 waits in init for the last rank; then the last rank is let go. The listener's backlog (ss -ltn's
+// Send-Q) has room for all of them and the peers, all 300 complete their TCP handshake at once (none waits
+// on a SYN retry), and every rank connects its mesh in well under the 1 s a SYN retry would cost. Three
+// jobs, as the retry came in 2 of 6 runs before.
+const FLOOD = 300;
+const RETRY_FREE_MS = 500;
+
+/** The listening socket on 127.0.0.1/0.0.0.0:port as ss shows it: {queued (Recv-Q), backlog (Send-Q)}, or null. */
+function listenerOf(port) {
+  const { spawnSync } = require('node:child_process');
+  const r = spawnSync('ss', ['-ltnH', `sport = :${port}`], { encoding: 'utf8' });
+  if (r.status !== 0) return null;
+  const line = r.stdout.split('\n').find((l) => l.trim().startsWith('LISTEN'));
+  if (!line) return null;
+  const [, queued, backlog] = line.trim().split(/\s+/);
+  return { queued: Number(queued), backlog: Number(backlog) };
+}
+
+const somaxconn = (() => {
+  try {
+    return Number(fs.readFileSync('/proc/sys/net/core/somaxconn', 'utf8'));
+  } catch {
+    return NaN;
+  }
+})();
+const hasSs = require('node:child_process').spawnSync('ss', ['-V']).status === 0;
+
+t.test(`${FLOOD} connections held on rank 0's data port before its loop starts do not delay the mesh`, {
+  skip: !hasSs ? 'no ss command (iproute2) to read the listen backlog'
+    : !(somaxconn >= FLOOD + NP) ? `net.core.somaxconn is ${somaxconn}: the kernel caps every listen backlog below ${FLOOD + NP}` : false,
+}, async (t) => {
+  for (let run = 1; run <= 3; run++) {
+    const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dpflood-'));
+    t.teardown(() => fs.rmSync(resultDir, { recursive: true, force: true }));
+    const child = spawn(NODE, [HORA, 'run', '-np', String(NP), '--', NODE, WORKER], {
+      cwd: ROOT,
+      env: { ...process.env, HORA_TIMEOUT_S: '60', HORA_DEBUG: 'INFO', HORA_TRANSPORT: 'tcp', HORA_TEST_RESULT_DIR: resultDir },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (d) => (output += d));
+    child.stderr.on('data', (d) => (output += d));
+    const killer = setTimeout(() => child.kill('SIGKILL'), 120000);
+    const exited = new Promise((resolve) => child.on('close', (code, signal) => {
+      clearTimeout(killer);
+      resolve({ code, signal });
+    }));
+    await until(() => /rank 0 hora INFO data plane listening on [\d.]+:\d+/.test(output), 30000, "rank 0's data port");
+    const port = Number(/rank 0 hora INFO data plane listening on [\d.]+:(\d+)/.exec(output)[1]);
+
+    // Rank 0 waits in init for the last rank: its loop has not started, so these wait in its accept queue.
+    const sockets = [];
+    let connected = 0;
+    for (let i = 0; i < FLOOD; i++) {
+      const s = net.connect({ host: '127.0.0.1', port });
+      s.on('error', () => undefined);
+      s.once('connect', () => connected++);
+      sockets.push(s);
+    }
+    t.teardown(() => sockets.forEach((s) => s.destroy()));
+    await until(() => connected === FLOOD, 800, `all ${FLOOD} connections to complete`).catch(() => undefined);
+    const listener = listenerOf(port);
+    t.equal(connected, FLOOD, `run ${run}: all ${FLOOD} stranger connections completed within 800 ms (no SYN dropped)`);
+    t.ok(listener && listener.backlog >= FLOOD + NP, `run ${run}: rank 0's listen backlog has room for them and the peers`, { listener });
+    t.equal(listener && listener.queued, FLOOD, `run ${run}: all ${FLOOD} wait in rank 0's accept queue`, { listener });
+    fs.writeFileSync(path.join(resultDir, 'gate'), '');
+    await until(() => fs.existsSync(path.join(resultDir, 'connected')), 60000, 'rank 0 to finish init').catch(() => undefined);
+    fs.writeFileSync(path.join(resultDir, 'gate-after-init'), '');
+
+    const { code, signal } = await exited;
+    t.equal(code, 0, `run ${run}: hora run exits 0`, { signal, output: output.slice(-4000) });
+    const times = [...output.matchAll(/rank (\d) hora INFO connected to 2 peers in ([\d.]+) ms/g)].map((m) => [Number(m[1]), Number(m[2])]);
+    t.equal(times.length, NP, `run ${run}: every rank connected`, { output: output.slice(-4000) });
+    for (const [rank, ms] of times) {
+      t.ok(ms < RETRY_FREE_MS, `run ${run}: rank ${rank} connected its mesh in ${ms} ms, well under a SYN retry`);
+    }
+  }
 });

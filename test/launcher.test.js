@@ -69,6 +69,20 @@ t.test('workers get the HORA_* contract and can register with the launcher', asy
   });
 });
 
+t.test('HORA_DEBUG=INFO: the launcher logs each rank\'s closed control connection once', async (t) => {
+  const script = `require(${JSON.stringify(path.join(dist, 'index.js'))}).init().then(() => process.exit(0))`;
+  const r = await hora(['run', '-np', '2', NODE, '-e', script], { env: { HORA_DEBUG: 'INFO' } });
+  t.equal(r.code, 0, r.stderr);
+  // A connection that closes after the launcher began to close its server is not logged at all.
+  let seen = 0;
+  for (const rank of [0, 1]) {
+    const lines = r.stderr.split('\n').filter((l) => l.includes(`control connection of rank ${rank} closed`));
+    t.ok(lines.length <= 1, `rank ${rank}: not more than one line`, { lines });
+    seen += lines.length;
+  }
+  t.ok(seen >= 1, 'the line is logged', { stderr: r.stderr });
+});
+
 t.test('a worker exiting with 3 makes the launcher exit 3 and stop the others', async (t) => {
   const script = 'if (process.env.HORA_RANK === "1") setTimeout(() => process.exit(3), 200); else { console.log("pid", process.pid); setInterval(() => {}, 1000); }';
   const started = Date.now();

@@ -108,13 +108,33 @@ t.test('bad arguments are rejected on the calling rank only, naming the argument
   }
 });
 
-t.test('a peer killed during a receive: ERR_PEER_LOST, no hang', async (t) => {
-  const { results } = await scenario(t, 2, 'kill', {}, { exitZero: false });
-  const r = results[0];
-  t.equal(r && r.got.code, 'ERR_PEER_LOST', 'the receive fails with ERR_PEER_LOST', { r });
-  t.match(r && r.got.message, /rank 1/, 'the error names rank 1');
-  t.ok(r && r.ms < 30000, `within 30 s (${r && Math.round(r.ms)} ms)`);
-});
+// The launcher's Abort and the engine's own look at the connection race to fail the operation: whichever
+// wins, error.peer is the killed rank. A few runs each, as either may win any one.
+for (const [transport, env] of TRANSPORTS) {
+  for (const [name, what] of [['kill', 'receive'], ['kill-send', 'send']]) {
+    t.test(`${transport}: a peer killed during a ${what}: ERR_PEER_LOST naming it, no hang`, async (t) => {
+      for (let run = 1; run <= 3; run++) {
+        const { results } = await scenario(t, 2, name, env, { exitZero: false });
+        const r = results[0];
+        t.equal(r && r.got.code, 'ERR_PEER_LOST', `run ${run}: the ${what} fails with ERR_PEER_LOST`, { r });
+        t.equal(r && r.got.peer, 1, `run ${run}: error.peer is rank 1`, { r });
+        t.match(r && r.got.message, /rank 1/, `run ${run}: the error names rank 1`);
+        t.ok(r && r.ms < 30000, `run ${run}: within 30 s (${r && Math.round(r.ms)} ms)`);
+      }
+    });
+  }
+
+  // Only the launcher tells ranks 0 and 2 why their receive from each other fails: the rank it lost.
+  t.test(`${transport}: a rank killed while two others wait on each other: their error.peer is the lost rank`, async (t) => {
+    const { results } = await scenario(t, 3, 'kill-bystander', env, { exitZero: false });
+    for (const rank of [0, 2]) {
+      const r = results[rank];
+      t.equal(r && r.got.code, 'ERR_PEER_LOST', `rank ${rank}: the receive fails with ERR_PEER_LOST`, { r });
+      t.equal(r && r.got.peer, 1, `rank ${rank}: error.peer is rank 1, the rank lost`, { r });
+      t.match(r && r.got.message, /because of rank 1/, `rank ${rank}: the error names rank 1`);
+    }
+  });
+}
 
 // Without a launcher nobody else reports the death: the engine must see it on the connection itself.
 for (const [transport, env] of TRANSPORTS) {

@@ -385,8 +385,8 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
 // A closed communicator's native state is gone: abort() on it would touch freed memory.
 const closedComms = new WeakSet<NativeCommunicator>();
 
-function abortQuietly(comm: NativeCommunicator | undefined, code: string, message: string): void {
-  if (comm && !closedComms.has(comm)) comm.abort(code, message);
+function abortQuietly(comm: NativeCommunicator | undefined, code: string, message: string, peer = -1): void {
+  if (comm && !closedComms.has(comm)) comm.abort(code, message, peer);
 }
 
 function closeQuietly(comm: NativeCommunicator, keep = false): NativeKeptConnections | undefined {
@@ -403,7 +403,7 @@ function watchElasticControl(control: RendezvousConnection): void {
   control.on('membership', (m: Membership) => {
     const w = world;
     if (m.event !== MembershipEvent.Ended || !w?.elastic || w.elastic.generation !== m.generation) return;
-    abortQuietly(w.dispatcher?.comm, 'ERR_PEER_LOST', `the world re-forms${m.lostRank >= 0 ? ` without rank ${m.lostRank}` : ''}: ${m.reason}`);
+    abortQuietly(w.dispatcher?.comm, 'ERR_PEER_LOST', `the world re-forms${m.lostRank >= 0 ? ` without rank ${m.lostRank}` : ''}: ${m.reason}`, m.lostRank);
   });
   control.onAbort((a) => {
     abortQuietly(world?.dispatcher?.comm, a.code || 'ERR_PEER_LOST', `the job was aborted${a.rank >= 0 ? ` because of rank ${a.rank}` : ''}: ${a.reason}`);
@@ -517,7 +517,7 @@ function watchControl(w: World, launch: LaunchInfo): void {
   const comm = w.dispatcher?.comm;
   if (!w.control || !comm) return;
   w.control.onAbort((a) => {
-    comm.abort(a.code || 'ERR_PEER_LOST', `the job was aborted${a.rank >= 0 ? ` because of rank ${a.rank}` : ''}: ${a.reason}`);
+    comm.abort(a.code || 'ERR_PEER_LOST', `the job was aborted${a.rank >= 0 ? ` because of rank ${a.rank}` : ''}: ${a.reason}`, a.rank);
   });
   if (launch.source === 'hora') {
     // The launcher owns the job: when it is gone (killed, even with SIGKILL, or its host lost), nobody

@@ -147,7 +147,8 @@ export interface NativeCommunicator {
   wait(id: number): NativeResult | true | null;
   /** Spins up to `micros` for work `id` to complete; its result, or null when it has not (its completion comes later as usual). */
   spin(id: number, micros: number): NativeResult | true | null;
-  abort(code: string, message: string): void;
+  /** Fails every pending and later operation with `code` and `message`; `peer`: the lost rank, when one is known. */
+  abort(code: string, message: string, peer?: number): void;
   /**
    * The cost model's predicted seconds of a float32 allreduce of `bytes` per algorithm (absent where
    * not applicable), and the algorithm `algorithm` resolves to. `measured` is false on one host.

@@ -643,7 +643,9 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     std::string message = info[1].As<Napi::String>().Utf8Value();
     Code c = code == "ERR_PEER_LOST" ? Code::kPeerLost : code == "ERR_SHUTDOWN" ? Code::kShutdown
            : code == "ERR_TIMEOUT" ? Code::kTimeout : Code::kInternal;
-    comm_->abort(Status(c, message));
+    // The rank whose loss ended the job, when the launcher named one: the `peer` of every error it causes.
+    const int peer = info.Length() > 2 && info[2].IsNumber() ? info[2].As<Napi::Number>().Int32Value() : -1;
+    comm_->abort(Status(c, message, peer));
     return info.Env().Undefined();
   }
 

@@ -526,6 +526,37 @@ void tooManyIdleStrangers() {
         log.size() > 1500 ? log.substr(log.size() - 1500) : log);
 }
 
+// Rank 0's accept queue is full (a backlog of 1, two strangers in it) when rank 1 dials it, so its kernel
+// drops rank 1's SYN; rank 0's loop starts 150 ms later and drains the queue. Rank 1 dials again after
+// kFirstConnectWaitMs instead of waiting for the kernel's SYN retry 1 s after the first.
+void fullAcceptQueue() {
+  Listeners l;
+  l.fds.assign(2, -1);
+  l.addrs.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    int port = 0;
+    Status st = tcp::listenOn("127.0.0.1", 1, &l.fds[r], &port);
+    if (!st.isOk()) {
+      std::printf("Bail out! listen: %s\n", describe(st).c_str());
+      std::exit(1);
+    }
+    l.addrs[r] = {"127.0.0.1", port};
+  }
+  std::vector<int> strangers = {dialRaw(l.addrs[0].port), dialRaw(l.addrs[0].port)};
+  StderrCapture capture;
+  MeshRun run(l, {"k", "k"}, 20000, {150, 0});
+  auto& rs = run.join();
+  capture.stop();
+  closeListeners(l);
+  for (int fd : strangers) {
+    if (fd >= 0) close(fd);
+  }
+  std::string why = firstFailure(rs);
+  check(why.empty(), "a peer whose accept queue was full when dialed: the mesh connects", why);
+  check(rs[1].seconds < 0.8, "... in " + std::to_string(rs[1].seconds) + " s, before the kernel's SYN retry (1 s)",
+        std::to_string(rs[1].seconds) + " s");
+}
+
 // The test plays rank 1 and 2 of a job of 3 against a real rank 0, with the right secret.
 void duplicatesAndReplays() {
   Listeners l;
@@ -728,6 +759,7 @@ int main() {
   differentSecrets();
   strangersDuringInit();
   tooManyIdleStrangers();
+  fullAcceptQueue();
   duplicatesAndReplays();
   fakeAcceptors();
   sameHostConnectionsDoNotPace();

@@ -13,6 +13,8 @@
 //   invalid      every bad argument, on each rank
 //   mismatch     dtype and count differ between the ends, small and large; then a good message
 //   kill         rank 1 SIGKILLs itself while rank 0 waits in recv from it
+//   kill-send    rank 1 SIGKILLs itself while rank 0 sends it a 16 MiB message it never receives
+//   kill-bystander  (3 ranks) rank 1 SIGKILLs itself while ranks 0 and 2 wait in recv from each other
 //   timeout      rank 0 waits for a message never sent, rank 1 sends one never received (short
 //                HORA_TIMEOUT_S); then an allreduce must still work
 // Each rank writes one JSON line to $HORA_TEST_RESULT_DIR/rank-<rank>.json and exits 0 whatever it saw.
@@ -273,6 +275,29 @@ async function kill(r) {
   return { got, ms: performance.now() - t0 };
 }
 
+async function killSend(r) {
+  if (r === 1) {
+    setTimeout(() => process.kill(process.pid, 'SIGKILL'), 500);
+    await new Promise(() => {});
+  }
+  const t0 = performance.now();
+  const got = await outcome(() => hora.send(new Float32Array(4 << 20), { to: 1, tag: 4 }));
+  return { got, ms: performance.now() - t0 };
+}
+
+async function killBystander(r) {
+  if (r === 1) {
+    setTimeout(() => process.kill(process.pid, 'SIGKILL'), 500);
+    await new Promise(() => {});
+  }
+  const t0 = performance.now();
+  const got = await outcome(() => hora.recv({ from: 2 - r, tag: 4, dtype: 'float32', count: 1000 }));
+  const ms = performance.now() - t0;
+  // Stay a while: this rank's exit must not be what fails the other's receive.
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  return { got, ms };
+}
+
 async function timeout(r) {
   const t0 = performance.now();
   const got = r === 0
@@ -283,6 +308,6 @@ async function timeout(r) {
   return { got, ms, after };
 }
 
-const SCENARIOS = { sweep, large, window: windowed, blocking, 'out-of-order': outOfOrder, 'in-order': inOrder, independent, interleave, invalid, mismatch, kill, timeout };
+const SCENARIOS = { sweep, large, window: windowed, blocking, 'out-of-order': outOfOrder, 'in-order': inOrder, independent, interleave, invalid, mismatch, kill, 'kill-send': killSend, 'kill-bystander': killBystander, timeout };
 
-runScenarios(hora, SCENARIOS, { noShutdown: ['kill'] });
+runScenarios(hora, SCENARIOS, { noShutdown: ['kill', 'kill-send', 'kill-bystander'] });

@@ -983,7 +983,6 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     },
   });
   const { host: rvAddr, port: rvPort } = await server.listen();
-  server.on('worker-lost', (_rank: number, reason: string) => log('INFO', reason));
   let dashboard: Dashboard | undefined;
   if (opts.dashboard !== undefined) {
     try {
@@ -1069,6 +1068,11 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   const blacklist = new Set<string>();
   // Workers stopped because the discovery script no longer lists their host (not a fault of the host).
   const delisted = new Set<WorkerHandle>();
+  // Workers the launcher itself left out and stopped, with why: how such a worker ends says how it was
+  // stopped, not how the job went, so it never decides the exit code.
+  const leftOut = new Map<WorkerHandle, string>();
+  // Elastic: every worker that ended outside the world that went on, with why, for the last line.
+  const notInLastWorld: string[] = [];
   const discovery = elastic?.discoveryScript;
   // A host is blacklisted after a failure there, unless it is the launcher's own machine in a -H job
   // (a crashed process says nothing about the machine, and its slot is refilled in place).
@@ -1122,6 +1126,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     w.onExit((code, signal) => {
       running.delete(w);
       const wasDelisted = delisted.delete(w);
+      const stoppedBecause = leftOut.get(w);
       if ((code === 0 && signal === null) || failure || interrupted) return;
       const exitCode = signal ? signalExitCode(signal) : (code ?? 1);
       const who = elastic ? `worker ${workerId}` : multiHost ? `rank ${w.rank} on ${spec.host}` : `rank ${w.rank}`;
@@ -1133,11 +1138,16 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
       // A worker started after the job began (a refill or a discovered slot) that fails before it joins,
       // or one stopped because its host left the discovery script's list, costs the job nothing.
       const late = (workerId >= opts.np || wasDelisted) && !entered;
-      if (elastic && membership && (entered || late) && !membership.isFinishing) {
+      if (elastic && membership && (entered || late || stoppedBecause !== undefined) && !membership.isFinishing) {
         // A worker lost inside hora.elastic.run: the others re-form the world without it.
         if (entered) lostWorkers++;
         const why = late ? ' before it joined' : '';
-        process.stderr.write(`hora run: ${what}${why}; the job goes on without it\n`);
+        // One the launcher left out was announced then, before the world re-formed without it.
+        if (stoppedBecause !== undefined) log('INFO', `${what} (left out: ${stoppedBecause})`);
+        else {
+          process.stderr.write(`hora run: ${what}${why}; the job goes on without it\n`);
+          notInLastWorld.push(`${what}${why}`);
+        }
         membership.workerExited(workerId, description);
         const h = hostList.find((x) => x.host === spec.host) ?? { host: spec.host, slots: 1, remote: spec.remote };
         if (wasDelisted) {
@@ -1148,6 +1158,13 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
         }
         if (discovery !== undefined) reconcileHosts();
         else if (entered) refill(workerId, spec);
+        return;
+      }
+      // The training has finished in a world without this worker: how it ended changes nothing.
+      const outsideLastWorld = elastic !== undefined && membership !== undefined && membership.isFinishing && !membership.inWorld(workerId);
+      if (stoppedBecause !== undefined || outsideLastWorld) {
+        log('INFO', `${what} (${stoppedBecause !== undefined ? `left out: ${stoppedBecause}` : 'not in the world that finished'}); it does not decide the job's status`);
+        if (stoppedBecause === undefined) notInLastWorld.push(what);
         return;
       }
       failure = { rank: w.rank, exitCode, description };
@@ -1190,6 +1207,8 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
       if (delisted.has(w) || (listed && runningOn(host) - [...delisted].filter((d) => hostOf.get(d) === host).length <= listed.slots)) continue;
       delisted.add(w);
       const why = listed ? `now lists ${listed.slots} slot(s) on ${host}` : `no longer lists ${host}`;
+      leftOut.set(w, `the discovery script ${why}`);
+      notInLastWorld.push(`worker ${[...byWorkerId].find(([, x]) => x === w)?.[0]} (the discovery script ${why}; stopped)`);
       process.stderr.write(`hora run: the discovery script ${why}: stopping a worker there\n`);
       w.kill('SIGTERM');
     }
@@ -1243,7 +1262,11 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   if (elastic) {
     server.on('evict', (workerId: number, _pid: number, reason: string) => {
       process.stderr.write(`hora run: ${reason}: killing it\n`);
-      byWorkerId.get(workerId)?.kill('SIGKILL');
+      const w = byWorkerId.get(workerId);
+      if (w === undefined) return;
+      leftOut.set(w, `did not re-register within ${elastic.settleS} s (HORA_ELASTIC_SETTLE_S)`);
+      notInLastWorld.push(`worker ${workerId} (did not re-register within ${elastic.settleS} s; killed)`);
+      w.kill('SIGKILL');
     });
     server.on('elastic-timeout', (message: string) => {
       if (failure || interrupted) return;
@@ -1276,6 +1299,9 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
     // Every worker ended, some of them lost, and no training function returned: the training did not finish.
     process.stderr.write(`hora run: the job ended before any worker's training function returned (${lostWorkers} worker(s) lost)\n`);
     return 1;
+  }
+  if (notInLastWorld.length > 0) {
+    process.stderr.write(`hora run: the training finished in a world of ${server.elastic?.worldSize ?? '?'}; left out on the way: ${notInLastWorld.join('; ')}\n`);
   }
   return 0;
 }

@@ -109,6 +109,11 @@ export class ElasticMembership {
     return this.phase === 'running' ? this.world.length : 0;
   }
 
+  /** Whether worker `workerId` is in the current world (once the job is ending: the world that finishes). */
+  inWorld(workerId: number): boolean {
+    return this.world.some((m) => m.workerId === workerId);
+  }
+
   /** Rank of a connection in the current world, for Stats reports. */
   rankOf(conn: ControlConnection): number | undefined {
     const m = this.members.get(conn);

@@ -114,13 +114,21 @@ bool PointToPoint::progress() {
   }
   bool moved = !posted.empty();
   for (auto& w : posted) take(std::move(w));
+  const Clock::time_point now = Clock::now();
   if (ctx_.aborted()) {
     Status reason = ctx_.abortReason();
     for (Channel& c : channels_) {
-      if (c.pair != nullptr && c.dead.isOk()) breakChannel(c, reason);
+      if (c.pair == nullptr || !c.dead.isOk()) continue;
+      // The abort may come from this very peer's death (the launcher saw its exit before the next
+      // liveness check here): an operation waiting on a connection that hung up names its own peer, as it
+      // would a moment later.
+      if (involved(c)) {
+        c.nextLivenessCheck = Clock::time_point();
+        checkLiveness(c, now);
+      }
+      if (c.dead.isOk()) breakChannel(c, reason);
     }
   }
-  const Clock::time_point now = Clock::now();
   for (Channel& c : channels_) {
     if (c.pair == nullptr || !c.dead.isOk() || !involved(c)) continue;
     moved |= pump(c);

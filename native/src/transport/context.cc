@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <thread>
@@ -98,9 +99,9 @@ Context::~Context() {
 }
 
 Status Context::listen(const std::string& bindHost, int* port) {
-  // Connections queue here until connect() runs the handshakes; room for every peer and as many strangers
-  // as the handshake loop holds at once, so a burst of them does not make real peers' SYNs wait for a retry.
-  HORA_RETURN_IF_ERROR(tcp::listenOn(bindHost, size_ + tcp::kMaxPendingAccepts, &listenFd_, port));
+  // Connections queue here until connect() runs the handshakes: room for a burst of strangers and every
+  // peer, so that the peers' SYNs are not dropped (tcp::kListenBacklog).
+  HORA_RETURN_IF_ERROR(tcp::listenOn(bindHost, std::max(tcp::kListenBacklog, size_ + tcp::kMaxPendingAccepts), &listenFd_, port));
   HORA_INFO("data plane listening on %s:%d", bindHost.empty() ? "0.0.0.0" : bindHost.c_str(), *port);
   return Status::ok();
 }

@@ -289,7 +289,9 @@ struct Link {
   Clock::time_point acceptedAt;  // incoming
   Clock::time_point expires;     // incoming: the end of its own handshake deadline
   Clock::time_point retryAt;     // outgoing, in kRetryWait
+  Clock::time_point redialAt;    // outgoing, in kConnecting: dial again if the SYN has had no answer by then
   int attempts = 0;              // outgoing: dials so far
+  int unanswered = 0;            // outgoing: dials in a row whose SYN had no answer
   std::string lastError;         // outgoing: why the last attempt failed
   sockaddr_in address{};         // outgoing: where to dial
   uint8_t out[kMaxMessageBytes];
@@ -416,6 +418,7 @@ class MeshBuilder {
         pfds.push_back({l.fd, l.pollEvents(), 0});
         if (l.openIncoming()) wake = std::min(wake, l.expires);
         if (l.step == Link::Step::kRetryWait) wake = std::min(wake, l.retryAt);
+        if (l.step == Link::Step::kConnecting) wake = std::min(wake, l.redialAt);
       }
       if (now < listenPausedUntil_) wake = std::min(wake, listenPausedUntil_);
       auto waitMs = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
@@ -432,6 +435,7 @@ class MeshBuilder {
         if (!fatal_.isOk()) break;
         if (l.openIncoming() && now >= l.expires) expire(l);
         if (l.step == Link::Step::kRetryWait && now >= l.retryAt) dial(l);
+        if (l.step == Link::Step::kConnecting && now >= l.redialAt) redial(l);
       }
       links_.erase(std::remove_if(links_.begin(), links_.end(), [](const Link& l) { return l.step == Link::Step::kDone; }),
                    links_.end());
@@ -498,9 +502,20 @@ class MeshBuilder {
     }
     if (errno == EINPROGRESS || errno == EINTR) {
       l.step = Link::Step::kConnecting;
+      const int waitMs = std::min(kMaxConnectWaitMs, kFirstConnectWaitMs << std::min(l.unanswered, 8));
+      l.redialAt = Clock::now() + std::chrono::milliseconds(waitMs);
       return;
     }
     retryLater(l, strerror(errno));
+  }
+
+  // The SYN had no answer in time: the peer's accept queue may have been full (its kernel drops SYNs
+  // then), or the packet was lost. A new SYN now, instead of the kernel's retry a second or more later.
+  void redial(Link& l) {
+    ++l.unanswered;
+    l.lastError = "no answer to the connection request";
+    HORA_TRACE("connecting to rank %d at %s: no answer; dialing again", l.peer, l.remote.c_str());
+    dial(l);
   }
 
   // Anything short of an answer (refused, reset, closed by the peer's cap or handshake deadline) is
@@ -531,6 +546,7 @@ class MeshBuilder {
           if (getsockopt(l.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
           if (err == EINPROGRESS || err == EALREADY) return;
           if (err != 0) return retryLater(l, strerror(err));
+          l.unanswered = 0;
           l.step = Link::Step::kAwaitChallenge;
           l.expect(handshake::kChallengeBytes);
           continue;

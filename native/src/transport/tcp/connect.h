@@ -47,6 +47,15 @@ Status listenOn(const std::string& host, int backlog, int* fd, int* port);
 
 // Unauthenticated connections held at once; the oldest is dropped to make room for a new one.
 constexpr int kMaxPendingAccepts = 64;
+// The data-plane listener's backlog (the kernel caps it at net.core.somaxconn, 4096 by default since
+// Linux 5.4). Connections queue there until the handshake loop starts, which is only once the peer table
+// has come; a full queue drops new SYNs, and the real peer's connect would wait for the kernel's SYN
+// retry (1 s, then 3 s). Queued connections cost memory only as they come.
+constexpr int kListenBacklog = 4096;
+// A dial with no answer to its SYN within this long is made again (then after twice as long, up to
+// kMaxConnectWaitMs), rather than left to the kernel's SYN retries (1 s, 3 s, 7 s ...).
+constexpr int kFirstConnectWaitMs = 250;
+constexpr int kMaxConnectWaitMs = 4000;
 // How long an accepted connection has to complete its handshake.
 constexpr int kHandshakeMs = 5000;
 
