@@ -17,7 +17,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import * as hora from '../../ts/index';
-import { HoraError } from '../../ts/errors';
+import { HoraError, checkOptionKeys, knownOptions } from '../../ts/errors';
 import { flushCollectives, timelineOn, timelineSpan } from '../../ts/hora';
 import { steps } from '../../ts/stats';
 import { BucketedStep, planBuckets, PlannedBucket } from './buckets';
@@ -41,6 +41,8 @@ export interface DistributedOptimizerOptions {
   /** Size of a bucket of gradients sent together when overlapping, in MiB (> 0). Default 4. */
   bucketMB?: number;
 }
+
+const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true }, '');
 
 /** Default bucketMB: see docs/tfjs.md for the measurement behind it. */
 export const DEFAULT_BUCKET_MB = 4;
@@ -109,6 +111,7 @@ export class DistributedOptimizer extends tf.Optimizer {
       throw new TypeError(`DistributedOptimizer: argument 'optimizer' must be a tf.train optimizer; received ${optimizer === null ? 'null' : typeof optimizer}`);
     }
     if (options === null || typeof options !== 'object') throw invalid('options', 'an object', options);
+    checkOptionKeys('DistributedOptimizer', options, OPTIONS);
     const {
       compression = 'none', backwardPassesPerStep = 1, op = 'avg', overlap = true, bucketMB = DEFAULT_BUCKET_MB,
     } = options;
