@@ -811,7 +811,7 @@ function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: Allr
   const op = opOf(c, o.op, 'avg', w.self);
   const name = nameOf(c, o.name, w.self);
   const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
-  const scale = options === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
+  const scale = o.prescaleFactor === undefined && o.postscaleFactor === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
   // dtypeOf took x: a typed array or else a DeviceBuffer (a test cheaper than instanceof's walk).
   if (!ArrayBuffer.isView(x)) {
     const out = (inplace ? x : deviceCopy(c, x as DeviceBuffer)) as T & DeviceBuffer;
@@ -911,7 +911,7 @@ export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: Red
     const dtype = dtypeOf(c, x, o.dtype, w.self);
     const op = opOf(c, o.op, 'sum', w.self);
     const name = nameOf(c, o.name, w.self);
-    const scale = options === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
+    const scale = o.prescaleFactor === undefined && o.postscaleFactor === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
     if (x instanceof DeviceBuffer) {
       const local = () => deviceCopy(c, x) as T & DeviceBuffer;
       if (!w.dispatcher) return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x), finish: local, keep: [], local };

@@ -249,8 +249,9 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
     return Status::ok();
   }
   const bool scaled = scaling.active();
+  ScaledStep step;  // set only when scaled: an unscaled agreement does no work for it
   if (plan.foldsIn(rank)) {
-    const ScaledStep step = scaledStep(scaling, true, true, false, op, size);
+    if (scaled) step = scaledStep(scaling, true, true, false, op, size);
     HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, false, true, payload, op, dtype,
                                   scaled ? &step : nullptr, mergeWith(true)));
     finish(true, theirs);
@@ -261,8 +262,10 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
     const int partner = plan.actual(newPartner);
     // This rank's message must go out before it is merged with the partner's: send a copy.
     Message outgoing = *msg;
-    const ScaledStep step = scaledStep(scaling, mask == 1 && !plan.foldsIn(rank), mask == 1 && !plan.foldsIn(partner),
-                                       mask * 2 >= plan.pof2, op, size);
+    if (scaled) {
+      step = scaledStep(scaling, mask == 1 && !plan.foldsIn(rank), mask == 1 && !plan.foldsIn(partner), mask * 2 >= plan.pof2,
+                        op, size);
+    }
     HORA_RETURN_IF_ERROR(exchange(ctx, partner, outgoing, payload, &theirs, true, true, payload, op, dtype,
                                   scaled ? &step : nullptr, mergeWith(newPartner < newRank)));
     finish(newPartner < newRank, theirs);
@@ -329,7 +332,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   scaling.post = mine.postscale;
   HORA_RETURN_IF_ERROR(disseminate(ctx, &msg, payload, static_cast<ReduceOp>(mine.op), static_cast<DType>(mine.dtype), scaling));
   // A group of one combines nothing: its payload is scaled alone.
-  if (ctx.size() == 1 && payload != nullptr) scaleAlone(static_cast<DType>(mine.dtype), payload, mine.count, scaling);
+  if (ctx.size() == 1 && payload != nullptr && scaling.active()) scaleAlone(static_cast<DType>(mine.dtype), payload, mine.count, scaling);
   msg.text[sizeof(msg.text) - 1] = '\0';
   switch (static_cast<VerdictState>(msg.state)) {
     case VerdictState::kAgreed:
