@@ -90,5 +90,7 @@ t.test('p=2: an unknown key on one rank fails that collective on every rank, and
     t.same(res['allreduce avg postscale'], { ok: true, value: ['12'] }, `rank ${r}: allreduce avg, prescaleFactor 2, postscaleFactor 4`);
     t.same(res['allreduce large'], { ok: true, value: ['1.5'] }, `rank ${r}: 100000 elements (the ring), prescaleFactor 0.25, postscaleFactor 2`);
     t.same(res['reduceScatter avg prescale'], { ok: true, value: [r === 0 ? '6' : '14'] }, `rank ${r}: reduceScatter avg, prescaleFactor 4`);
+    t.same(res['fused, different factors'], { ok: true, value: ['1.5', '3', '6', '1.5', '3'] },
+      `rank ${r}: allreduces of one tick with different factors are not fused together`);
   }
 });

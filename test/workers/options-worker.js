@@ -121,6 +121,15 @@ async function ranksScenario() {
   const big = await outcome(() => hora.allreduce(new Float32Array(100000).fill(r + 1), { op: 'sum', prescaleFactor: 0.25, postscaleFactor: 2 }));
   results['allreduce large'] = big.ok ? { ok: true, value: [...new Set(big.value)] } : big;
   results['reduceScatter avg prescale'] = await outcome(() => hora.reduceScatter(Float32Array.of(r + 1, r + 3), { op: 'avg', prescaleFactor: 4 }));
+  // Small allreduces of one synchronous run are fused, but never across different factors.
+  const fused = [{ prescaleFactor: 0.5 }, {}, { postscaleFactor: 2 }, { prescaleFactor: 0.5 }, { prescaleFactor: 0.5, postscaleFactor: 2 }]
+    .map((factors) => hora.allreduce(Float32Array.of(r + 1, r + 1), { op: 'sum', ...factors }));
+  results['fused, different factors'] = { ok: true, value: [] };
+  for (const work of fused) {
+    const got = await outcome(() => work);
+    if (!got.ok) results['fused, different factors'] = got;
+    else if (results['fused, different factors'].ok) results['fused, different factors'].value.push(got.value[0]);
+  }
   return { results };
 }
 
