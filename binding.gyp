@@ -21,8 +21,10 @@
       # the core uses exceptions across the Napi boundary, so undo that.
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-std=gnu++17", "-std=gnu++20"],
-      "cflags": ["-fPIC", "-Wall", "-Wextra", "-pthread"],
-      "cflags_cc": ["-std=c++17", "-fexceptions", "-frtti", "-fPIC", "-Wall", "-Wextra", "-pthread"],
+      # -ffp-contract=off: no fused multiply-add where the source has a product and a sum, so a scaled
+      # reduction (prescaleFactor) rounds the same on every CPU and as the JS reference does.
+      "cflags": ["-fPIC", "-Wall", "-Wextra", "-pthread", "-ffp-contract=off"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-frtti", "-fPIC", "-Wall", "-Wextra", "-pthread", "-ffp-contract=off"],
       "ldflags": ["-pthread"],
       "configurations": {
         "Release": {

@@ -196,7 +196,7 @@ const BAD = {
   partitionEmpty: /option 'partition' must be layer counts that are integers >= 1 \(no stage may be empty\); received \[4, 0\]/,
   notAChain: /argument 'model' must be a chain of layers.*layer 'branch_a' feeds 2 layers/,
   notAModel: /argument 'model' must be a tf.LayersModel/,
-  unknownOption: /option 'micro' must be one of stages, microBatches/,
+  unknownOption: /argument 'options\.micro' is not an option \(received number 2\): did you mean 'microBatches'\? pipeline takes stages, microBatches/,
   deferNotBoolean: /option 'deferWeightGradients' must be true or false; received 'yes'/,
   beforeCompile: /call pipe.compile/,
   microLarger: /option 'microBatches' must be at most the batch size \(batchSize 3, 8 samples\); received 4/,

@@ -77,3 +77,124 @@ export function describeValue(v: unknown): string {
   const ctor = (v as object).constructor;
   return ctor && ctor.name ? `an object of type ${ctor.name}` : 'an object';
 }
+
+/**
+ * The keys an options object of one call may have: made once per call with knownOptions(), checked on
+ * every call with checkOptionKeys().
+ */
+export interface KnownOptions {
+  /** Put before the call's name in messages: 'hora.' for the core API, '' for the adapters, which name themselves. */
+  readonly namespace: string;
+  /** An array, not a Set: a handful of comparisons of interned strings costs a third of Set.has. */
+  readonly keys: readonly string[];
+}
+
+/**
+ * The options of a call whose options type is T: every key of T, each given as `key: true`, so that the
+ * compiler says when the list and the type differ.
+ */
+export function knownOptions<T>(keys: Record<keyof Required<T>, true>, namespace = 'hora.'): KnownOptions {
+  // Not frozen: V8 reads a frozen array's elements on a slower path, which tripled the check's cost.
+  return { namespace, keys: Object.keys(keys) };
+}
+
+/**
+ * Throws ERR_INVALID_ARGUMENT for an own key of `options` that `known` lacks, naming it, listing the
+ * options there are, and suggesting the likely one: a misspelt option, or another library's spelling
+ * (Horovod's average=False), would otherwise be ignored without a word and the call run as if it were
+ * absent. On the path of every collective: a for-in over the object's keys and a set lookup each, and
+ * nothing allocated unless it throws.
+ */
+export function checkOptionKeys(call: string, options: object, known: KnownOptions, rank = -1): void {
+  const keys = known.keys;
+  next: for (const key in options) {
+    for (let i = 0; i < keys.length; i++) if (keys[i] === key) continue next;
+    if (Object.prototype.hasOwnProperty.call(options, key)) throw unknownOption(call, key, (options as Record<string, unknown>)[key], known, rank);
+  }
+}
+
+function unknownOption(call: string, key: string, value: unknown, known: KnownOptions, rank: number): HoraError {
+  const label = known.namespace + call;
+  const hint = optionHint(key, value, known.keys);
+  const takes = known.keys.length > 0 ? `${label} takes ${known.keys.join(', ')}` : `${label} takes no options`;
+  const said = hint === undefined ? '.' : hint.endsWith('?') ? `: ${hint}` : `: ${hint}.`;
+  return new HoraError('ERR_INVALID_ARGUMENT',
+    `${label}: argument 'options.${key}' is not an option (received ${describeValue(value)})${said} ${takes}`, rank);
+}
+
+/** A key as the hints compare it: lower case, without '_' and '-' (Horovod's and torch's snake_case). */
+function normalized(key: string): string {
+  return key.toLowerCase().replace(/[_-]/g, '');
+}
+
+type Hint = (value: unknown, keys: readonly string[]) => string | undefined;
+
+const useGroup: Hint = () => 'run it in a process group instead: const g = await hora.newGroup(ranks), then g.allreduce(x, ...) ' +
+  'and the other collectives of g';
+const useWork: Hint = () => 'every hora call returns a Work at once: await it, or call wait() to block';
+const renamed = (to: string): Hint => (_v, keys) => (keys.includes(to) ? `did you mean '${to}'?` : undefined);
+
+/** Other libraries' spellings (Horovod, torch.distributed), by normalized key. */
+const FOREIGN_OPTIONS: Record<string, Hint> = {
+  average: (v, keys) => {
+    if (!keys.includes('op')) return undefined;
+    if (v === true) return "for Horovod's average=True use op: 'avg'";
+    if (v === false) return "for Horovod's average=False use op: 'sum'";
+    return "Horovod's average is op here: op: 'avg' or op: 'sum'";
+  },
+  compression: (_v, keys) => (keys.includes('op') && !keys.includes('compression')
+    ? 'a collective sends its array\'s own dtype: for half the bytes pass float16 or bfloat16 data (a Uint16Array with dtype), ' +
+      "or use DistributedOptimizer(optimizer, {compression: 'fp16'}) from hora/tfjs"
+    : undefined),
+  processset: useGroup,
+  processgroup: useGroup,
+  group: useGroup,
+  pg: useGroup,
+  asyncop: useWork,
+  async: useWork,
+  blocking: useWork,
+  rootrank: renamed('root'),
+  src: (v, keys) => renamed('from')(v, keys) ?? renamed('root')(v, keys),
+  dst: renamed('to'),
+  tensorname: renamed('name'),
+  reduceop: renamed('op'),
+  timeout: (_v, keys) => (keys.includes('timeoutSeconds') ? 'use timeoutSeconds (seconds, for every collective)' : undefined),
+  fusionthreshold: (_v, keys) => (keys.includes('fusionMB') ? 'use fusionMB (MiB; 0 turns fusion off)' : undefined),
+  gradientpredividefactor: (_v, keys) => {
+    if (keys.includes('prescaleFactor')) return "for Horovod's gradient_predivide_factor f use prescaleFactor: 1 / f and postscaleFactor: f with op: 'avg'";
+    if (keys.includes('backwardPassesPerStep')) return 'DistributedOptimizer averages with one division by the world size, after the sum; it has no predivide';
+    return undefined;
+  },
+};
+
+function optionHint(key: string, value: unknown, keys: readonly string[]): string | undefined {
+  const n = normalized(key);
+  for (const k of keys) if (normalized(k) === n) return `did you mean '${k}'?`;
+  const foreign = Object.prototype.hasOwnProperty.call(FOREIGN_OPTIONS, n) ? FOREIGN_OPTIONS[n](value, keys) : undefined;
+  if (foreign) return foreign;
+  // A typo: the nearest key within two edits (one for short keys), or a key this one begins.
+  let best: string | undefined;
+  let bestDistance = n.length <= 4 ? 2 : 3;
+  for (const k of keys) {
+    const d = editDistance(n, normalized(k));
+    if (d < bestDistance) {
+      best = k;
+      bestDistance = d;
+    }
+  }
+  if (best === undefined && n.length >= 4) for (const k of keys) if (normalized(k).startsWith(n)) return `did you mean '${k}'?`;
+  return best === undefined ? undefined : `did you mean '${best}'?`;
+}
+
+/** Edit distance: insertions, deletions, substitutions and swaps of two neighbours ('tga' for 'tag'), one each. */
+function editDistance(a: string, b: string): number {
+  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) => [i]);
+  for (let j = 1; j <= b.length; j++) d[0][j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i][j] = Math.min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.length][b.length];
+}

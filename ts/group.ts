@@ -12,7 +12,7 @@
  * on every rank, naming the ranks and their lists, before any group exists. Only then do the members
  * register the group with the engine; so a group is never used by one rank and missing on another.
  */
-import { CallSite, HoraError, describeValue } from './errors';
+import { CallSite, HoraError, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import {
   Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, recvPlan, reduceScatterPlan, run, runMessage,
   sendPlan, submitInvalid,
@@ -20,7 +20,7 @@ import {
 import { DeviceBuffer } from './device-buffer';
 import { NativeAlgorithm, NativeDType, NativeKind, NativeOp, NativeResult } from './native';
 import type {
-  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, RecvOptions, ReduceScatterOptions,
+  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, NewGroupOptions, RecvOptions, ReduceScatterOptions,
   SendOptions, Tensor,
 } from './types';
 import { Work } from './work';
@@ -112,14 +112,17 @@ function hostOnly<T>(call: string, x: unknown, plan: (w: Scope) => Plan<T>): (w:
  * Group and other ranks null: await it, or wait() for it. Different lists on different ranks fail it with
  * ERR_MISMATCH on every rank; a bad list fails it with ERR_INVALID_ARGUMENT (on the other ranks too).
  */
-export function newGroup(ranks: readonly number[]): Work<Group | null> {
+export function newGroup(ranks: readonly number[], options?: NewGroupOptions): Work<Group | null> {
   const w = current('newGroup');
   const site = new CallSite(newGroup);
   // Counted for every call, valid or not, so that the ids stay the same on every rank.
   const id = ++w.groupsMade;
   const problem = listProblem(ranks, w.size);
-  if (problem) {
-    const err = site.attach(new HoraError('ERR_INVALID_ARGUMENT', `hora.newGroup: argument 'ranks' must be ${problem}; received ${describeList(ranks)}`, w.rank));
+  const bad = problem
+    ? new HoraError('ERR_INVALID_ARGUMENT', `hora.newGroup: argument 'ranks' must be ${problem}; received ${describeList(ranks)}`, w.rank)
+    : optionsError(options, w.rank);
+  if (bad) {
+    const err = site.attach(bad);
     if (w.dispatcher) submitInvalid(w.dispatcher, err.message, site);
     const failed = new Work<Group | null>(null);
     failed.reject(err);
@@ -169,6 +172,20 @@ export function newGroup(ranks: readonly number[]): Work<Group | null> {
     }
   });
   return made;
+}
+
+const NEW_GROUP_OPTIONS = knownOptions<NewGroupOptions>({});
+
+/** newGroup takes no options yet: any key (torch's timeout or backend, say) is refused rather than ignored. */
+function optionsError(options: unknown, rank: number): HoraError | null {
+  if (options === undefined) return null;
+  if (options === null || typeof options !== 'object') return invalidArgument('newGroup', 'options', 'an object or undefined', options, rank);
+  try {
+    checkOptionKeys('newGroup', options, NEW_GROUP_OPTIONS, rank);
+  } catch (e) {
+    return e as HoraError;
+  }
+  return null;
 }
 
 function listProblem(ranks: unknown, size: number): string | null {

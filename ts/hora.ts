@@ -18,7 +18,7 @@ import { register, registerElastic, RendezvousConnection } from './control/clien
 import { ElasticEvent, Membership, MembershipEvent, PeerTable } from './control/messages';
 import { RendezvousServer } from './control/server';
 import { DTYPE_OF_NAME, DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, hostArray, lend } from './device-buffer';
-import { CallSite, HoraError, describeValue, invalidArgument } from './errors';
+import { CallSite, HoraError, KnownOptions, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import { loadNative } from './loader';
 import {
   NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKeptConnections, NativeKind, NativeOp,
@@ -83,6 +83,20 @@ const ALGORITHMS: Record<string, NativeAlgorithm> = {
 };
 const LOG_LEVELS: Record<string, number> = { WARN: 0, INFO: 1, TRACE: 2 };
 
+// The options each call takes (ts/types.ts); any other key is refused (checkOptionKeys).
+const INIT_OPTIONS = knownOptions<InitOptions>({ timeoutSeconds: true, fusionMB: true, algorithm: true, transport: true });
+const ALLREDUCE_OPTIONS = knownOptions<AllreduceOptions>({
+  op: true, name: true, inplace: true, dtype: true, prescaleFactor: true, postscaleFactor: true,
+});
+const BROADCAST_OPTIONS = knownOptions<BroadcastOptions>({ root: true, name: true, inplace: true, dtype: true });
+const ALLGATHER_OPTIONS = knownOptions<AllgatherOptions>({ name: true, dtype: true });
+const REDUCE_SCATTER_OPTIONS = knownOptions<ReduceScatterOptions>({
+  op: true, name: true, dtype: true, prescaleFactor: true, postscaleFactor: true,
+});
+const BARRIER_OPTIONS = knownOptions<BarrierOptions>({ name: true });
+const SEND_OPTIONS = knownOptions<SendOptions>({ to: true, tag: true, dtype: true });
+const RECV_OPTIONS = knownOptions<RecvOptions>({ from: true, tag: true, dtype: true, count: true });
+
 /**
  * Joins the job described by the environment: `hora run` (HORA_*), mpirun (OMPI_COMM_WORLD_*, PMI_*),
  * Slurm, or torchrun-style variables (rank 0 then hosts the rendezvous). With none of them the process
@@ -103,6 +117,7 @@ async function join(options: InitOptions): Promise<void> {
   if (options === null || typeof options !== 'object') {
     throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: argument 'options' must be an object; received ${describeValue(options)}`);
   }
+  checkOptionKeys('init', options, INIT_OPTIONS);
   const bad = (field: string, expected: string, received: unknown) =>
     new HoraError('ERR_INVALID_ARGUMENT', `hora.init: option '${field}' must be ${expected}; received ${describeValue(received)}`);
   if (options.timeoutSeconds !== undefined && !(typeof options.timeoutSeconds === 'number' && options.timeoutSeconds > 0 && Number.isFinite(options.timeoutSeconds))) {
@@ -635,10 +650,43 @@ function deviceDtypeOf(collective: string, x: DeviceBuffer, dtype: unknown, rank
   return DTYPE_OF_NAME[x.dtype];
 }
 
-function optionsObject<T extends object>(collective: string, options: unknown, rank: number): Partial<T> {
+function optionsObject<T extends object>(collective: string, options: unknown, known: KnownOptions, rank: number): Partial<T> {
   if (options === undefined) return {};
   if (options === null || typeof options !== 'object') throw invalidArgument(collective, 'options', 'an object', options, rank);
+  checkOptionKeys(collective, options, known, rank);
   return options as Partial<T>;
+}
+
+/**
+ * prescaleFactor and postscaleFactor of an allreduce or reducescatter of x (dtype): [pre, post], or
+ * undefined when both are 1. Float dtypes of host memory only: the device kernels do not scale yet.
+ */
+function scaleOf(collective: string, o: Partial<AllreduceOptions>, x: unknown, dtype: NativeDType, rank: number): [number, number] | undefined {
+  const pre = factorOf(collective, 'prescaleFactor', o.prescaleFactor, rank);
+  const post = factorOf(collective, 'postscaleFactor', o.postscaleFactor, rank);
+  if (pre === 1 && post === 1) return undefined;
+  const key = pre !== 1 ? 'prescaleFactor' : 'postscaleFactor';
+  if (dtype !== NativeDType.Float32 && dtype !== NativeDType.Float64 && dtype !== NativeDType.Float16 && dtype !== NativeDType.BFloat16) {
+    throw invalidArgument(collective, `options.${key}`, '1 or absent for an integer dtype (the factors scale float32, float64, ' +
+      `float16 and bfloat16 data; x is ${describeValue(x)})`, o[key], rank);
+  }
+  if (!ArrayBuffer.isView(x)) {
+    throw invalidArgument(collective, `options.${key}`, '1 or absent for a hora.cuda.DeviceBuffer (the device kernels do not scale yet: ' +
+      'pass a host array, or scale on the device before and after)', o[key], rank);
+  }
+  return [pre, post];
+}
+
+function factorOf(collective: string, key: string, v: unknown, rank: number): number {
+  if (v === undefined) return 1;
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw invalidArgument(collective, `options.${key}`, 'a finite number', v, rank);
+  return v;
+}
+
+/** A world of one's result with factors: nothing is combined, x is scaled alone (native, as a group of one is). */
+function scaledAlone<T extends Tensor>(x: T, dtype: NativeDType, scale: [number, number] | undefined): T {
+  if (scale) loadNative().scaleAlone(x, dtype, scale[0], scale[1]);
+  return x;
 }
 
 function opOf(collective: string, op: unknown, fallback: ReduceOp, rank: number): NativeOp {
@@ -764,21 +812,26 @@ export function allreducePlan<T extends CollectiveInput>(x: T, options?: Allredu
 
 function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: AllreduceOptions): Plan<T> {
   const c = w.prefix + 'allreduce';
-  const o = optionsObject<AllreduceOptions>(c, options, w.self);
+  const o = optionsObject<AllreduceOptions>(c, options, ALLREDUCE_OPTIONS, w.self);
   const dtype = dtypeOf(c, x, o.dtype, w.self);
   const op = opOf(c, o.op, 'avg', w.self);
   const name = nameOf(c, o.name, w.self);
   const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
+  const scale = o.prescaleFactor === undefined && o.postscaleFactor === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
   // dtypeOf took x: a typed array or else a DeviceBuffer (a test cheaper than instanceof's walk).
   if (!ArrayBuffer.isView(x)) {
     const out = (inplace ? x : deviceCopy(c, x as DeviceBuffer)) as T & DeviceBuffer;
     return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: null, keep: [out], local: null, value: out };
   }
   const out = inplace ? x : copyOf(x as Tensor) as T;
-  return {
-    item: { kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
-    finish: null, keep: null, local: null, value: out, lends: inplace ? Lend.ReadsWrites : Lend.None,
+  const item: Omit<NativeItem, 'id'> = {
+    kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null,
   };
+  if (scale) {
+    item.scale = scale;
+    if (!w.dispatcher) scaledAlone(out as Tensor, dtype, scale);
+  }
+  return { item, finish: null, keep: null, local: null, value: out, lends: inplace ? Lend.ReadsWrites : Lend.None };
 }
 
 /**
@@ -793,7 +846,7 @@ export function broadcast<T extends CollectiveInput>(x: T, options?: BroadcastOp
 export function broadcastPlan<T extends CollectiveInput>(x: T, options?: BroadcastOptions): (w: Scope) => Plan<T> {
   return (w) => {
     const c = w.prefix + 'broadcast';
-    const o = optionsObject<BroadcastOptions>(c, options, w.self);
+    const o = optionsObject<BroadcastOptions>(c, options, BROADCAST_OPTIONS, w.self);
     const dtype = dtypeOf(c, x, o.dtype, w.self);
     const root = o.root === undefined ? 0 : o.root;
     if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= w.size) {
@@ -825,7 +878,7 @@ export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOp
 export function allgatherPlan<T extends CollectiveInput>(x: T, options?: AllgatherOptions): (w: Scope) => Plan<T> {
   return (w) => {
     const c = w.prefix + 'allgather';
-    const o = optionsObject<AllgatherOptions>(c, options, w.self);
+    const o = optionsObject<AllgatherOptions>(c, options, ALLGATHER_OPTIONS, w.self);
     const dtype = dtypeOf(c, x, o.dtype, w.self);
     const name = nameOf(c, o.name, w.self);
     if (x instanceof DeviceBuffer) {
@@ -860,10 +913,11 @@ export function reduceScatter<T extends CollectiveInput>(x: T, options?: ReduceS
 export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: ReduceScatterOptions): (w: Scope) => Plan<T> {
   return (w) => {
     const c = w.prefix + 'reduceScatter';
-    const o = optionsObject<ReduceScatterOptions>(c, options, w.self);
+    const o = optionsObject<ReduceScatterOptions>(c, options, REDUCE_SCATTER_OPTIONS, w.self);
     const dtype = dtypeOf(c, x, o.dtype, w.self);
     const op = opOf(c, o.op, 'sum', w.self);
     const name = nameOf(c, o.name, w.self);
+    const scale = o.prescaleFactor === undefined && o.postscaleFactor === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
     if (x instanceof DeviceBuffer) {
       const local = () => deviceCopy(c, x) as T & DeviceBuffer;
       if (!w.dispatcher) return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x), finish: local, keep: [], local };
@@ -874,10 +928,11 @@ export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: Red
     const [begin, end] = blockRange((x as Tensor).length, w.size, w.rank);
     const Ctor = x.constructor as new (length: number) => T;
     const out = new Ctor(end - begin);
-    return {
-      item: { kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: out as Tensor },
-      finish: () => out, keep: [x, out], local: () => copyOf(x as Tensor) as T, lends: Lend.Reads,
+    const item: Omit<NativeItem, 'id'> = {
+      kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: out as Tensor,
     };
+    if (scale) item.scale = scale;
+    return { item, finish: () => out, keep: [x, out], local: () => scaledAlone(copyOf(x as Tensor), dtype, scale) as T, lends: Lend.Reads };
   };
 }
 
@@ -890,7 +945,7 @@ export function barrier(options?: BarrierOptions): Work<void> {
 export function barrierPlan(options?: BarrierOptions): (w: Scope) => Plan<void> {
   return (w) => {
     const c = w.prefix + 'barrier';
-    const o = optionsObject<BarrierOptions>(c, options, w.self);
+    const o = optionsObject<BarrierOptions>(c, options, BARRIER_OPTIONS, w.self);
     const name = nameOf(c, o.name, w.self);
     return {
       item: { kind: NativeKind.Barrier, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto, name, data: null, out: null },
@@ -1009,7 +1064,7 @@ export function send(x: Tensor, options: SendOptions): Work<void> {
 export function sendPlan(x: Tensor, options: SendOptions): (w: Scope) => Plan<void> {
   return (w) => {
     const c = w.prefix + 'send';
-    const o = optionsObject<SendOptions>(c, options, w.self);
+    const o = optionsObject<SendOptions>(c, options, SEND_OPTIONS, w.self);
     const dtype = messageDtype(c, 'x', x, o.dtype, w.self);
     const peer = peerOf(c, 'to', o.to, w);
     const tag = tagOf(c, o.tag, w.self);
@@ -1037,7 +1092,7 @@ export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Te
     const c = w.prefix + 'recv';
     const fresh = second === undefined && first !== null && typeof first === 'object' && !ArrayBuffer.isView(first) &&
       !(first instanceof DeviceBuffer);
-    const o = optionsObject<RecvOptions>(c, fresh ? first : second, w.self);
+    const o = optionsObject<RecvOptions>(c, fresh ? first : second, RECV_OPTIONS, w.self);
     let into: Tensor;
     if (fresh) {
       if (typeof o.dtype !== 'string' || !(o.dtype in DTYPE_OF_NAME)) {

@@ -36,5 +36,5 @@ export type HoraError = errors.HoraError;
 export type { HoraErrorCode } from './errors';
 export type {
   ReduceOp, DType, Tensor, CollectiveInput, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
-  ReduceScatterOptions, BarrierOptions, SendOptions, RecvOptions,
+  ReduceScatterOptions, BarrierOptions, SendOptions, RecvOptions, NewGroupOptions,
 } from './types';

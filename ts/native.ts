@@ -99,6 +99,11 @@ export interface NativeItem {
   stream?: bigint;
   /** reducescatter of a device item: this rank's block of the result, device memory. */
   outPtr?: bigint;
+  /**
+   * allreduce, reducescatter of a float dtype on host memory: [prescaleFactor, postscaleFactor], finite;
+   * absent when both are 1. An item with it goes through submit() (submitOne and runOne have no room for it).
+   */
+  scale?: [number, number];
 }
 
 export interface NativeResult {
@@ -180,6 +185,8 @@ export interface NativeAddon {
   take(comm: NativeCommunicator, id: number): NativeResult | true | null;
   /** [monotonic nanoseconds (process.hrtime's clock), wall clock minus monotonic in microseconds]. */
   clocks(): [number, number];
+  /** A world of one's allreduce or reducescatter with factors: view (a float dtype) times prescale, then postscale, in place. */
+  scaleAlone(view: ArrayBufferView, dtype: NativeDType, prescale: number, postscale: number): void;
   abiVersion: number;
   cuda: NativeCuda;
 }

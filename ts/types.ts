@@ -1,4 +1,8 @@
-/** Public types of the hora API: one doc line per option. */
+/**
+ * Public types of the hora API: one doc line per option. Every call refuses an options object with a key
+ * it does not know (ERR_INVALID_ARGUMENT naming the key and the likely one it meant), so that a misspelt
+ * or foreign option (Horovod's average=False) is never ignored.
+ */
 import type { DeviceBuffer } from './device-buffer';
 
 /** Reduction operators. 'avg' sums on the wire and divides by the world size once. */
@@ -40,6 +44,10 @@ export interface AllreduceOptions {
   inplace?: boolean;
   /** Element type of a Uint16Array: 'float16' or 'bfloat16' (required for Uint16Array); for a DeviceBuffer, its own dtype if given. */
   dtype?: DType;
+  /** Multiplies every rank's x before the reduction (Horovod's prescale_factor): finite; float dtypes, host arrays. Default 1. */
+  prescaleFactor?: number;
+  /** Multiplies the result after the reduction (and after avg's division): finite; float dtypes, host arrays. Default 1. */
+  postscaleFactor?: number;
 }
 
 export interface BroadcastOptions {
@@ -61,11 +69,18 @@ export interface ReduceScatterOptions {
   op?: ReduceOp;
   name?: string;
   dtype?: DType;
+  /** As for allreduce: multiplies every rank's x before the reduction. Default 1. */
+  prescaleFactor?: number;
+  /** As for allreduce: multiplies this rank's block of the result after it. Default 1. */
+  postscaleFactor?: number;
 }
 
 export interface BarrierOptions {
   name?: string;
 }
+
+/** hora.newGroup takes no options yet; the object is checked so that a torch-style one is not ignored. */
+export type NewGroupOptions = Record<never, never>;
 
 export interface SendOptions {
   /** Rank that receives the message: 0 <= to < size(), not this rank. */

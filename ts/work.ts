@@ -208,7 +208,7 @@ function duplicateOf(item: NativeItem): NativeItem {
 /** A host collective of the world that submitOne() and runOne() take as positional arguments. */
 function isLoneCollective(item: NativeItem): boolean {
   return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
-    item.kind !== NativeKind.Recv && !item.group;
+    item.kind !== NativeKind.Recv && !item.group && item.scale === undefined;
 }
 
 interface Outstanding {

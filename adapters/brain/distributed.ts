@@ -21,7 +21,7 @@
  */
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
-import { describeValue } from '../../ts/errors';
+import { checkOptionKeys, describeValue, knownOptions } from '../../ts/errors';
 import { steps as stepClock } from '../../ts/stats';
 import { StepFailure } from '../step-failure';
 import {
@@ -98,6 +98,11 @@ export interface DistributedNet {
 }
 
 const WHERE = 'hora/brain';
+const OPTIONS = knownOptions<DistributedOptions>({ batchSize: true, trace: true }, '');
+const TRAIN_OPTIONS = knownOptions<TrainOptions>({
+  activation: true, leakyReluAlpha: true, iterations: true, errorThresh: true, log: true, logPeriod: true, learningRate: true,
+  momentum: true, callback: true, callbackPeriod: true, timeout: true, praxis: true, beta1: true, beta2: true, epsilon: true,
+}, '');
 /** Sent with hora.failPeers() by a rank whose training loop threw; hora quotes it in the other ranks' error. */
 const FAILURE_SIGNAL = 'hora/brain: a rank failed';
 
@@ -119,6 +124,7 @@ export function distributed(net: BrainNeuralNetwork, options: DistributedOptions
   }
   checkActivation(net, 'distributed', isBrain2(net) ? 'net.trainOpts.activation' : 'net.activation');
   if (options === null || typeof options !== 'object') throw invalid('distributed', 'options', 'an object with batchSize', options);
+  checkOptionKeys(`${WHERE} distributed`, options, OPTIONS);
   const { batchSize, trace } = options;
   if (typeof batchSize !== 'number' || !Number.isInteger(batchSize) || batchSize < 1) {
     throw invalid('distributed', 'options.batchSize', 'a positive integer', batchSize);
@@ -177,6 +183,7 @@ class Trainer {
       throw invalid('trainAsync', 'data', 'a non-empty Array of {input, output}', data);
     }
     if (options === null || typeof options !== 'object') throw invalid('trainAsync', 'options', 'an object', options);
+    checkOptionKeys(`${WHERE} trainAsync`, options, TRAIN_OPTIONS);
     await hora.init();
     this.rank = hora.rank();
     this.size = hora.size();

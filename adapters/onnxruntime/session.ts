@@ -23,6 +23,7 @@
 import * as fs from 'node:fs';
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
+import { checkOptionKeys, knownOptions } from '../../ts/errors';
 import { steps } from '../../ts/stats';
 import { StepFailure } from '../step-failure';
 import { GradientModel, OptimizerSpec, gradientModel, readOptimizer } from './onnx';
@@ -48,6 +49,9 @@ export interface DistributedTrainingSessionOptions {
 }
 
 const WHERE = 'hora/onnxruntime';
+const OPTIONS = knownOptions<DistributedTrainingSessionOptions>({
+  checkpointState: true, trainModel: true, optimizerModel: true, evalModel: true, mode: true, ort: true, learningRate: true, root: true,
+}, '');
 const FAILURE_SIGNAL = 'hora/onnxruntime: a rank failed';
 /** ORT's training API starts every optimizer at this learning rate and onnxruntime-web cannot change it. */
 const ORT_DEFAULT_LEARNING_RATE = 0.001;
@@ -81,6 +85,7 @@ export class DistributedTrainingSession {
     if (options === null || typeof options !== 'object') {
       throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE}: argument 'options' must be an object; received ${options === null ? 'null' : typeof options}`);
     }
+    checkOptionKeys(`${WHERE} DistributedTrainingSession.create`, options, OPTIONS);
     const mode = options.mode ?? 'exact';
     if (mode !== 'exact' && mode !== 'average-parameters') {
       throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE}: argument 'options.mode' must be 'exact' or 'average-parameters'; received ${String(mode)}`);

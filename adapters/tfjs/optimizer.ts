@@ -23,7 +23,7 @@
  */
 import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
-import { HoraError } from '../../ts/errors';
+import { HoraError, checkOptionKeys, knownOptions } from '../../ts/errors';
 import { flushCollectives, timelineOn, timelineSpan } from '../../ts/hora';
 import { steps } from '../../ts/stats';
 import { BucketedStep, planBuckets, PlannedBucket, SentVariable } from './buckets';
@@ -47,6 +47,8 @@ export interface DistributedOptimizerOptions {
   /** Size of a bucket of gradients sent together when overlapping, in MiB (> 0). Default 4. */
   bucketMB?: number;
 }
+
+const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true }, '');
 
 /** Default bucketMB: see docs/tfjs.md for the measurement behind it. */
 export const DEFAULT_BUCKET_MB = 4;
@@ -116,6 +118,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     }
     checkSameTfjs(optimizer, 'Optimizer', "DistributedOptimizer: argument 'optimizer'");
     if (options === null || typeof options !== 'object') throw invalid('options', 'an object', options);
+    checkOptionKeys('DistributedOptimizer', options, OPTIONS);
     const {
       compression = 'none', backwardPassesPerStep = 1, op = 'avg', overlap = true, bucketMB = DEFAULT_BUCKET_MB,
     } = options;

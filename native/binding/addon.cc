@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -63,10 +64,10 @@ T enumFrom(const Napi::Object& o, const char* key, int limit) {
 // string each time; with a dozen per item that was a good part of a small collective's cost, so the
 // names are made once per communicator.
 enum ItemKey { kId, kKind, kOp, kDtype, kRoot, kAlgorithm, kName, kInvalidReason, kDevice, kDevicePtr, kCount,
-               kStream, kOutPtr, kData, kOut, kPeer, kTag, kGroup, kNumItemKeys };
+               kStream, kOutPtr, kData, kOut, kPeer, kTag, kGroup, kScale, kNumItemKeys };
 const char* const kItemKeyNames[kNumItemKeys] = {"id", "kind", "op", "dtype", "root", "algorithm", "name",
                                                   "invalidReason", "device", "devicePtr", "count", "stream",
-                                                  "outPtr", "data", "out", "peer", "tag", "group"};
+                                                  "outPtr", "data", "out", "peer", "tag", "group", "scale"};
 
 // The flags in the code argument of submitOne(), runOne(), submitMessage() and runMessage() (ts/native.ts
 // packCode).
@@ -166,6 +167,17 @@ size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data) {
   }
   *data = static_cast<uint8_t*>(first);
   return length;
+}
+
+// An item's scale, [prescaleFactor, postscaleFactor] (finite numbers; the JS layer checked them).
+hora::Scaling scalingOf(const Napi::Value& v) {
+  if (!v.IsArray()) throw Napi::TypeError::New(v.Env(), "native: scale must be [prescale, postscale]");
+  Napi::Array a = v.As<Napi::Array>();
+  hora::Scaling s;
+  s.pre = a.Get(0u).As<Napi::Number>().DoubleValue();
+  s.post = a.Get(1u).As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(s.pre) || !std::isfinite(s.post)) throw Napi::RangeError::New(v.Env(), "native: scale factors must be finite");
+  return s;
 }
 
 class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
@@ -345,6 +357,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       if (!name.IsUndefined()) w->name = name.As<Napi::String>().Utf8Value();
       Napi::Value invalidReason = get(kInvalidReason);
       if (!invalidReason.IsUndefined()) w->invalidReason = invalidReason.As<Napi::String>().Utf8Value();
+      Napi::Value scale = get(kScale);
+      if (!scale.IsUndefined()) w->scaling = scalingOf(scale);
       Napi::Value group = get(kGroup);
       if (!group.IsUndefined()) {
         const uint32_t id = group.As<Napi::Number>().Uint32Value();
@@ -840,10 +854,26 @@ Napi::Object CudaExports(Napi::Env env) {
   return o;
 }
 
+// scaleAlone(view, dtype, prescale, postscale): a world of one's allreduce or reducescatter with factors,
+// where nothing is combined (reduce/reduce.h); the view is scaled in place. Float dtypes only.
+Napi::Value ScaleAlone(const Napi::CallbackInfo& info) {
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  viewOf(info[0], &data, &bytes);
+  const hora::DType dtype = dtypeArg(info[1]);
+  if (!hora::scalable(dtype)) throw Napi::RangeError::New(info.Env(), "native: scaleAlone takes float dtypes");
+  hora::Scaling s;
+  s.pre = info[2].As<Napi::Number>().DoubleValue();
+  s.post = info[3].As<Napi::Number>().DoubleValue();
+  hora::scaleAlone(dtype, data, bytes / hora::dtypeSize(dtype), s);
+  return info.Env().Undefined();
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Communicator", CommunicatorWrap::Define(env));
   exports.Set("take", Napi::Function::New(env, TakeResult));
   exports.Set("clocks", Napi::Function::New(env, Clocks));
+  exports.Set("scaleAlone", Napi::Function::New(env, ScaleAlone));
   exports.Set("cuda", CudaExports(env));
   exports.Set("abiVersion", Napi::Number::New(env, 1));
   return exports;

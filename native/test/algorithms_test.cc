@@ -312,6 +312,39 @@ std::vector<uint8_t> reference(DType t, ReduceOp op, const std::vector<std::vect
   return out;
 }
 
+// The reduction of a scaled collective (prescaleFactor pre, postscaleFactor post): each input times pre
+// (exact for the inputs above and pre a power of two), combined exactly, then finished as the last step
+// does it, in the dtype's compute type: divided by p for kAvg, times post, rounded once into the dtype.
+std::vector<uint8_t> scaledReference(DType t, ReduceOp op, const std::vector<std::vector<uint8_t>>& inputs, size_t count,
+                                     const Scaling& s) {
+  const int p = static_cast<int>(inputs.size());
+  std::vector<uint8_t> out(count * dtypeSize(t));
+  for (size_t i = 0; i < count; ++i) {
+    double acc = load(t, inputs[0].data(), i) * s.pre;
+    for (int r = 1; r < p; ++r) {
+      const double v = load(t, inputs[r].data(), i) * s.pre;
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAvg: acc += v; break;
+        case ReduceOp::kMin: acc = v < acc ? v : acc; break;
+        case ReduceOp::kMax: acc = v > acc ? v : acc; break;
+        case ReduceOp::kProd: acc *= v; break;
+      }
+    }
+    const int divisor = op == ReduceOp::kAvg ? p : 1;
+    if (t == DType::kFloat64) {
+      acc = acc / divisor * s.post;
+    } else {
+      float f = static_cast<float>(acc);
+      f = f / static_cast<float>(divisor);
+      f = f * static_cast<float>(s.post);
+      acc = f;
+    }
+    store(t, out.data(), i, acc);
+  }
+  return out;
+}
+
 std::string fmt(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -365,13 +398,15 @@ std::string caseName(DType t, ReduceOp op, size_t count) {
   return std::string(dtypeName(t)) + " " + opName(op) + " x " + std::to_string(count);
 }
 
-void allreduceCase(World& w, Check& check, Algorithm algo, DType t, ReduceOp op, size_t count) {
-  const std::string what = std::string(algorithmName(algo)) + " " + caseName(t, op, count);
+void allreduceCase(World& w, Check& check, Algorithm algo, DType t, ReduceOp op, size_t count,
+                   const Scaling& scaling = Scaling()) {
+  std::string what = std::string(algorithmName(algo)) + " " + caseName(t, op, count);
+  if (scaling.active()) what += " prescale " + fmt(scaling.pre) + " postscale " + fmt(scaling.post);
   if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
   const uint64_t salt = mix(count * 31 + static_cast<uint64_t>(t) * 7 + static_cast<uint64_t>(op));
   std::vector<std::vector<uint8_t>> bufs;
   for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(t, op, r, count, salt));
-  const std::vector<uint8_t> want = reference(t, op, bufs, count);
+  const std::vector<uint8_t> want = scaling.active() ? scaledReference(t, op, bufs, count, scaling) : reference(t, op, bufs, count);
   const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
     AllreduceOptions o;
     o.data = bufs[r].data();
@@ -379,6 +414,7 @@ void allreduceCase(World& w, Check& check, Algorithm algo, DType t, ReduceOp op,
     o.dtype = t;
     o.op = op;
     o.algorithm = algo;
+    o.scaling = scaling;
     return allreduce(c, o);
   });
   std::string err = firstFailure(st);
@@ -410,19 +446,21 @@ void allreduceTests(World& w) {
   }
 }
 
-void reduceScatterCase(World& w, Check& check, DType t, ReduceOp op, size_t count) {
-  const std::string what = caseName(t, op, count);
+void reduceScatterCase(World& w, Check& check, DType t, ReduceOp op, size_t count, const Scaling& scaling = Scaling()) {
+  std::string what = caseName(t, op, count);
+  if (scaling.active()) what += " prescale " + fmt(scaling.pre) + " postscale " + fmt(scaling.post);
   if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
   const uint64_t salt = mix(count * 17 + static_cast<uint64_t>(t) * 5 + static_cast<uint64_t>(op) + 99);
   std::vector<std::vector<uint8_t>> bufs;
   for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(t, op, r, count, salt));
-  const std::vector<uint8_t> want = reference(t, op, bufs, count);
+  const std::vector<uint8_t> want = scaling.active() ? scaledReference(t, op, bufs, count, scaling) : reference(t, op, bufs, count);
   const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
     ReduceScatterOptions o;
     o.data = bufs[r].data();
     o.count = count;
     o.dtype = t;
     o.op = op;
+    o.scaling = scaling;
     return reduceScatter(c, o);
   });
   std::string err = firstFailure(st);
@@ -924,6 +962,70 @@ void agreementLayoutTests(World& w) {
   }
 }
 
+// prescaleFactor and postscaleFactor: every algorithm, the reduce-scatter, and the payload that rides the
+// agreement, against the reference and identical on every rank; a world of one scales alone.
+void scaledTests(World& w) {
+  Check check("scaled " + w.name() + ": prescale and postscale in every algorithm, reducescatter and the agreement, " +
+              "float dtypes, ops sum avg max prod");
+  const DType kFloats[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
+  const ReduceOp kScaledOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kProd};
+  const Scaling kScalings[] = {{0.5, 3}, {2, 1}, {1, 0.25}, {-0.5, 1.5}};
+  const size_t counts[] = {1, 7, static_cast<size_t>(w.size) * 3 + 1, 100003};
+  for (Algorithm algo : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kAuto}) {
+    for (DType t : kFloats) {
+      for (ReduceOp op : kScaledOps) {
+        for (size_t k = 0; k < 4; ++k) {
+          const size_t count = counts[(k + static_cast<size_t>(op)) % 4];
+          allreduceCase(w, check, algo, t, op, count, kScalings[k]);
+        }
+      }
+    }
+  }
+  for (DType t : kFloats) {
+    for (ReduceOp op : kScaledOps) {
+      reduceScatterCase(w, check, t, op, counts[static_cast<size_t>(op) % 4], kScalings[static_cast<size_t>(t) % 4]);
+    }
+  }
+  // The agreement's payload comes back finished when scaled (avg divided), as the allreduce leaves it.
+  for (DType t : kFloats) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      const size_t count = 7;
+      const std::string what = std::string("agreement payload ") + caseName(t, op, count) + " prescale 0.5 postscale 3";
+      if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+      Work wk = makeWork(Kind::kAllreduce, count, t, op);
+      wk.scaling = Scaling{0.5, 3};
+      const Proposal proposal = proposalFor(wk, w.seq++, 1, count);
+      std::vector<std::vector<uint8_t>> bufs;
+      for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(t, op, r, count, proposal.seq));
+      const std::vector<uint8_t> want = scaledReference(t, op, bufs, count, wk.scaling);
+      std::string err = firstFailure(agreeOnEveryRank(w, [&](int) { return proposal; }, noReason, &bufs));
+      if (err.empty()) err = expectOnEveryRank(t, want, bufs);
+      check.expect(err.empty(), what + ": " + err);
+    }
+  }
+  if (w.size < 2 || w.broken) return;
+  // Factors that differ between ranks are a mismatch, named, before any data moves.
+  const uint64_t seq = w.seq++;
+  std::vector<std::vector<uint8_t>> bufs, before;
+  for (int r = 0; r < w.size; ++r) bufs.push_back(makeInput(DType::kFloat32, ReduceOp::kSum, r, 10, seq));
+  before = bufs;
+  const std::vector<Status> st = agreeOnEveryRank(
+      w,
+      [&](int r) {
+        Work wk = makeWork(Kind::kAllreduce, 10);
+        if (r == w.size - 1) wk.scaling = Scaling{0.5, 1};
+        return proposalFor(wk, seq, 1, 10);
+      },
+      noReason, &bufs);
+  std::string err = expectSameVerdict(st, Code::kMismatch, [](const std::string& m) -> std::string {
+    return contains(m, "prescaleFactor 0.5") ? "" : "message does not name the factor: " + m;
+  });
+  for (int r = 0; r < w.size && err.empty(); ++r) {
+    if (bufs[r] != before[r]) err = "rank " + std::to_string(r) + "'s payload buffer changed";
+  }
+  check.expect(err.empty(), "prescale 0.5 on the last rank only: ERR_MISMATCH on every rank: " + err);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Failures: a peer that goes away, and one that never calls in.
 
@@ -1061,6 +1163,8 @@ void gridTests(World& w) {
       for (DType t : kDTypes) allreduceCase(w, check, Algorithm::kMultiDim, t, ReduceOp::kSum, count);
       allreduceCase(w, check, Algorithm::kMultiDim, DType::kFloat32, ReduceOp::kAvg, count);
       allreduceCase(w, check, Algorithm::kMultiDim, DType::kFloat64, ReduceOp::kMax, count);
+      allreduceCase(w, check, Algorithm::kMultiDim, DType::kFloat32, ReduceOp::kAvg, count, Scaling{0.5, 3});
+      allreduceCase(w, check, Algorithm::kMultiDim, DType::kBFloat16, ReduceOp::kSum, count, Scaling{2, 0.25});
     }
   }
   const Topology& t = w.ctx[0]->topology();
@@ -1074,6 +1178,7 @@ void gridTests(World& w) {
     // Large enough to be cut into pipelined segments (several ticks with two segments in flight).
     if (t.numHosts > 1 && t.ranksPerHost() > 1) {
       allreduceCase(w, check, Algorithm::kHierarchical, DType::kFloat32, ReduceOp::kAvg, 9000011);
+      allreduceCase(w, check, Algorithm::kHierarchical, DType::kFloat16, ReduceOp::kAvg, 9000011, Scaling{0.5, 3});
       allreduceCase(w, check, Algorithm::kHierarchical, DType::kBFloat16, ReduceOp::kMax, 20000003);
     }
   } else {
@@ -1316,6 +1421,8 @@ void worldTests(Net net, int size) {
   agreementPayloadTests(w);
   fresh();
   agreementLayoutTests(w);
+  fresh();
+  scaledTests(w);
   fresh();
   gridTests(w);
   fresh();

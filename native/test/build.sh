@@ -15,7 +15,7 @@ cxx="${CXX:-g++}"
 mkdir -p "$out"
 
 mapfile -t sources < <(find native/src -name '*.cc' | sort)
-flags=(-std=c++17 -O2 -g -pthread -Wall -Inative/src)
+flags=(-std=c++17 -O2 -g -pthread -Wall -ffp-contract=off -Inative/src)
 
 # The core is compiled once into objects shared by all tests; the links then run in parallel.
 # Waits for every job in pids; if any failed, says what failed and exits.

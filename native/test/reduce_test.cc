@@ -1,8 +1,8 @@
 // Tests for the CPU reduction kernels (native/src/reduce): every dtype x op against a scalar reference
 // written independently here, odd lengths, offset pointers, aliasing, bit-exact commutativity,
-// 16-bit float conversions and scaleForAvg.
+// 16-bit float conversions, scaleForAvg, and the scaled steps of prescaleFactor / postscaleFactor.
 //
-//   g++ -std=c++17 -O2 -Inative/src native/test/reduce_test.cc native/src/reduce/reduce.cc
+//   g++ -std=c++17 -O2 -ffp-contract=off -Inative/src native/test/reduce_test.cc native/src/reduce/reduce.cc
 //       native/src/common/types.cc -o /tmp/reduce_test && /tmp/reduce_test
 // Prints "ok N <what>" per passing check, "FAIL <what>: <detail>" otherwise; exits 1 on any failure.
 #include <cmath>
@@ -522,6 +522,167 @@ void testScaleForAvg() {
   expect(same == std::vector<int32_t>({5, -5}), "scaleForAvg divisor 1 leaves the buffer alone");
 }
 
+// ---- Scaled steps (prescaleFactor, postscaleFactor). ----
+
+// finish(op(a * sa, b * sb)) for one element, from the scalar reference combine; F is the compute type.
+template <class F>
+F refScaled(ReduceOp op, F a, F b, const ScaledStep& s) {
+  const F x = a * static_cast<F>(s.aScale);
+  const F y = b * static_cast<F>(s.bScale);
+  F r = refFloat<F>(op, x, y);
+  if (s.finish) {
+    r = r / static_cast<F>(s.divisor);
+    r = r * static_cast<F>(s.post);
+    if (std::isnan(r)) r = canonicalNaN<F>();
+  }
+  return r;
+}
+
+void refScaledElement(ReduceOp op, DType t, void* out, const void* a, const void* b, const ScaledStep& s) {
+  switch (t) {
+    case DType::kFloat32: {
+      float x, y;
+      std::memcpy(&x, a, 4);
+      std::memcpy(&y, b, 4);
+      const float r = refScaled<float>(op, x, y, s);
+      std::memcpy(out, &r, 4);
+      return;
+    }
+    case DType::kFloat64: {
+      double x, y;
+      std::memcpy(&x, a, 8);
+      std::memcpy(&y, b, 8);
+      const double r = refScaled<double>(op, x, y, s);
+      std::memcpy(out, &r, 8);
+      return;
+    }
+    case DType::kFloat16: {
+      uint16_t x, y;
+      std::memcpy(&x, a, 2);
+      std::memcpy(&y, b, 2);
+      const float r = refScaled<float>(op, static_cast<float>(refHalfToDouble(x)), static_cast<float>(refHalfToDouble(y)), s);
+      const uint16_t h = std::isnan(r) ? 0x7e00 : refDoubleToHalf(r);
+      std::memcpy(out, &h, 2);
+      return;
+    }
+    case DType::kBFloat16: {
+      uint16_t x, y;
+      std::memcpy(&x, a, 2);
+      std::memcpy(&y, b, 2);
+      const float r = refScaled<float>(op, bitCast<float>(uint32_t{x} << 16), bitCast<float>(uint32_t{y} << 16), s);
+      const uint16_t h = std::isnan(r) ? 0x7fc0 : refFloatToBfloat16(r);
+      std::memcpy(out, &h, 2);
+      return;
+    }
+    default: std::abort();
+  }
+}
+
+bool matchesScaledReference(ReduceOp op, DType t, const uint8_t* out, const uint8_t* a, const uint8_t* b, size_t count,
+                            const ScaledStep& s, std::string* detail) {
+  const size_t size = dtypeSize(t);
+  uint8_t want[8];
+  for (size_t i = 0; i < count; ++i) {
+    refScaledElement(op, t, want, a + i * size, b + i * size, s);
+    if (std::memcmp(want, out + i * size, size) != 0) {
+      uint64_t got = 0, exp = 0, x = 0, y = 0;
+      std::memcpy(&got, out + i * size, size);
+      std::memcpy(&exp, want, size);
+      std::memcpy(&x, a + i * size, size);
+      std::memcpy(&y, b + i * size, size);
+      *detail = "element " + std::to_string(i) + ": " + hex(x) + " op " + hex(y) + " gave " + hex(got) +
+                ", expected " + hex(exp);
+      return false;
+    }
+  }
+  return true;
+}
+
+const DType kFloatDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
+
+void testScaledSteps() {
+  std::mt19937_64 rng(99);
+  // Factors that round in every dtype (0.1, 1.7), exact ones, a negative one, and a step that scales
+  // only one operand; each as a middle step and as the last one of kAvg over 3 ranks.
+  const struct {
+    double a, b, post;
+  } kFactors[] = {{0.1, 0.1, 1.7}, {0.5, 0.5, 3}, {-2, 1, 0.25}, {1, 0.3, 1}};
+  for (DType t : kFloatDTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (const auto& f : kFactors) {
+        for (bool last : {false, true}) {
+          ScaledStep step;
+          step.aScale = f.a;
+          step.bScale = f.b;
+          step.finish = last;
+          step.divisor = last && op == ReduceOp::kAvg ? 3 : 1;
+          step.post = last ? f.post : 1;
+          for (size_t count : {size_t(1), size_t(33), size_t(100003)}) {
+            const size_t offset = count == 33 ? dtypeSize(t) : 0;
+            const size_t bytes = count * dtypeSize(t);
+            Buffer a(bytes, offset), b(bytes, offset), out(bytes, offset), swapped(bytes, offset), work(bytes, offset);
+            fillRandom(t, a.data, count, rng);
+            fillRandom(t, b.data, count, rng);
+            const std::string what = caseName(last ? "reduceTwoScaled last" : "reduceTwoScaled", op, t, count, offset) +
+                                     " a*" + std::to_string(f.a) + " b*" + std::to_string(f.b) + " post " +
+                                     std::to_string(step.post);
+            std::string detail;
+            reduceTwoScaled(op, t, out.data, a.data, b.data, count, step);
+            expect(matchesScaledReference(op, t, out.data, a.data, b.data, count, step, &detail), what, detail);
+
+            // The operands trade places with their scales: the same bits (both sides of a swap).
+            ScaledStep flipped = step;
+            std::swap(flipped.aScale, flipped.bScale);
+            reduceTwoScaled(op, t, swapped.data, b.data, a.data, count, flipped);
+            expect(std::memcmp(swapped.data, out.data, bytes) == 0, what + ": commutative with the scales");
+
+            std::memcpy(work.data, a.data, bytes);  // dst == a, as the progress engine reduces
+            reduceTwoScaled(op, t, work.data, work.data, b.data, count, step);
+            expect(std::memcmp(work.data, out.data, bytes) == 0, what + ": dst == a");
+            std::memcpy(work.data, b.data, bytes);  // dst == b
+            reduceTwoScaled(op, t, work.data, a.data, work.data, count, step);
+            expect(std::memcmp(work.data, out.data, bytes) == 0, what + ": dst == b");
+          }
+        }
+      }
+    }
+  }
+
+  const Scaling s{0.5, 3};
+  ScaledStep first = scaledStep(s, true, true, false, ReduceOp::kAvg, 4);
+  ScaledStep middle = scaledStep(s, true, false, false, ReduceOp::kSum, 4);
+  ScaledStep lastAvg = scaledStep(s, false, false, true, ReduceOp::kAvg, 4);
+  ScaledStep lastSum = scaledStep(s, false, true, true, ReduceOp::kSum, 4);
+  expect(first.aScale == 0.5 && first.bScale == 0.5 && !first.finish && first.post == 1 && first.divisor == 1 &&
+             middle.aScale == 0.5 && middle.bScale == 1 && lastAvg.aScale == 1 && lastAvg.finish && lastAvg.divisor == 4 &&
+             lastAvg.post == 3 && lastSum.bScale == 0.5 && lastSum.divisor == 1 && lastSum.post == 3,
+         "scaledStep: pre on raw operands only, divisor and post on the last step only");
+  expect(!Scaling{}.active() && Scaling{1, 2}.active() && Scaling{0.5, 1}.active() && Scaling{0.5, 2} != Scaling{0.5, 1},
+         "Scaling: active unless both factors are 1");
+
+  // A world of one: x * pre * post, each product rounded, NaN canonical.
+  for (DType t : kFloatDTypes) {
+    const size_t count = 1001;
+    const size_t bytes = count * dtypeSize(t);
+    Buffer x(bytes, 0), got(bytes, 0);
+    fillRandom(t, x.data, count, rng);
+    std::memcpy(got.data, x.data, bytes);
+    scaleAlone(t, got.data, count, Scaling{0.1, 1.7});
+    // The same as a last step with op max of the element with itself and no division.
+    ScaledStep alone;
+    alone.aScale = 0.1;
+    alone.bScale = 0.1;
+    alone.finish = true;
+    alone.post = 1.7;
+    std::string detail;
+    expect(matchesScaledReference(ReduceOp::kMax, t, got.data, x.data, x.data, count, alone, &detail),
+           std::string("scaleAlone ") + dtypeName(t) + " is x * pre * post, rounded as a scaled step", detail);
+    std::memcpy(got.data, x.data, bytes);
+    scaleAlone(t, got.data, count, Scaling{});
+    expect(std::memcmp(got.data, x.data, bytes) == 0, std::string("scaleAlone ") + dtypeName(t) + " with factors 1 leaves it alone");
+  }
+}
+
 void testNames() {
   expect(std::string(dtypeName(DType::kBFloat16)) == "bfloat16" && std::string(dtypeName(DType::kUint8)) == "uint8" &&
              std::string(opName(ReduceOp::kAvg)) == "avg" && std::string(opName(ReduceOp::kProd)) == "prod",
@@ -538,6 +699,7 @@ int main() {
   testAliasing();
   testKernelsAgainstReference();
   testScaleForAvg();
+  testScaledSteps();
   std::printf("%d checks, %d failed\n", gChecks, gFailures);
   return gFailures == 0 ? 0 : 1;
 }

@@ -10,6 +10,9 @@
 //   real  - float32/float64 non-integers, checked with a relative tolerance (summation order may differ
 //           between algorithms, so they stay out of `digest`), but still required to be bit-identical
 //           across ranks.
+// The float dtypes also run allreduce and reduceScatter (ops sum and avg) with prescaleFactor and
+// postscaleFactor: powers of two and 3 with the exact inputs (still exact until the last rounding, so
+// they feed `digest`), 0.1 and 1.7 with the real ones.
 //
 // Every result (that all ranks must agree on) is hashed per group; at the end the ranks allgather their
 // group hashes and check them against each other. One JSON line is printed, and written to
@@ -252,6 +255,31 @@ function expectedOf(kind, dtype, op, inputs, p) {
   return { want: acc, typed: null, tol };
 }
 
+/**
+ * The same with prescaleFactor pre and postscaleFactor post (ops sum and avg): each input times pre (exact
+ * for the exact inputs and pre a power of two), summed, then finished as the engine's last reduction step
+ * does it, in float32 (float32, float16, bfloat16) or float64: divided by p for avg, times post, rounded
+ * into the dtype once.
+ */
+function scaledExpectedOf(kind, dtype, op, inputs, p, pre, post) {
+  const n = inputs[0].length;
+  const acc = new Float64Array(n);
+  const mag = new Float64Array(n);
+  const f = dtype === 'float64' ? (v) => v : Math.fround;
+  const fpre = f(pre), fpost = f(post);
+  for (let r = 0; r < p; r++) {
+    for (let i = 0; i < n; i++) {
+      acc[i] += inputs[r][i] * fpre;
+      mag[i] += Math.abs(inputs[r][i] * fpre);
+    }
+  }
+  const divisor = op === 'avg' ? p : 1;
+  for (let i = 0; i < n; i++) acc[i] = f(f(f(acc[i]) / divisor) * fpost);
+  if (kind === 'exact') return { want: acc, typed: encode(dtype, acc), tol: null };
+  const tol = mag.map((m) => (p + 4) * EPS[dtype] * m * Math.abs(fpost) / divisor);
+  return { want: acc, typed: null, tol };
+}
+
 /** Compares result y, the block of the full reduction `e` that starts at `offset`, element by element. */
 function checkReduction(label, dtype, e, y, offset) {
   checks++;
@@ -364,6 +392,29 @@ async function reductions(dtype, rank, p, counts, seed) {
         const what = `${dtype} op=${op} n=${n} ${kind} (rank ${rank} of ${p})`;
         calls.push({ c, collective: 'allreduce', label: `allreduce ${what}`, work: hora.allreduce(x, options) });
         calls.push({ c, collective: 'reduceScatter', label: `reduceScatter ${what}`, work: hora.reduceScatter(x, options) });
+      }
+    }
+  }
+  // prescaleFactor and postscaleFactor (float dtypes, ops sum and avg): exact factors for the exact inputs,
+  // rounding ones for the real inputs; issued with the rest, so fusion must keep tensors of different
+  // factors apart.
+  if (!isInt(dtype)) {
+    const exactFactors = [[0.5, 3], [2, 1], [1, 0.5]];
+    for (const kind of kinds) {
+      for (const op of ['sum', 'avg']) {
+        counts.forEach((n, k) => {
+          s++;
+          const [pre, post] = kind === 'real' ? [0.1, 1.7] : exactFactors[(k + (op === 'avg' ? 1 : 0)) % exactFactors.length];
+          const inputs = [];
+          for (let r = 0; r < p; r++) inputs.push(inputValues(kind, dtype, 'sum', r, n, s));
+          const x = encode(dtype, inputs[rank]);
+          const c = { kind, op, n, x, before: Buffer.from(bytesOf(x)), expected: scaledExpectedOf(kind, dtype, op, inputs, p, pre, post) };
+          cases.push(c);
+          const options = { ...optionsFor(dtype), op, prescaleFactor: pre, postscaleFactor: post };
+          const what = `${dtype} op=${op} prescaleFactor=${pre} postscaleFactor=${post} n=${n} ${kind} (rank ${rank} of ${p})`;
+          calls.push({ c, collective: 'allreduce', label: `allreduce ${what}`, work: hora.allreduce(x, options) });
+          calls.push({ c, collective: 'reduceScatter', label: `reduceScatter ${what}`, work: hora.reduceScatter(x, options) });
+        });
       }
     }
   }

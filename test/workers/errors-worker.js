@@ -45,6 +45,10 @@ function invalidCases(p) {
     ['allgather of a string', 'x', () => hora.allgather('abc'), () => hora.allgather(f32(2))],
     ['reduceScatter unknown op', 'options.op', () => hora.reduceScatter(f32(6), { op: 'mean' }), () => hora.reduceScatter(f32(6))],
     ['large valid call elsewhere', 'x', () => hora.allreduce({ length: 300001 }), () => hora.allreduce(f32(300001))],
+    // Options hora does not know are refused, not ignored: Horovod's average=False would otherwise average.
+    ['unknown option average', 'options.average', () => hora.allreduce(f32(4), { average: false }), () => hora.allreduce(f32(4), { op: 'sum' })],
+    ['prescaleFactor of an Int32Array', 'options.prescaleFactor', () => hora.allreduce(new Int32Array(4), { op: 'sum', prescaleFactor: 0.5 }),
+      () => hora.allreduce(new Int32Array(4), { op: 'sum' })],
   ];
 }
 
@@ -96,6 +100,8 @@ async function mismatchScenario() {
     ['allgather on rank 0, allreduce elsewhere', () => (r === 0 ? hora.allgather(f32(4)) : hora.allreduce(f32(4)))],
     ['allreduce on rank 0, allgather elsewhere', () => (r === 0 ? hora.allreduce(f32(4)) : hora.allgather(f32(4)))],
     ['barrier on the last rank, allreduce elsewhere', () => (r === last ? hora.barrier() : hora.allreduce(f32(4)))],
+    ['prescaleFactor on the last rank only', () => hora.allreduce(f32(4), { op: 'sum', ...(r === last ? { prescaleFactor: 0.5 } : {}) })],
+    ['postscaleFactor differs, 300001 elements', () => hora.reduceScatter(f32(300001), { postscaleFactor: r === last ? 2 : 3 })],
   ];
   // In place: the array of a collective that failed holds what it held before (small allreduces are
   // reduced straight into it when ranks agree).

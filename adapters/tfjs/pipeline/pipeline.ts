@@ -17,7 +17,7 @@
 import { tf, tfl } from '../framework';
 import type { LayersModel } from '@tensorflow/tfjs-layers';
 import * as hora from '../../../ts/index';
-import { HoraError } from '../../../ts/errors';
+import { HoraError, checkOptionKeys, knownOptions } from '../../../ts/errors';
 import { makeLogger } from '../../../ts/config';
 import { flushCollectives, timelineOn, timelineSpan } from '../../../ts/hora';
 import { reportPipelineBatch, steps } from '../../../ts/stats';
@@ -182,12 +182,14 @@ function aloneHint(stages: number): string {
     `with the launcher: npx hora run -np ${stages} node ${script}`;
 }
 
+const OPTIONS = knownOptions<PipelineOptions>({
+  stages: true, microBatches: true, schedule: true, partition: true, profileBatchSize: true, recompute: true, deferWeightGradients: true,
+}, '');
+
 function checkOptions(options: unknown, layerCount: number, size: number): Checked {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) throw invalid('options', 'an object such as {stages: 2}', options);
   const o = options as PipelineOptions;
-  const known = ['stages', 'microBatches', 'schedule', 'partition', 'profileBatchSize', 'recompute', 'deferWeightGradients'];
-  const unknown = Object.keys(o).filter((k) => !known.includes(k));
-  if (unknown.length > 0) throw invalid(unknown[0], `one of ${known.join(', ')} (no such option)`, (o as unknown as Record<string, unknown>)[unknown[0]]);
+  checkOptionKeys('pipeline', o, OPTIONS, hora.rank());
   const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 1;
   const { stages } = o;
   if (!isCount(stages)) throw invalid('stages', 'an integer >= 1', stages);

@@ -19,6 +19,7 @@ Status ringAllreduce(Context& ctx, const AllreduceOptions& o) {
   rs.count = o.count;
   rs.dtype = o.dtype;
   rs.op = o.op;
+  rs.scaling = o.scaling;
   HORA_RETURN_IF_ERROR(reduceScatter(ctx, rs));
   return ringAllgather(ctx, worldRing(ctx), o.data, o.count, o.dtype);
 }
@@ -26,12 +27,24 @@ Status ringAllreduce(Context& ctx, const AllreduceOptions& o) {
 Status recursiveDoublingAllreduce(Context& ctx, const AllreduceOptions& o) {
   const size_t bytes = o.count * dtypeSize(o.dtype);
   uint8_t* scratch = threadScratch(bytes);
-  auto combine = [&](uint8_t* out, const uint8_t* lower, const uint8_t* higher) {
-    ctx.timedReduce([&] { reduceTwo(o.op, o.dtype, out, lower, higher, o.count); });
+  const bool scaled = o.scaling.active();
+  auto combine = [&](uint8_t* out, const uint8_t* lower, const uint8_t* higher, const DoublingStep& at) {
+    if (!scaled) {
+      ctx.timedReduce([&] { reduceTwo(o.op, o.dtype, out, lower, higher, o.count); });
+      return;
+    }
+    const ScaledStep step = scaledStep(o.scaling, at.lowerRaw, at.higherRaw, at.last, o.op, ctx.size());
+    ctx.timedReduce([&] { reduceTwoScaled(o.op, o.dtype, out, lower, higher, o.count, step); });
   };
   HORA_RETURN_IF_ERROR(recursiveDoubling(ctx, o.data, bytes, scratch, combine));
-  if (o.op == ReduceOp::kAvg) scaleForAvg(o.dtype, o.data, o.count, ctx.size());
+  // Scaled, the last combine divided already.
+  if (o.op == ReduceOp::kAvg && !scaled) scaleForAvg(o.dtype, o.data, o.count, ctx.size());
   return Status::ok();
+}
+
+Status notScalable(DType dtype) {
+  return Status(Code::kInvalidArgument, std::string("prescaleFactor and postscaleFactor apply to float dtypes; this is ") +
+                                            dtypeName(dtype));
 }
 
 Status notUniform(const Topology& t) {
@@ -110,6 +123,9 @@ Algorithm chooseAllreduceAlgorithm(const Context& ctx, const AllreduceOptions& o
 }
 
 Status allreduce(Context& ctx, const AllreduceOptions& o) {
+  if (o.scaling.active() && !scalable(o.dtype)) return notScalable(o.dtype);
+  // Alone, there is no reduction step to scale in.
+  if (ctx.size() == 1) scaleAlone(o.dtype, o.data, o.count, o.scaling);
   if (ctx.size() == 1 || o.count == 0) return Status::ok();
   const Topology& t = ctx.topology();
   switch (chooseAllreduceAlgorithm(ctx, o)) {
@@ -127,9 +143,11 @@ Status allreduce(Context& ctx, const AllreduceOptions& o) {
 
 Status reduceScatter(Context& ctx, const ReduceScatterOptions& o) {
   const int p = ctx.size(), r = ctx.rank();
+  if (o.scaling.active() && !scalable(o.dtype)) return notScalable(o.dtype);
+  if (p == 1) scaleAlone(o.dtype, o.data, o.count, o.scaling);
   if (p == 1 || o.count == 0) return Status::ok();
-  HORA_RETURN_IF_ERROR(ringReduceScatter(ctx, worldRing(ctx), o.data, o.count, o.dtype, o.op));
-  if (o.op == ReduceOp::kAvg) {
+  HORA_RETURN_IF_ERROR(ringReduceScatter(ctx, worldRing(ctx), o.data, o.count, o.dtype, o.op, o.scaling));
+  if (o.op == ReduceOp::kAvg && !o.scaling.active()) {
     const size_t elem = dtypeSize(o.dtype);
     scaleForAvg(o.dtype, o.data + blockStart(o.count, p, r) * elem, blockCount(o.count, p, r), p);
   }

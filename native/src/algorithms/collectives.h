@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "reduce/reduce.h"
 #include "transport/context.h"
 
 namespace hora {
@@ -33,6 +34,7 @@ struct AllreduceOptions {
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   Algorithm algorithm = Algorithm::kAuto;
+  Scaling scaling;           // prescaleFactor, postscaleFactor (float dtypes); applied in the reduction steps
 };
 Status allreduce(Context& ctx, const AllreduceOptions& opts);
 // HORA_ALGO, or on one host by size, or across hosts by the cost model of topology.h (same on every rank).
@@ -46,6 +48,7 @@ struct ReduceScatterOptions {
   size_t count = 0;          // elements in the whole buffer; blocks as in blocks.h
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
+  Scaling scaling;           // as in AllreduceOptions; block `rank` comes out scaled (and divided, for kAvg)
 };
 Status reduceScatter(Context& ctx, const ReduceScatterOptions& opts);
 

@@ -54,6 +54,9 @@ struct Step {
   const Ring* ring;
   bool reduce;          // reduce-scatter step (combine what arrives) or allgather step (copy)
   size_t sendOffset, sendCount, recvOffset, recvCount;  // elements
+  // Scaled (prescaleFactor): what arrives is a raw input (the first step of the first dimension) and what
+  // is here is one (every step of the first dimension); the steps after it combine partial results only.
+  bool arrivesRaw = false, hereRaw = false;
 };
 
 struct SegmentPlan {
@@ -72,10 +75,12 @@ SegmentPlan planSegment(const std::vector<Ring>& rings, size_t offset, size_t co
   for (const Ring& ring : rings) {
     const int d = ring.size, i = ring.me;
     levels.push_back({&ring, offset, count});
+    const bool first = levels.size() == 1;
     for (int s = 0; s < d - 1; ++s) {
       const int sendBlock = wrapRank(i - s - 1, d), recvBlock = wrapRank(i - s - 2, d);
       plan.steps.push_back({&ring, true, offset + blockStart(count, d, sendBlock), blockCount(count, d, sendBlock),
-                            offset + blockStart(count, d, recvBlock), blockCount(count, d, recvBlock)});
+                            offset + blockStart(count, d, recvBlock), blockCount(count, d, recvBlock), first && s == 0,
+                            first});
     }
     offset += blockStart(count, d, i);
     count = blockCount(count, d, i);
@@ -117,20 +122,31 @@ Status gridAllreduce(Context& ctx, const std::vector<int>& dims, const Allreduce
   const int steps = static_cast<int>(plans[0].steps.size());
   std::vector<SendOp> sends;
   std::vector<RecvOp> recvs;
+  // Scaled: the step of each receive of a tick (reserved, so the receives' pointers stay put). The last
+  // reduce step completes this rank's own block and finishes it (divided for avg, times post).
+  const bool scaled = o.scaling.active();
+  std::vector<ScaledStep> scaledSteps;
+  scaledSteps.reserve(segments);
   for (int tick = 0; tick < steps + segments - 1; ++tick) {
     sends.clear();
     recvs.clear();
+    scaledSteps.clear();
     for (int s = 0; s < segments; ++s) {
       const int j = tick - s;
       if (j < 0 || j >= steps) continue;
       const SegmentPlan& plan = plans[s];
       // Between its reduce-scatters and its allgathers a segment's own block is final: divide it for avg.
-      if (static_cast<size_t>(j) == plan.reduceSteps && o.op == ReduceOp::kAvg) {
+      if (static_cast<size_t>(j) == plan.reduceSteps && o.op == ReduceOp::kAvg && !scaled) {
         scaleForAvg(o.dtype, o.data + plan.ownOffset * elem, plan.ownCount, ctx.size());
       }
       const Step& st = plan.steps[j];
       sends.push_back({st.ring->right, o.data + st.sendOffset * elem, st.sendCount * elem});
       recvs.push_back({st.ring->left, o.data + st.recvOffset * elem, st.recvCount * elem, 0, st.reduce, o.op, o.dtype});
+      if (scaled && st.reduce) {
+        const bool last = static_cast<size_t>(j) + 1 == plan.reduceSteps;
+        scaledSteps.push_back(scaledStep(o.scaling, st.hereRaw, st.arrivesRaw, last, o.op, ctx.size()));
+        recvs.back().scaled = &scaledSteps.back();
+      }
     }
     HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size())));
   }

@@ -34,7 +34,17 @@ struct RecursiveDoublingSchedule {
   int actual(int newRank) const { return newRank < rem ? newRank * 2 + 1 : newRank + rem; }
 };
 
-// combine(out, lower, higher) writes the combination of two buffers of `bytes` each; out may alias either.
+// Where a combine() of recursiveDoubling stands, for a scaled allreduce (reduce/reduce.h ScaledStep): an
+// operand is raw while it is still a rank's own input, never combined; the last combine of a rank that
+// takes part in the rounds completes the reduction. Both sides of a swap see the same step.
+struct DoublingStep {
+  bool lowerRaw = false;
+  bool higherRaw = false;
+  bool last = false;
+};
+
+// combine(out, lower, higher, step) writes the combination of two buffers of `bytes` each; out may alias
+// either.
 template <typename Combine>
 Status recursiveDoubling(Context& ctx, uint8_t* data, size_t bytes, uint8_t* scratch, Combine&& combine) {
   const int size = ctx.size();
@@ -50,17 +60,20 @@ Status recursiveDoubling(Context& ctx, uint8_t* data, size_t bytes, uint8_t* scr
   if (plan.foldsIn(rank)) {
     RecvOp take{ctx.pair(rank - 1), scratch, bytes};
     HORA_RETURN_IF_ERROR(ctx.progress(nullptr, 0, &take, 1));
-    combine(data, scratch, data);
+    combine(data, scratch, data, DoublingStep{true, true, false});
   }
   const int newRank = plan.renumbered(rank);
   for (int mask = 1; mask < plan.pof2; mask <<= 1) {
     const int newPartner = newRank ^ mask;
     const int partner = plan.actual(newPartner);
     HORA_RETURN_IF_ERROR(ctx.sendRecv(partner, data, bytes, partner, scratch, bytes));
+    // In the first round a buffer is raw unless its rank folded its neighbour's in.
+    const bool mineRaw = mask == 1 && !plan.foldsIn(rank), theirsRaw = mask == 1 && !plan.foldsIn(partner);
+    const bool last = mask * 2 >= plan.pof2;
     if (newPartner < newRank) {
-      combine(data, scratch, data);
+      combine(data, scratch, data, DoublingStep{theirsRaw, mineRaw, last});
     } else {
-      combine(data, data, scratch);
+      combine(data, data, scratch, DoublingStep{mineRaw, theirsRaw, last});
     }
   }
   if (plan.foldsIn(rank)) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "common/types.h"
+#include "reduce/reduce.h"
 #include "transport/context.h"
 
 namespace hora {
@@ -23,8 +24,11 @@ struct Ring {
 Ring worldRing(const Context& ctx);
 
 // Reduce-scatter of [data, data + count): after size-1 steps member i holds block i reduced over the ring
-// (for kAvg still to be scaled). Each link carries (size-1)/size of the buffer.
-Status ringReduceScatter(Context& ctx, const Ring& ring, uint8_t* data, size_t count, DType dtype, ReduceOp op);
+// (for kAvg still to be scaled). Each link carries (size-1)/size of the buffer. With an active scaling
+// (prescaleFactor, postscaleFactor) the steps scale as they combine, and the last one also finishes block
+// i: divided by the ring's size for kAvg and multiplied by post.
+Status ringReduceScatter(Context& ctx, const Ring& ring, uint8_t* data, size_t count, DType dtype, ReduceOp op,
+                         const Scaling& scaling = Scaling());
 
 // Allgather of the blocks of [data, data + count): member i holds block i; afterwards every member holds all.
 Status ringAllgather(Context& ctx, const Ring& ring, uint8_t* data, size_t count, DType dtype);

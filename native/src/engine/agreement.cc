@@ -1,6 +1,8 @@
 #include "engine/agreement.h"
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -36,7 +38,8 @@ struct Message {
 bool sameCollective(const Proposal& a, const Proposal& b) {
   return a.seq == b.seq && a.group == b.group && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.root == b.root &&
          a.algorithm == b.algorithm && a.onDevice == b.onDevice &&
-         a.numTensors == b.numTensors && a.nameHash == b.nameHash && (!a.compareCount || a.count == b.count);
+         a.numTensors == b.numTensors && a.nameHash == b.nameHash && (!a.compareCount || a.count == b.count) &&
+         a.prescale == b.prescale && a.postscale == b.postscale;
 }
 
 // Whether a and b differ only in the tensors they carry, one of them being a fused run: the same fused
@@ -87,6 +90,16 @@ void combine(Message* out, const Message* lower, const Message* higher) {
   *out = result;
 }
 
+// A factor as JS would print it: the fewest digits that read back as the same double.
+std::string shortest(double v) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
 }  // namespace
 
 std::string describe(const Proposal& p) {
@@ -97,6 +110,8 @@ std::string describe(const Proposal& p) {
     s += " (" + std::string(dtypeName(static_cast<DType>(p.dtype))) + " x " + std::to_string(p.count);
     if (kind == Kind::kAllreduce || kind == Kind::kReduceScatter) {
       s += std::string(", op ") + opName(static_cast<ReduceOp>(p.op));
+      if (p.prescale != 1) s += ", prescaleFactor " + shortest(p.prescale);
+      if (p.postscale != 1) s += ", postscaleFactor " + shortest(p.postscale);
     }
     if (kind == Kind::kBroadcast) s += ", root " + std::to_string(p.root);
     if (p.numTensors > 1) s += ", " + std::to_string(p.numTensors) + " fused tensors";
@@ -120,6 +135,10 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   p.group = w.group != nullptr ? w.group->id : 0;
   p.algorithm = static_cast<uint8_t>(w.algorithm);
   p.onDevice = w.device >= 0 ? 1 : 0;
+  if (w.kind == Kind::kAllreduce || w.kind == Kind::kReduceScatter) {
+    p.prescale = w.scaling.pre;
+    p.postscale = w.scaling.post;
+  }
   p.nameHash = numTensors > 1 ? 0 : fnv1a64(w.name);  // a fused run's: proposalForRun()
   // The name as error messages show it, cut to fit (name is zero-filled); no string is built for it.
   const char* prefix = numTensors > 1 ? "fused:" : "";
@@ -157,7 +176,7 @@ constexpr size_t kCoalesceBytes = 4096;
 
 template <typename Decide>
 Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* payload, Message* in, bool send,
-                bool recv, uint8_t* into, ReduceOp op, DType dtype, Decide&& decide) {
+                bool recv, uint8_t* into, ReduceOp op, DType dtype, const ScaledStep* scaled, Decide&& decide) {
   alignas(64) static thread_local uint8_t wire[sizeof(Message)];
   SendOp sends[2] = {{ctx.pair(partner), wire, 0}, {ctx.pair(partner), payload, out.payloadBytes}};
   int numSends = 0;
@@ -204,6 +223,7 @@ Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* pa
     body.reduce = true;
     body.op = op;
     body.dtype = dtype;
+    body.scaled = scaled;
   }
   return ctx.progress(nullptr, 0, &body, 1);
 }
@@ -211,8 +231,10 @@ Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* pa
 // Recursive doubling (see algorithms/recursive_doubling.h for how it works) over a message whose payload
 // length may differ between ranks that disagree. The payload is only ever combined while every message
 // seen so far agrees, so it ends as the reduction over all ranks exactly when the verdict is "agreed".
-// Reduction order does not matter for identical results: every kernel is commutative bit for bit.
-Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DType dtype) {
+// Reduction order does not matter for identical results: every kernel is commutative bit for bit. Scaled
+// (prescaleFactor, postscaleFactor), the steps scale as recursiveDoubling's do (algorithms/recursive_doubling.h):
+// an operand still a rank's own input by pre, and the last round finishes.
+Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DType dtype, const Scaling& scaling) {
   const int size = ctx.size(), rank = ctx.rank();
   if (size == 1) return Status::ok();
   const RecursiveDoublingSchedule plan(size);
@@ -237,18 +259,22 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
 
   if (plan.sitsOut(rank)) {
     auto noDecision = [](const Message&) { return Take::kDiscard; };
-    HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, noDecision));
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, nullptr, noDecision));
     // The final result comes back; it is taken only when everyone agreed (then it has this rank's size).
     auto takeResult = [&](const Message& m) {
       return m.state == 0 && m.payloadBytes == mine && mine > 0 ? Take::kCopy : Take::kDiscard;
     };
-    HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, false, true, payload, op, dtype, takeResult));
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank + 1, *msg, payload, &theirs, false, true, payload, op, dtype, nullptr, takeResult));
     *msg = theirs;
     msg->payloadBytes = mine;
     return Status::ok();
   }
+  const bool scaled = scaling.active();
+  ScaledStep step;  // set only when scaled: an unscaled agreement does no work for it
   if (plan.foldsIn(rank)) {
-    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, false, true, payload, op, dtype, mergeWith(true)));
+    if (scaled) step = scaledStep(scaling, true, true, false, op, size);
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, false, true, payload, op, dtype,
+                                  scaled ? &step : nullptr, mergeWith(true)));
     finish(true, theirs);
   }
   const int newRank = plan.renumbered(rank);
@@ -257,13 +283,17 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
     const int partner = plan.actual(newPartner);
     // This rank's message must go out before it is merged with the partner's: send a copy.
     Message outgoing = *msg;
+    if (scaled) {
+      step = scaledStep(scaling, mask == 1 && !plan.foldsIn(rank), mask == 1 && !plan.foldsIn(partner), mask * 2 >= plan.pof2,
+                        op, size);
+    }
     HORA_RETURN_IF_ERROR(exchange(ctx, partner, outgoing, payload, &theirs, true, true, payload, op, dtype,
-                                  mergeWith(newPartner < newRank)));
+                                  scaled ? &step : nullptr, mergeWith(newPartner < newRank)));
     finish(newPartner < newRank, theirs);
   }
   if (plan.foldsIn(rank)) {
     auto noDecision = [](const Message&) { return Take::kDiscard; };
-    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, noDecision));
+    HORA_RETURN_IF_ERROR(exchange(ctx, rank - 1, *msg, payload, &theirs, true, false, nullptr, op, dtype, nullptr, noDecision));
   }
   return Status::ok();
 }
@@ -391,7 +421,12 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
     msg.state = static_cast<uint8_t>(VerdictState::kInvalid);
     setText(&msg, "rank " + std::to_string(msg.proposer) + " made an invalid call: " + invalidReason);
   }
-  HORA_RETURN_IF_ERROR(disseminate(ctx, &msg, payload, static_cast<ReduceOp>(mine.op), static_cast<DType>(mine.dtype)));
+  Scaling scaling;
+  scaling.pre = mine.prescale;
+  scaling.post = mine.postscale;
+  HORA_RETURN_IF_ERROR(disseminate(ctx, &msg, payload, static_cast<ReduceOp>(mine.op), static_cast<DType>(mine.dtype), scaling));
+  // A group of one combines nothing: its payload is scaled alone.
+  if (ctx.size() == 1 && payload != nullptr && scaling.active()) scaleAlone(static_cast<DType>(mine.dtype), payload, mine.count, scaling);
   msg.text[sizeof(msg.text) - 1] = '\0';
   switch (static_cast<VerdictState>(msg.state)) {
     case VerdictState::kAgreed:

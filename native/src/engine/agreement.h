@@ -38,6 +38,8 @@ struct Proposal {
   uint8_t algorithm = 0;    // Algorithm forced for this collective (kAuto unless HORA_ALGO)
   uint8_t onDevice = 0;     // 1: GPU memory (every rank must agree: the device paths differ from the host's)
   char name[32] = {};
+  double prescale = 1;      // allreduce, reducescatter: prescaleFactor and postscaleFactor (1: none)
+  double postscale = 1;
 };
 
 // Describes a proposal for error messages: "allreduce 'grad/w' (float32 x 1024, op avg, #17)".
@@ -53,7 +55,8 @@ Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 //
 // Small allreduces ride along: when carriesPayload(mine), pass the data as payload and it comes back
 // reduced over all ranks (not yet divided for avg), in the same single pass, halving the latency of the
-// collectives that are pure latency.
+// collectives that are pure latency. A scaled one (prescale or postscale not 1) comes back scaled and
+// finished, avg's division included, as the allreduce would leave it.
 //
 // layout: the tensors this rank's collective carries, read only when the layouts of the ranks differ;
 // nullptr: the one tensor the proposal describes (its name as cut to fit the proposal).

@@ -470,7 +470,7 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
         const Work& w = *batch[j];
         size_t bytes = w.count * dtypeSize(w.dtype);
         if (!fusable(w) || w.op != first.op || w.dtype != first.dtype || w.algorithm != first.algorithm ||
-            w.group != first.group || total + bytes > options_.fusionBytes) {
+            w.group != first.group || w.scaling != first.scaling || total + bytes > options_.fusionBytes) {
           break;
         }
         total += bytes;
@@ -543,7 +543,7 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     group.algorithm = kRodeAlong;
     st = agree(ctx, proposal, "", buf, &layout, &alike);
     stamp(&group.negotiateEnd);
-    if (st.isOk() && first.op == ReduceOp::kAvg) scaleForAvg(first.dtype, buf, total, ctx.size());
+    if (st.isOk() && first.op == ReduceOp::kAvg && !first.scaling.active()) scaleForAvg(first.dtype, buf, total, ctx.size());
   } else {
     st = agree(ctx, proposal, "", nullptr, &layout, &alike);
     stamp(&group.negotiateEnd);
@@ -581,6 +581,7 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     o.dtype = first.dtype;
     o.op = first.op;
     o.algorithm = first.algorithm;
+    o.scaling = first.scaling;
     if (options_.timeline) group.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx, o));
     st = allreduce(ctx, o);
     stamp(&group.transferEnd);
@@ -618,7 +619,8 @@ Status Communicator::execute(Work& w) {
     Status agreed = agree(ctx, proposal, w.invalidReason, w.data, &layout, &alike);
     stamp(&w.times.negotiateEnd);
     if (agreed.isOk()) {
-      if (w.op == ReduceOp::kAvg) scaleForAvg(w.dtype, w.data, w.count, p);
+      // Scaled, the agreement finished the payload, division included.
+      if (w.op == ReduceOp::kAvg && !w.scaling.active()) scaleForAvg(w.dtype, w.data, w.count, p);
       return Status::ok();
     }
     if (alike == 0) return agreed;
@@ -629,6 +631,7 @@ Status Communicator::execute(Work& w) {
   }
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
     if (w.group != nullptr) return Status(Code::kInvalidArgument, "group collectives take host memory only");
+    if (w.scaling.active()) return Status(Code::kInvalidArgument, "prescaleFactor and postscaleFactor take host memory only");
     if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, options_.transport));
     Status st = device_->run(w);
     if (options_.timeline) w.times.algorithm = device_->path();
@@ -642,6 +645,7 @@ Status Communicator::execute(Work& w) {
       o.dtype = w.dtype;
       o.op = w.op;
       o.algorithm = w.algorithm;
+      o.scaling = w.scaling;
       HORA_TRACE("allreduce '%s' %zu x %s with %s", w.name.c_str(), w.count, dtypeName(w.dtype),
                  algorithmName(chooseAllreduceAlgorithm(ctx, o)));
       if (options_.timeline) w.times.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx, o));
@@ -663,6 +667,7 @@ Status Communicator::execute(Work& w) {
       o.count = w.count;
       o.dtype = w.dtype;
       o.op = w.op;
+      o.scaling = w.scaling;
       HORA_RETURN_IF_ERROR(reduceScatter(ctx, o));
       memcpy(w.out, scratch + blockStart(w.count, p, r) * elem, blockCount(w.count, p, r) * elem);
       return Status::ok();

@@ -69,6 +69,8 @@ struct Work {
   int root = 0;
   Algorithm algorithm = Algorithm::kAuto;
   std::string name;
+  // allreduce, reducescatter of host memory with a float dtype: prescaleFactor and postscaleFactor.
+  Scaling scaling;
 
   // allreduce, broadcast: reduced or received in place. allgather, reducescatter: the input, read only.
   uint8_t* data = nullptr;

@@ -384,6 +384,156 @@ Kernel kernelFor(ReduceOp op, DType dtype) {
   return kTable[column][row];
 }
 
+// ---- Scaled steps (prescaleFactor, postscaleFactor): the same combiners, operands and result scaled. ----
+
+// The factors of one step in the type it computes in (float for the 16-bit floats and float32).
+template <class F> struct StepFactors {
+  F dstScale, srcScale, divisor, post;
+};
+
+// dst[i] = finish(op(dst[i] * dstScale, src[i] * srcScale)). The combiners are commutative bit for bit,
+// so which operand is dst does not matter once each carries its own scale.
+template <class Codec, class Op, bool kFinish, class F>
+HORA_INLINE void scaledInPlace(typename Codec::Stored* __restrict dst, const typename Codec::Stored* __restrict src,
+                               size_t n, StepFactors<F> f) {
+  for (size_t i = 0; i < n; ++i) {
+    F v = Op::apply(Codec::load(dst[i]) * f.dstScale, Codec::load(src[i]) * f.srcScale);
+    if constexpr (kFinish) v = canonicalNaN(v / f.divisor * f.post);
+    dst[i] = Codec::store(v);
+  }
+}
+
+template <class Codec, class Op, bool kFinish, class F>
+HORA_INLINE void scaledOutOfPlace(typename Codec::Stored* __restrict dst, const typename Codec::Stored* __restrict a,
+                                  const typename Codec::Stored* __restrict b, size_t n, StepFactors<F> f) {
+  for (size_t i = 0; i < n; ++i) {
+    F v = Op::apply(Codec::load(a[i]) * f.dstScale, Codec::load(b[i]) * f.srcScale);
+    if constexpr (kFinish) v = canonicalNaN(v / f.divisor * f.post);
+    dst[i] = Codec::store(v);
+  }
+}
+
+template <class Codec, class Op, bool kFinish>
+HORA_INLINE void combineScaled(void* dstRaw, const void* aRaw, const void* bRaw, size_t n, const ScaledStep& s) {
+  using S = typename Codec::Stored;
+  using F = decltype(Codec::load(S{}));
+  S* dst = static_cast<S*>(dstRaw);
+  const S* a = static_cast<const S*>(aRaw);
+  const S* b = static_cast<const S*>(bRaw);
+  const F sa = static_cast<F>(s.aScale), sb = static_cast<F>(s.bScale);
+  const F divisor = static_cast<F>(s.divisor), post = static_cast<F>(s.post);
+  if (dst == a) {
+    scaledInPlace<Codec, Op, kFinish, F>(dst, b, n, {sa, sb, divisor, post});
+  } else if (dst == b) {
+    scaledInPlace<Codec, Op, kFinish, F>(dst, a, n, {sb, sa, divisor, post});
+  } else {
+    scaledOutOfPlace<Codec, Op, kFinish, F>(dst, a, b, n, {sa, sb, divisor, post});
+  }
+}
+
+using ScaledKernel = void (*)(void* dst, const void* a, const void* b, size_t n, const ScaledStep& s);
+
+// One cloned function per (dtype, op, last step or not).
+#define HORA_DEFINE_SCALED(NAME, CODEC, OP)                                                                  \
+  HORA_CLONES void NAME##Step(void* d, const void* a, const void* b, size_t n, const ScaledStep& s) {      \
+    combineScaled<CODEC, OP, false>(d, a, b, n, s);                                                          \
+  }                                                                                                          \
+  HORA_CLONES void NAME##Last(void* d, const void* a, const void* b, size_t n, const ScaledStep& s) {      \
+    combineScaled<CODEC, OP, true>(d, a, b, n, s);                                                           \
+  }
+
+HORA_DEFINE_SCALED(sumF32, Plain<float>, FloatSum<float>)
+HORA_DEFINE_SCALED(minF32, Plain<float>, FloatMin<float>)
+HORA_DEFINE_SCALED(maxF32, Plain<float>, FloatMax<float>)
+HORA_DEFINE_SCALED(prodF32, Plain<float>, FloatProd<float>)
+HORA_DEFINE_SCALED(sumF64, Plain<double>, FloatSum<double>)
+HORA_DEFINE_SCALED(minF64, Plain<double>, FloatMin<double>)
+HORA_DEFINE_SCALED(maxF64, Plain<double>, FloatMax<double>)
+HORA_DEFINE_SCALED(prodF64, Plain<double>, FloatProd<double>)
+HORA_DEFINE_SCALED(sumF16, HalfCodec, FloatSum<float>)
+HORA_DEFINE_SCALED(minF16, HalfCodec, FloatMin<float>)
+HORA_DEFINE_SCALED(maxF16, HalfCodec, FloatMax<float>)
+HORA_DEFINE_SCALED(prodF16, HalfCodec, FloatProd<float>)
+HORA_DEFINE_SCALED(sumBF16, BFloat16Codec, FloatSum<float>)
+HORA_DEFINE_SCALED(minBF16, BFloat16Codec, FloatMin<float>)
+HORA_DEFINE_SCALED(maxBF16, BFloat16Codec, FloatMax<float>)
+HORA_DEFINE_SCALED(prodBF16, BFloat16Codec, FloatProd<float>)
+
+#undef HORA_DEFINE_SCALED
+
+#if HORA_X86_CLONES
+// Float16 with hardware conversion, in blocks as combineF16c: widen, scale and combine in float32, narrow.
+template <class Op, bool kFinish>
+__attribute__((target("avx2,f16c"))) void scaledF16c(void* dstRaw, const void* aRaw, const void* bRaw, size_t n,
+                                                     const ScaledStep& s) {
+  uint16_t* dst = static_cast<uint16_t*>(dstRaw);
+  const uint16_t* a = static_cast<const uint16_t*>(aRaw);
+  const uint16_t* b = static_cast<const uint16_t*>(bRaw);
+  const StepFactors<float> f{static_cast<float>(s.aScale), static_cast<float>(s.bScale), static_cast<float>(s.divisor),
+                             static_cast<float>(s.post)};
+  alignas(32) float wideA[kF16Block];
+  alignas(32) float wideB[kF16Block];
+  for (size_t base = 0; base < n; base += kF16Block) {
+    const size_t m = n - base < kF16Block ? n - base : kF16Block;
+    widenF16c(wideA, a + base, m);
+    widenF16c(wideB, b + base, m);
+    scaledInPlace<Plain<float>, Op, kFinish, float>(wideA, wideB, m, f);
+    narrowF16c(dst + base, wideA, m);
+  }
+}
+#endif
+
+ScaledKernel scaledKernelFor(ReduceOp op, DType dtype, bool last) {
+  int row = 0;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: row = 0; break;
+    case ReduceOp::kMin: row = 1; break;
+    case ReduceOp::kMax: row = 2; break;
+    case ReduceOp::kProd: row = 3; break;
+    default: return nullptr;
+  }
+#if HORA_X86_CLONES
+  if (dtype == DType::kFloat16 && cpuHasF16c()) {
+    static const ScaledKernel kF16c[2][4] = {
+        {scaledF16c<FloatSum<float>, false>, scaledF16c<FloatMin<float>, false>, scaledF16c<FloatMax<float>, false>,
+         scaledF16c<FloatProd<float>, false>},
+        {scaledF16c<FloatSum<float>, true>, scaledF16c<FloatMin<float>, true>, scaledF16c<FloatMax<float>, true>,
+         scaledF16c<FloatProd<float>, true>},
+    };
+    return kF16c[last][row];
+  }
+#endif
+  // Columns follow DType's floats: float32, float64, float16, bfloat16.
+  static const ScaledKernel kTable[2][4][4] = {
+      {{sumF32Step, sumF64Step, sumF16Step, sumBF16Step},
+       {minF32Step, minF64Step, minF16Step, minBF16Step},
+       {maxF32Step, maxF64Step, maxF16Step, maxBF16Step},
+       {prodF32Step, prodF64Step, prodF16Step, prodBF16Step}},
+      {{sumF32Last, sumF64Last, sumF16Last, sumBF16Last},
+       {minF32Last, minF64Last, minF16Last, minBF16Last},
+       {maxF32Last, maxF64Last, maxF16Last, maxBF16Last},
+       {prodF32Last, prodF64Last, prodF16Last, prodBF16Last}},
+  };
+  if (!scalable(dtype)) return nullptr;
+  return kTable[last][row][static_cast<int>(dtype)];
+}
+
+// scaleAlone: dst[i] = (dst[i] * pre) * post.
+template <class Codec>
+HORA_INLINE void scaleAloneLoop(void* raw, size_t n, const Scaling& s) {
+  using S = typename Codec::Stored;
+  using F = decltype(Codec::load(S{}));
+  S* __restrict p = static_cast<S*>(raw);
+  const F pre = static_cast<F>(s.pre), post = static_cast<F>(s.post);
+  for (size_t i = 0; i < n; ++i) p[i] = Codec::store(canonicalNaN(Codec::load(p[i]) * pre * post));
+}
+
+HORA_CLONES void aloneF32(void* p, size_t n, const Scaling& s) { scaleAloneLoop<Plain<float>>(p, n, s); }
+HORA_CLONES void aloneF64(void* p, size_t n, const Scaling& s) { scaleAloneLoop<Plain<double>>(p, n, s); }
+HORA_CLONES void aloneF16(void* p, size_t n, const Scaling& s) { scaleAloneLoop<HalfCodec>(p, n, s); }
+HORA_CLONES void aloneBF16(void* p, size_t n, const Scaling& s) { scaleAloneLoop<BFloat16Codec>(p, n, s); }
+
 // ---- Averaging: divide once at the end. ----
 
 template <class Codec, class F>
@@ -435,6 +585,33 @@ void scaleForAvg(DType dtype, void* dst, size_t count, int divisor) {
     case DType::kInt32: scaleI32(dst, count, divisor); return;
     case DType::kInt64: scaleI64(dst, count, divisor); return;
     case DType::kUint8: scaleU8(dst, count, divisor); return;
+  }
+}
+
+ScaledStep scaledStep(const Scaling& s, bool aRaw, bool bRaw, bool last, ReduceOp op, int worldSize) {
+  ScaledStep step;
+  step.aScale = aRaw ? s.pre : 1;
+  step.bScale = bRaw ? s.pre : 1;
+  step.finish = last;
+  step.divisor = last && op == ReduceOp::kAvg && worldSize > 1 ? worldSize : 1;
+  step.post = last ? s.post : 1;
+  return step;
+}
+
+void reduceTwoScaled(ReduceOp op, DType dtype, void* dst, const void* a, const void* b, size_t count, const ScaledStep& step) {
+  if (count == 0) return;
+  const ScaledKernel kernel = scaledKernelFor(op, dtype, step.finish);
+  if (kernel != nullptr) kernel(dst, a, b, count, step);
+}
+
+void scaleAlone(DType dtype, void* dst, size_t count, const Scaling& s) {
+  if (count == 0 || !s.active()) return;
+  switch (dtype) {
+    case DType::kFloat32: aloneF32(dst, count, s); return;
+    case DType::kFloat64: aloneF64(dst, count, s); return;
+    case DType::kFloat16: aloneF16(dst, count, s); return;
+    case DType::kBFloat16: aloneBF16(dst, count, s); return;
+    default: return;
   }
 }
 

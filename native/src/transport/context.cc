@@ -403,7 +403,11 @@ Status Context::progress(SendOp* sends, int numSends, RecvOp* recvs, int numRecv
             memcpy(aligned, src, n);
             src = aligned;
           }
-          timedReduce([&] { reduceInto(r.op, r.dtype, r.dst + r.done, src, n / elem); });
+          if (r.scaled == nullptr) {
+            timedReduce([&] { reduceInto(r.op, r.dtype, r.dst + r.done, src, n / elem); });
+          } else {
+            timedReduce([&] { reduceTwoScaled(r.op, r.dtype, r.dst + r.done, r.dst + r.done, src, n / elem, *r.scaled); });
+          }
           r.pair->consume(n);
           r.done += n;
           moved = true;

@@ -25,6 +25,7 @@ namespace hora {
 namespace shm {
 class Segment;
 }
+struct ScaledStep;
 
 struct PeerInfo {
   int rank = 0;
@@ -59,6 +60,9 @@ struct RecvOp {
   bool reduce = false;  // combine into dst with op/dtype instead of copying
   ReduceOp op = ReduceOp::kSum;
   DType dtype = DType::kUint8;
+  // With reduce: combine as this step of a scaled collective (prescaleFactor, postscaleFactor;
+  // reduce/reduce.h), dst being operand a and the received bytes operand b. nullptr: no scaling.
+  const ScaledStep* scaled = nullptr;
 };
 
 // Work that moves while a collective waits (the point-to-point messages, engine/p2p.h): the progress
