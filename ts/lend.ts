@@ -15,6 +15,10 @@
  * - an array hora made (the result of a collective that is not inplace, a new array for recv): nobody else
  *   holds it until the work settles;
  * - a view of a SharedArrayBuffer: one cannot be detached or shrunk, and the work keeps it referenced;
+ * - where the addon holds a pending work's memory (NativeAddon.holdsArrayBuffers: V8 lets it keep a share
+ *   of an ArrayBuffer's BackingStore, see native/binding/backing_store.h), any array whose buffer is not
+ *   resizable: a detach leaves the memory valid until the result is taken, and the work then fails here
+ *   with its result dropped, as below;
  * - anything else, given to a work that stays pending while JavaScript runs (awaited, or not yet waited
  *   for): the engine gets a stage, an array of hora's with the same contents, and the result is copied
  *   back when the work settles, if the user's array still has its length.
@@ -88,9 +92,13 @@ export class Stages {
   }
 }
 
-/** Whether the engine may use `view` itself while JavaScript runs: it belongs to a SharedArrayBuffer. */
-export function cannotBeTaken(view: ArrayBufferView): boolean {
-  return view.buffer instanceof SharedArrayBuffer;
+/**
+ * Whether the engine may use `view` itself while JavaScript runs: it belongs to a SharedArrayBuffer, or
+ * the addon holds its memory (`held`: native/binding/backing_store.h) and no resize() can shrink it.
+ */
+export function cannotBeTaken(view: ArrayBufferView, held: boolean): boolean {
+  const buffer = view.buffer as ArrayBuffer & { resizable?: boolean };
+  return held ? buffer.resizable !== true : buffer instanceof SharedArrayBuffer;
 }
 
 /** Copies the stage's result into the user's array. */

@@ -188,6 +188,12 @@ export interface NativeAddon {
   /** A world of one's allreduce or reducescatter with factors: view (a float dtype) times prescale, then postscale, in place. */
   scaleAlone(view: ArrayBufferView, dtype: NativeDType, prescale: number, postscale: number): void;
   abiVersion: number;
+  /**
+   * The addon holds the memory of the arrays of a pending work (native/binding/backing_store.h): a detached
+   * ArrayBuffer's memory stays valid until the work's result is taken. False where this Node's V8 does not
+   * let it; the JS side then copies pending arrays to its own (ts/lend.ts).
+   */
+  holdsArrayBuffers?: boolean;
   cuda: NativeCuda;
 }
 

@@ -317,6 +317,8 @@ export class Dispatcher implements WorkDriver {
   private batchBytes = 0;
   /** Copies of lent arrays for works that stay pending while JavaScript runs (ts/lend.ts). */
   private readonly stages = new Stages();
+  /** The addon keeps a pending work's ArrayBuffer memory valid (ts/lend.ts): no stage is needed. */
+  private readonly holdsMemory: boolean;
   /** The batch's collectives: NAMED when one is named, UNNAMED when one is not (see orderByName). */
   private batchNames = 0;
   private flushScheduled = false;
@@ -350,6 +352,7 @@ export class Dispatcher implements WorkDriver {
     private readonly callSites: CallSites = 'sampled',
   ) {
     this.comm = createComm((id) => this.onComplete(id));
+    this.holdsMemory = addon.holdsArrayBuffers === true;
     // A process that ends while collectives are outstanding (its event loop ran dry, or it called
     // process.exit) leaves its peers waiting for it: say so, or the peers' errors are all there is.
     process.once('exit', (code) => {
@@ -524,7 +527,7 @@ export class Dispatcher implements WorkDriver {
       this.failHere(id, err);
       return err;
     }
-    if (!pending || cannotBeTaken(lent)) return lent;
+    if (!pending || cannotBeTaken(lent, this.holdsMemory)) return lent;
     const stage = this.stages.take(lent as Float32Array);
     if (o.lends & Lend.Reads) copyIn(stage, lent);
     o.stage = stage;
@@ -646,7 +649,7 @@ export class Dispatcher implements WorkDriver {
     if (!o) return;
     const result = typeof taken === 'object' ? taken : SUCCESS;
     if (o.stats) this.stats.settled(o.stats, result, typeof taken === 'number' ? taken / 1e6 : 0);
-    if (o.stage !== null && this.giveBack(o, !result.code)) return;
+    if (o.stage !== null ? this.giveBack(o, !result.code) : o.lent !== null && !result.code && this.lost(o)) return;
     if (result.code) {
       const peer = result.peer ?? -1;
       const place = peer >= 0 && peer !== this.rank ? this.peerPlaces[peer] : undefined;
@@ -659,6 +662,16 @@ export class Dispatcher implements WorkDriver {
     } catch (e) {
       o.work.reject(o.site.attach(new HoraError('ERR_INTERNAL', `hora: could not unpack a result: ${(e as Error).message}`, this.rank)));
     }
+  }
+
+  /**
+   * A work lent the user's array itself (its memory held by the addon): true when the array changed while
+   * the work was pending, and the work has failed here, its result lost (the memory it went to stayed valid).
+   */
+  private lost(o: Outstanding): boolean {
+    if (o.lent!.byteLength === o.lentBytes || !(o.lends & Lend.Writes)) return false;
+    o.work.reject(o.site.attach(changedArray(o.item!, o.lent!, o.lentBytes, true, this.rank)));
+    return true;
   }
 
   /**

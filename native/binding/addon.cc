@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backing_store.h"
 #include "common/cycles.h"
 #include "common/log.h"
 #include "cuda/device.h"
@@ -383,6 +384,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
         size_t bytes = 0;
         viewOf(data, &w->data, &bytes);
         w->count = bytes / hora::dtypeSize(w->dtype);
+        w->keepAlive[0] = hora::binding::holdBackingStore(env, data);
       }
       if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv) {
         w->peer = get(kPeer).As<Napi::Number>().Int32Value();
@@ -394,6 +396,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       if (!out.IsUndefined() && !out.IsNull()) {
         size_t bytes = 0;
         viewOf(out, &w->out, &bytes);
+        w->keepAlive[1] = hora::binding::holdBackingStore(env, out);
       }
       batch.push_back(std::move(w));
     }
@@ -426,8 +429,12 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // peer), else undefined: it is queued, and completes through the callback or wait().
   Napi::Value SubmitOne(const Napi::CallbackInfo& info) {
     auto w = Untracked(info.Env(), info[0]);
-    const bool willWait = FillOne(info, w.get()) & kWillWait;
+    const int32_t code = FillOne(info, w.get());
+    const bool willWait = code & kWillWait;
     if (!willWait && comm_->runIfReady(w)) return ResultOf(info.Env(), *w);
+    // Pending from here while JavaScript runs: its arrays' memory is held until JS takes the result.
+    if (code & kHasData) w->keepAlive[0] = hora::binding::holdBackingStore(info.Env(), info[3]);
+    if (code & kHasOut) w->keepAlive[1] = hora::binding::holdBackingStore(info.Env(), info[4]);
     Adopt(info.Env(), w);
     comm_->submit({std::move(w)}, willWait);
     return info.Env().Undefined();
@@ -505,6 +512,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   Napi::Value SubmitMessage(const Napi::CallbackInfo& info) {
     auto w = Untracked(info.Env(), info[0]);
     const bool willWait = FillMessage(info, w.get());
+    w->keepAlive[0] = hora::binding::holdBackingStore(info.Env(), info[2]);
     Adopt(info.Env(), w);
     comm_->post(std::move(w), willWait);
     return info.Env().Undefined();
@@ -568,6 +576,9 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     std::shared_ptr<Work> w = it->second;
     pending_.erase(it);
     w->takenInJs = true;
+    // The engine is done with the arrays: their memory is JavaScript's alone again.
+    w->keepAlive[0].reset();
+    w->keepAlive[1].reset();
     if (pending_.empty() && !released_) tsfn_.Unref(env);
     return ResultOf(env, *w);
   }
@@ -876,6 +887,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("scaleAlone", Napi::Function::New(env, ScaleAlone));
   exports.Set("cuda", CudaExports(env));
   exports.Set("abiVersion", Napi::Number::New(env, 1));
+  exports.Set("holdsArrayBuffers", Napi::Boolean::New(env, hora::binding::canHoldBackingStores()));
   return exports;
 }
 

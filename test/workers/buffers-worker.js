@@ -8,8 +8,11 @@
 //   detach-between  ... after the call, in the same synchronous run (awaited, and with wait())
 //   detach-during   ... while the work is pending, then runs the collector (HORA_TEST_BYTES: array size)
 // Each scenario returns what every case did; test/buffers.test.js asserts on it. Needs --expose-gc for
-// detach-during (NODE_OPTIONS).
+// detach-during (NODE_OPTIONS). HORA_TEST_STAGE=1 tells the dispatcher the addon holds no ArrayBuffer memory,
+// so pending arrays take the copying path (ts/lend.ts) that Nodes without V8's BackingStore call would take.
 const hora = require('../../dist/ts/index.js');
+const addon = require('../../dist/ts/loader.js').loadNative();
+if (process.env.HORA_TEST_STAGE === '1') addon.holdsArrayBuffers = false;
 const { runScenarios, outcome } = require('../support/worker-util');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

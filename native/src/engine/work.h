@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,9 @@ struct Work {
   WorkTimes times;                        // only while the timeline is on
   bool completed = false;                 // guarded by the communicator's mutex
   bool takenInJs = false;                 // the addon, JS thread only: its result was handed to JS
+  // The binding's, JS thread only: what keeps the memory of data and out valid until JS takes the result
+  // (native/binding/backing_store.h); the engine never reads it. Empty: nothing held.
+  std::shared_ptr<void> keepAlive[2];
 };
 
 }  // namespace hora
