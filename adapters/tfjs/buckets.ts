@@ -46,15 +46,6 @@ export function planBuckets(order: Array<{ name: string; count: number }>, bucke
   return buckets;
 }
 
-/**
- * A bucket's array, over a SharedArrayBuffer: no JavaScript can detach or shrink one, so the engine reduces
- * it where it is while the backward pass goes on. An array over a plain ArrayBuffer, pending while
- * JavaScript runs, would be copied to a stage of hora's and back (ts/lend.ts).
- */
-export function sharedFloat32(length: number): Float32Array {
-  return new Float32Array(new SharedArrayBuffer(length * Float32Array.BYTES_PER_ELEMENT));
-}
-
 /** FNV-1a, 32 bits, as 8 hex digits: a short name that changes with the variable list and their sizes. */
 function hashLayout(names: string[], counts: number[]): string {
   let h = 0x811c9dc5;
@@ -126,7 +117,7 @@ export class BucketedStep {
       return;
     }
     let buffer = this.buffers[b];
-    if (!buffer) buffer = this.buffers[b] = sharedFloat32(bucket.total);
+    if (!buffer) buffer = this.buffers[b] = new Float32Array(bucket.total);
     buffer.set(values, bucket.offsets[k]);
     this.present[b].add(name);
     const last = this.plan.length - 1;
@@ -174,7 +165,7 @@ export class BucketedStep {
     let names: string[], counts: number[], offsets: number[], data: Float32Array;
     if (present.size === bucket.names.length && extras.length === 0) {
       ({ names, counts, offsets } = bucket);
-      data = this.buffers[b] ?? sharedFloat32(bucket.total);
+      data = this.buffers[b] ?? new Float32Array(bucket.total);
     } else {
       // Some planned gradient is missing this step, or there are extras: pack what there is.
       names = [];
@@ -194,7 +185,7 @@ export class BucketedStep {
         offsets.push(total);
         total += e.values.length;
       }
-      data = sharedFloat32(total);
+      data = new Float32Array(total);
       const buffer = this.buffers[b];
       let at = 0;
       bucket.names.forEach((n, i) => {
