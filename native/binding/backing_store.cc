@@ -1,9 +1,6 @@
 #include "backing_store.h"
 
 #include <dlfcn.h>
-#include <v8.h>
-
-#include <cstring>
 
 namespace hora::binding {
 namespace {
@@ -11,28 +8,37 @@ namespace {
 // v8::ArrayBuffer::GetBackingStore(), as the Itanium C++ ABI (every Linux and macOS Node) names it.
 constexpr const char* kGetBackingStore = "_ZN2v811ArrayBuffer15GetBackingStoreEv";
 
-}  // namespace
+// That member function returns std::shared_ptr<v8::BackingStore>. Under the Itanium C++ ABI a member
+// function and a free function taking `this` as its first argument are called alike, the shared_ptr (two
+// pointers, not trivially copyable) coming back through a hidden pointer in both; and a shared_ptr's
+// layout and its control block's release do not depend on its element type. So it is called as this type,
+// and no V8 header is needed (the cmake-js build has Node-API's headers only).
+using GetBackingStoreFn = std::shared_ptr<void> (*)(void* self);
 
-bool canHoldBackingStores() {
-  // The addon's call to it is bound lazily (Node loads addons with RTLD_LAZY): it is made only when found.
-  static const bool found = dlsym(RTLD_DEFAULT, kGetBackingStore) != nullptr;
-  return found;
+GetBackingStoreFn lookUp() { return reinterpret_cast<GetBackingStoreFn>(dlsym(RTLD_DEFAULT, kGetBackingStore)); }
+
+GetBackingStoreFn getBackingStore() {
+  static const GetBackingStoreFn fn = lookUp();
+  return fn;
 }
 
+}  // namespace
+
+bool canHoldBackingStores() { return getBackingStore() != nullptr; }
+
 std::shared_ptr<void> holdBackingStore(napi_env env, napi_value view) {
-  if (!canHoldBackingStores()) return nullptr;
+  const GetBackingStoreFn fn = getBackingStore();
+  if (fn == nullptr) return nullptr;
   napi_value buffer = nullptr;
   bool isArrayBuffer = false;
   if (napi_get_typedarray_info(env, view, nullptr, nullptr, nullptr, &buffer, nullptr) != napi_ok ||
       napi_is_arraybuffer(env, buffer, &isArrayBuffer) != napi_ok || !isArrayBuffer) {
     return nullptr;
   }
-  // A napi_value is the address of a V8 handle, what a v8::Local holds: Node's Node-API converts one to
-  // the other by copying it (src/js_native_api_v8.h, V8LocalValueFromJsValue).
-  v8::Local<v8::ArrayBuffer> arrayBuffer;
-  static_assert(sizeof(arrayBuffer) == sizeof(buffer), "a v8::Local is one handle address, as a napi_value");
-  memcpy(static_cast<void*>(&arrayBuffer), &buffer, sizeof(buffer));
-  return arrayBuffer->GetBackingStore();
+  // A napi_value is the address of a V8 handle, which is what a v8::Local holds and what its operator->
+  // gives as the object's `this`: Node's Node-API converts one to the other by copying the bits
+  // (src/js_native_api_v8.h, V8LocalValueFromJsValue).
+  return fn(static_cast<void*>(buffer));
 }
 
 }  // namespace hora::binding

@@ -8,8 +8,8 @@
 // here keeps the memory valid, detached or not, until the share is dropped. That is V8's API, not
 // Node-API, and the one Node-API build hora ships runs on every Node from 18 on; so the one V8 function
 // needed (v8::ArrayBuffer::GetBackingStore, in V8 since 8.0) is not linked but looked up in the running
-// process when the addon loads. Where it is missing, available() says so, nothing is held, and the JS side
-// copies pending arrays to its own instead (ts/lend.ts); the addon loads either way.
+// process when the addon loads. Where it is missing, canHoldBackingStores() says so, nothing is held, and
+// the JS side copies pending arrays to its own instead (ts/lend.ts); the addon loads either way.
 //
 // What a share cannot stop: resize() of a resizable ArrayBuffer below the array decommits its pages; the
 // JS side never lends the engine an array of a resizable buffer while JavaScript runs (ts/lend.ts).
