@@ -33,11 +33,19 @@ const SOLO = {
   'DistributedOptimizer bucket_mb': /^DistributedOptimizer: argument 'options\.bucket_mb' .*did you mean 'bucketMB'\? DistributedOptimizer takes compression, backwardPassesPerStep, op, overlap, bucketMB$/,
   'DistributedOptimizer average': /^DistributedOptimizer: argument 'options\.average' .*use op: 'avg'/,
   'pipeline micro_batches': /^pipeline: argument 'options\.micro_batches' .*did you mean 'microBatches'\? pipeline takes stages, microBatches/,
+  'shard strided': /^shard: argument 'options\.strided' is not an option .*shard takes mode, rank, size$/,
+  'LearningRateWarmupCallback warmup_epochs': /^LearningRateWarmupCallback: argument 'options\.warmup_epochs' .*did you mean 'warmupEpochs'\?/,
+  'ElasticCallback commit_every': /^ElasticCallback: argument 'options\.commit_every' .*did you mean 'commitEvery'\?/,
+  'pipeline.fit batch_size': /^pipeline\.fit: argument 'options\.batch_size' .*did you mean 'batchSize'\?/,
+  'pipeline.evaluate batch_size': /^pipeline\.evaluate: argument 'options\.batch_size' .*did you mean 'batchSize'\?/,
   'brain distributed batch_size': /^hora\/brain distributed: argument 'options\.batch_size' .*did you mean 'batchSize'\? hora\/brain distributed takes batchSize, trace$/,
   'brain trainAsync learning_rate': /^hora\/brain trainAsync: argument 'options\.learning_rate' .*did you mean 'learningRate'\?/,
   'onnxruntime create learning_rate': /^hora\/onnxruntime DistributedTrainingSession\.create: argument 'options\.learning_rate' .*did you mean 'learningRate'\?/,
 };
-const NEEDS = { DistributedOptimizer: 'tfjs', pipeline: 'tfjs', brain: 'brain' };
+const NEEDS = {
+  DistributedOptimizer: 'tfjs', pipeline: 'tfjs', 'pipeline.fit': 'tfjs', 'pipeline.evaluate': 'tfjs', shard: 'tfjs',
+  LearningRateWarmupCallback: 'tfjs', ElasticCallback: 'tfjs', brain: 'brain',
+};
 
 t.test('a world of one: every entry point refuses an unknown key, saying which and what it takes', async (t) => {
   const run = await runProcess([WORKER, 'solo'], cleanEnv(), 120000);

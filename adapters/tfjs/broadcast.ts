@@ -4,6 +4,7 @@
  */
 import { tf } from './framework';
 import * as hora from '../../ts/index';
+import { checkOptionKeys, knownOptions } from '../../ts/errors';
 
 /** What broadcastModel needs of a model: tf.LayersModel's `weights` (LayerVariables). */
 export interface ModelWithWeights {
@@ -67,12 +68,16 @@ export interface ShardOptions {
 
 type Shardable = tf.Tensor | unknown[] | ArrayLike<unknown>;
 
+const SHARD_OPTIONS = knownOptions<ShardOptions>({ mode: true, rank: true, size: true }, '');
+
 /**
  * Each rank's part of a data set along axis 0. Every rank gets m = floor(n / size) samples (the last
  * n % size are dropped) so that all ranks run the same number of steps; x and y are cut the same way.
  * Tensors come back as new tensors, arrays (and typed arrays) as arrays of the same kind.
  */
 export function shard<X extends Shardable, Y extends Shardable>(x: X, y?: Y, options: ShardOptions = {}): { x: X; y: Y } {
+  if (options === null || typeof options !== 'object') throw new TypeError(`shard: argument 'options' must be an object; received ${String(options)}`);
+  checkOptionKeys('shard', options, SHARD_OPTIONS);
   const rank = options.rank ?? hora.rank();
   const size = options.size ?? hora.size();
   const mode = options.mode ?? 'contiguous';

@@ -6,6 +6,7 @@
 import type { Logs } from '@tensorflow/tfjs-layers';
 import { tfl } from './framework';
 import * as hora from '../../ts/index';
+import { checkOptionKeys, knownOptions } from '../../ts/errors';
 import { broadcastModel } from './broadcast';
 import { setLearningRate } from './optimizer';
 
@@ -63,6 +64,8 @@ export interface LearningRateWarmupOptions {
  * target / N over the first warmupEpochs, updated every batch, then held. Sets the learning rate of the
  * model's optimizer (a DistributedOptimizer or any tf.train optimizer with a learningRate).
  */
+const WARMUP_OPTIONS = knownOptions<LearningRateWarmupOptions>({ warmupEpochs: true, initialLr: true, scaleByWorldSize: true }, '');
+
 export class LearningRateWarmupCallback extends tfl.Callback {
   readonly warmupEpochs: number;
   readonly scaleByWorldSize: boolean;
@@ -74,6 +77,7 @@ export class LearningRateWarmupCallback extends tfl.Callback {
   constructor(options: LearningRateWarmupOptions) {
     super();
     if (options === null || typeof options !== 'object') throw new TypeError(`LearningRateWarmupCallback: argument 'options' must be an object; received ${String(options)}`);
+    checkOptionKeys('LearningRateWarmupCallback', options, WARMUP_OPTIONS);
     const { warmupEpochs, initialLr, scaleByWorldSize = true } = options;
     if (typeof warmupEpochs !== 'number' || !(warmupEpochs > 0) || !Number.isFinite(warmupEpochs)) {
       throw new TypeError(`LearningRateWarmupCallback: option 'warmupEpochs' must be a number > 0; received ${String(warmupEpochs)}`);

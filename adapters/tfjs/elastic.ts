@@ -14,7 +14,7 @@
 import type { Logs } from '@tensorflow/tfjs-layers';
 import { tf, tfl } from './framework';
 import * as hora from '../../ts/index';
-import { HoraError, describeValue } from '../../ts/errors';
+import { HoraError, describeValue, checkOptionKeys, knownOptions } from '../../ts/errors';
 import { broadcast, current } from '../../ts/hora';
 import { DistributedOptimizer } from './optimizer';
 
@@ -397,6 +397,8 @@ export interface ElasticCallbackOptions {
 /** Default commitEvery: see docs/tfjs.md (Elastic training) for why. */
 export const DEFAULT_COMMIT_EVERY = 10;
 
+const CALLBACK_OPTIONS = knownOptions<ElasticCallbackOptions>({ commitEvery: true }, '');
+
 /**
  * For model.fit inside hora.elastic.run: keeps state.epoch and state.batch current, commits the state
  * after every commitEvery-th batch of an epoch and at the end of every epoch. Batches are counted within
@@ -416,6 +418,7 @@ export class ElasticCallback extends tfl.Callback {
     super();
     if (!(state instanceof ElasticState)) throw invalid('ElasticCallback', 'state', 'an ElasticState', state);
     if (options === null || typeof options !== 'object') throw invalid('ElasticCallback', 'options', 'an object', options);
+    checkOptionKeys('ElasticCallback', options, CALLBACK_OPTIONS);
     const { commitEvery = DEFAULT_COMMIT_EVERY } = options;
     if (typeof commitEvery !== 'number' || !Number.isSafeInteger(commitEvery) || commitEvery < 1) {
       throw invalid('ElasticCallback', 'options.commitEvery', 'a positive integer', commitEvery);

@@ -73,6 +73,17 @@ async function soloScenario() {
     results['DistributedOptimizer average'] = await settled(() => new DistributedOptimizer(tf.train.sgd(0.1), { average: true }));
     const model = tf.sequential({ layers: [tf.layers.dense({ units: 2, inputShape: [3] }), tf.layers.dense({ units: 1 })] });
     results['pipeline micro_batches'] = await settled(() => pipeline(model, { stages: 1, micro_batches: 2 }));
+    const { shard, LearningRateWarmupCallback, ElasticCallback, ElasticState } = require('../../dist/adapters/tfjs/index.js');
+    results['shard strided'] = await settled(() => shard([1, 2, 3, 4], undefined, { strided: true }));
+    results['LearningRateWarmupCallback warmup_epochs'] = await settled(() => new LearningRateWarmupCallback({ warmupEpochs: 1, warmup_epochs: 2 }));
+    if (ElasticState) {
+      results['ElasticCallback commit_every'] = await settled(() => new ElasticCallback(new ElasticState(model, model.optimizer ?? tf.train.sgd(0.1)), { commit_every: 5 }));
+    }
+    const piped = pipeline(tf.sequential({ layers: [tf.layers.dense({ units: 1, inputShape: [2] })] }), { stages: 1 });
+    piped.compile({ optimizer: tf.train.sgd(0.1), loss: 'meanSquaredError' });
+    const px = tf.zeros([4, 2]), py = tf.zeros([4, 1]);
+    results['pipeline.fit batch_size'] = await settled(() => piped.fit(px, py, { batch_size: 2 }));
+    results['pipeline.evaluate batch_size'] = await settled(() => piped.evaluate(px, py, { batch_size: 2 }));
   } else {
     missing.tfjs = '@tensorflow/tfjs is not installed';
   }

@@ -186,6 +186,11 @@ const OPTIONS = knownOptions<PipelineOptions>({
   stages: true, microBatches: true, schedule: true, partition: true, profileBatchSize: true, recompute: true, deferWeightGradients: true,
 }, '');
 
+const EVALUATE_OPTIONS = knownOptions<{ batchSize?: number }>({ batchSize: true }, '');
+const FIT_OPTIONS = knownOptions<PipelineFitArgs>({
+  batchSize: true, epochs: true, shuffle: true, validationData: true, callbacks: true, verbose: true,
+}, '');
+
 function checkOptions(options: unknown, layerCount: number, size: number): Checked {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) throw invalid('options', 'an object such as {stages: 2}', options);
   const o = options as PipelineOptions;
@@ -752,6 +757,8 @@ export class Pipeline {
   /** Loss (and metrics) over x, y in batches of batchSize, as scalars on every rank (model.evaluate). */
   async evaluate(x: tf.Tensor | null, y: tf.Tensor | null, args: { batchSize?: number } = {}): Promise<tf.Scalar | tf.Scalar[]> {
     this.ready('evaluate');
+    if (args === null || typeof args !== 'object') throw new HoraError('ERR_INVALID_ARGUMENT', `pipeline.evaluate: argument 'args' must be an object; received ${shown(args)}`, this.rank);
+    checkOptionKeys('pipeline.evaluate', args, EVALUATE_OPTIONS, this.rank);
     const values = await this.evaluateValues('evaluate', x, y, args.batchSize ?? 32);
     const scalars = values.map((v) => tf.scalar(v));
     return scalars.length === 1 ? scalars[0] : scalars;
@@ -831,6 +838,7 @@ export class Pipeline {
   async fit(x: tf.Tensor | null, y: tf.Tensor | null, args: PipelineFitArgs = {}): Promise<PipelineHistory> {
     const optimizer = this.ready('fit');
     if (args === null || typeof args !== 'object') throw new HoraError('ERR_INVALID_ARGUMENT', `pipeline.fit: argument 'args' must be an object; received ${shown(args)}`, this.rank);
+    checkOptionKeys('pipeline.fit', args, FIT_OPTIONS, this.rank);
     const { batchSize = 32, epochs = 1, shuffle = true, validationData, verbose = 0 } = args;
     const xs = checkData('fit', 'x', x, this.stage === 0);
     const ys = checkData('fit', 'y', y, this.stage === this.stages - 1);
