@@ -46,8 +46,11 @@ export function planBuckets(order: Array<{ name: string; count: number }>, bucke
   return buckets;
 }
 
-/** FNV-1a, 32 bits, as 8 hex digits: a short name that changes with the variable list and their sizes. */
-function hashLayout(names: string[], counts: number[]): string {
+/**
+ * FNV-1a, 32 bits, as 8 hex digits: a short name that changes with the variable list and their shapes
+ * (their sizes where no shape is known), so [2, 3] on one rank against [3, 2] on another differs too.
+ */
+function hashLayout(names: string[], counts: number[], shapeOf: ShapeOf): string {
   let h = 0x811c9dc5;
   const mix = (text: string) => {
     for (let i = 0; i < text.length; i++) {
@@ -59,7 +62,7 @@ function hashLayout(names: string[], counts: number[]): string {
   };
   names.forEach((name, i) => {
     mix(name);
-    mix(String(counts[i]));
+    mix(String(shapeOf(name) ?? counts[i]));
   });
   return h.toString(16).padStart(8, '0');
 }
@@ -77,6 +80,9 @@ interface Sent {
   finish: () => Float32Array;
 }
 
+/** A variable's shape by its name, where known. */
+export type ShapeOf = (name: string) => readonly number[] | undefined;
+
 /** One communicating backward pass: collects final gradients into the plan's buckets and sends them. */
 export class BucketedStep {
   /** Bucket index of each planned variable. */
@@ -91,7 +97,8 @@ export class BucketedStep {
   firstSentAt: number | null = null;
   private next = 0;
 
-  constructor(private readonly plan: PlannedBucket[], private readonly submit: Submit, private readonly flush: () => void) {
+  constructor(private readonly plan: PlannedBucket[], private readonly submit: Submit, private readonly flush: () => void,
+    private readonly shapeOf: ShapeOf = () => undefined) {
     plan.forEach((b, i) => b.names.forEach((n) => this.bucketOf.set(n, i)));
     this.buffers = plan.map(() => null);
     this.present = plan.map(() => new Set<string>());
@@ -198,7 +205,7 @@ export class BucketedStep {
         at += e.values.length;
       }
     }
-    const name = `tfjs bucket ${b + 1}/${this.plan.length} (${names.length} tensors, #${hashLayout(names, counts)})`;
+    const name = `tfjs bucket ${b + 1}/${this.plan.length} (${names.length} tensors, #${hashLayout(names, counts, this.shapeOf)})`;
     if (this.firstSentAt === null) this.firstSentAt = performance.now();
     this.sent.push({ names, counts, offsets, finish: this.submit(data, name) });
   }

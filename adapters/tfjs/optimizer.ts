@@ -161,7 +161,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     }
     // With k > 1 the earlier passes' sums (by name) take this pass's gradients as they become final.
     const earlier = k > 1 && this.accumulated ? new Map(this.accumulated.names.map((n, i) => [n, this.accumulated?.sums[i]])) : null;
-    const step = new BucketedStep(this.plan ?? planBuckets([], 0), (data, name) => this.submit(data, name), flushCollectives);
+    const step = new BucketedStep(this.plan ?? planBuckets([], 0), (data, name) => this.submit(data, name), flushCollectives, variableShape);
     const taken = new Set<string>();
     const tracing = timelineOn();
     let backwardAt = performance.now();
@@ -274,7 +274,9 @@ export class DistributedOptimizer extends tf.Optimizer {
       // Buckets in the order of the names: each goes out once full, so later read-backs overlap earlier transfers.
       const order = byName(entries).filter((i) => (sums ? sums[i] : entries[i].tensor));
       const sizes = order.map((i) => ({ name: entries[i].name, count: sums ? (sums[i] as Float32Array).length : (entries[i].tensor as tf.Tensor).size }));
-      const step = new BucketedStep(planBuckets(sizes, this.bucketMB * 1024 * 1024), (data, name) => this.submit(data, name), flushCollectives);
+      const shapes = new Map(entries.map((e) => [e.name, e.tensor ? e.tensor.shape : undefined]));
+      const step = new BucketedStep(planBuckets(sizes, this.bucketMB * 1024 * 1024), (data, name) => this.submit(data, name), flushCollectives,
+        (name) => shapes.get(name) ?? variableShape(name));
       // (add copies the values into its bucket, so the backend's own array is read without a copy of ours.)
       for (const i of order) step.add(entries[i].name, sums ? (sums[i] as Float32Array) : ((entries[i].tensor as tf.Tensor).dataSync() as Float32Array));
       t1 = performance.now();
@@ -418,6 +420,11 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.inFlight = null;
     this.optimizer.dispose();
   }
+}
+
+/** The shape of the registered variable of this name, where there is one (its gradient has that shape). */
+function variableShape(name: string): readonly number[] | undefined {
+  return tf.engine().registeredVariables[name]?.shape;
 }
 
 /** A variable as a bucket carried it, with its gradient's shape. */

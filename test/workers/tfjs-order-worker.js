@@ -79,6 +79,18 @@ runScenarios(hora, {
 
   shape(rank) {
     const out = {};
+    // The same sizes, other shapes: a [2, 3] variable on rank 0 where rank 1 has [3, 2].
+    for (const overlap of [false, true]) {
+      const w = tf.variable(tf.ones(rank === 0 ? [2, 3] : [3, 2]), true, `transposed_${overlap}`);
+      const before = values(w);
+      const opt = new DistributedOptimizer(tf.train.sgd(0.1), { overlap });
+      try {
+        opt.minimize(() => tf.sum(tf.square(w)), false, [w]);
+        out[`transposed, overlap=${overlap}`] = { applied: true };
+      } catch (e) {
+        out[`transposed, overlap=${overlap}`] = { error: errorOf(e), unchanged: JSON.stringify(values(w)) === JSON.stringify(before) };
+      }
+    }
     for (const overlap of [false, true]) {
       const layer = tf.layers.dense({ inputShape: [4], units: rank === 0 ? 8 : 9, name: `shape_${overlap}` });
       const model = tf.sequential({ layers: [layer] });
