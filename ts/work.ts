@@ -459,11 +459,8 @@ export class Dispatcher implements WorkDriver {
 
   /** flush() of one host collective or message alone: positional arguments, no item object to read. */
   private submitLone(id: number, one: NativeItem, willWait: boolean): void {
-    const data = this.lend(id, one.data, true);
-    if (data instanceof HoraError) {
-      if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group, one.name), id }]);
-      return;
-    }
+    const data = this.lendLone(id, one, true);
+    if (data === undefined) return;
     let result: NativeResult | true | undefined;
     try {
       if (isHostMessage(one)) this.comm.submitMessage(id, packCode(one, willWait), data!, one.peer!, one.tag!, one.group ?? 0);
@@ -513,7 +510,8 @@ export class Dispatcher implements WorkDriver {
 
   /**
    * The array the engine is to use for work `id`, whose item's data is `data`: the array itself, or its
-   * stage when the work stays pending while JavaScript runs (`pending`; see ts/lend.ts). A HoraError: the
+   * stage when the work stays pending while JavaScript runs (`pending`) and the addon cannot hold the
+   * array's memory (see ts/lend.ts). A HoraError: the
    * user's array changed since the call, and the work has failed with it here (a collective still has to
    * take its place in the order: the caller submits the invalid placeholder).
    */
@@ -532,6 +530,14 @@ export class Dispatcher implements WorkDriver {
     if (o.lends & Lend.Reads) copyIn(stage, lent);
     o.stage = stage;
     return stage;
+  }
+
+  /** lend() for an item alone in its batch; undefined when its array changed (its place is then held). */
+  private lendLone(id: number, one: NativeItem, pending: boolean): ArrayBufferView | null | undefined {
+    const data = this.lend(id, one.data, pending);
+    if (!(data instanceof HoraError)) return data;
+    if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group, one.name), id }]);
+    return undefined;
   }
 
   /**
@@ -614,11 +620,8 @@ export class Dispatcher implements WorkDriver {
 
   /** waitFor() of a lone collective or message: runOne or runMessage, in which no JavaScript runs (no stage). */
   private runLone(id: number, one: NativeItem): void {
-    const data = this.lend(id, one.data, false);
-    if (data instanceof HoraError) {
-      if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group, one.name), id }]);
-      return;
-    }
+    const data = this.lendLone(id, one, false);
+    if (data === undefined) return;
     let result: NativeResult | true | number;
     try {
       result = isHostMessage(one)
