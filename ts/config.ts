@@ -107,6 +107,12 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     help: 'Fusion buffer size in MiB: small tensors queued together are reduced in one operation. 0 disables fusion.',
   },
   {
+    name: 'HORA_IPC_SLOTS',
+    group: 'performance',
+    default: '0',
+    help: 'CUDA builds, IPC path: 1 moves device collectives through staging slots on every rank\'s GPU even when every rank shares one GPU (where by default rank 0 does the GPU work); for tests and measurement.',
+  },
+  {
     name: 'HORA_ALGO',
     group: 'performance',
     default: 'auto',
@@ -253,6 +259,8 @@ export interface HoraSettings {
   stallWarnS: number;
   /** HORA_DEBUG. */
   debug: DebugLevel;
+  /** HORA_IPC_SLOTS: the CUDA IPC path's slots algorithm on one GPU too (the addon reads it itself). */
+  ipcSlots: boolean;
   /** HORA_FUSION_MB: fusion buffer size in MiB (0 = off). */
   fusionMb: number;
   /** HORA_ALGO. */
@@ -320,6 +328,7 @@ export function readSettings(env: Env = process.env): HoraSettings {
     stallWarnS: parseNumber(env, 'HORA_STALL_WARN_S', 60, true),
     debug: parseChoice(env, 'HORA_DEBUG', DEBUG_LEVELS, 'WARN', true),
     fusionMb: parseNumber(env, 'HORA_FUSION_MB', 64, true),
+    ipcSlots: parseFlag(env, 'HORA_IPC_SLOTS'),
     algo: parseChoice(env, 'HORA_ALGO', ALGORITHMS, 'auto', false),
     transport: parseChoice(env, 'HORA_TRANSPORT', TRANSPORTS, 'auto', false),
     ifaceAddr: iface ? resolveIface(iface) : undefined,
