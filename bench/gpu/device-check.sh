@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The GPU issue's check in one run on a lent GPU machine, which has no Node.js: the caller carries
+# The GPU issue's check in one run on a lent GPU machine, which has no Node.js: bench/gpu/pack.sh makes
 #   .gpu/node.xz          this machine's node binary, xz-compressed
-#   .gpu/modules.tar.xz   node_modules for the tests (tap and what it needs, node-gyp-build)
+#   .gpu/modules.tar.xz   node_modules for the tests (tap, protobufjs, node-gyp-build and what they need)
 #   .gpu/new/hora.node    the CUDA addon under test, .gpu/base/hora.node the build before it
-#   dist/                 the compiled TypeScript
-# and runs `bash bench/gpu/device-check.sh [ROUNDS=2]`. Correctness first (test/cuda.test.js on the new
+# (see its header); carry .gpu and dist/ (the compiled TypeScript)
+# and run `bash bench/gpu/device-check.sh [ROUNDS=2]` there. Correctness first (test/cuda.test.js on the new
 # addon), then bench/gpu/latency.js for both builds, alternating, on 2 and 4 ranks of the IPC path and 2
-# of the staged path, then the new build's slots algorithm (HORA_IPC_SLOTS=1) on 2 ranks. Output under $OUT (or ./out):
+# of the staged path, then the slots algorithm (HORA_IPC_SLOTS=1) on 2 ranks. Output under $OUT (or ./out):
 # cuda-test.tap, latency.jsonl, log; the summary table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
