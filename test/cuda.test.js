@@ -133,10 +133,12 @@ t.test('world of one: collectives answer with device memory', { skip }, async (t
 });
 
 const seed = crypto.randomInt(1, 2 ** 31);
+// ipc: the CUDA IPC path (every rank shares one GPU here); tcp: the staged path.
+const PATH_ENV = { ipc: {}, tcp: { HORA_TRANSPORT: 'tcp' } };
 for (const [np, transport] of [[2, 'ipc'], [3, 'ipc'], [4, 'ipc'], [2, 'tcp']]) {
   t.test(`p=${np} ${transport}: collectives on DeviceBuffers match the float64 reference`, { skip }, async (t) => {
     t.comment(`HORA_TEST_SEED=${seed}`);
-    const env = { HORA_TEST_SEED: String(seed), ...(transport === 'tcp' ? { HORA_TRANSPORT: 'tcp' } : {}) };
+    const env = { HORA_TEST_SEED: String(seed), ...PATH_ENV[transport] };
     const job = await runJob(np, WORKER, { env, timeoutMs: 540000 });
     t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
     t.equal(job.reports.filter(Boolean).length, np, 'every rank reported', { output: tail(job) });
@@ -150,6 +152,8 @@ for (const [np, transport] of [[2, 'ipc'], [3, 'ipc'], [4, 'ipc'], [2, 'tcp']]) 
       t.equal(rep.freedError && rep.freedError.code, 'ERR_INVALID_ARGUMENT', `${where}: a freed buffer on rank 0 fails the collective here too`, { freedError: rep.freedError });
       t.match(rep.busyError && rep.busyError.message, /in use by 1 outstanding collective/, `${where}: free() of a lent buffer refuses`);
       t.same(rep.after, new Array(4).fill(np), `${where}: the collective after them works`);
+      t.same(rep.reuse && rep.reuse.failures, [], `${where}: a buffer freed and reallocated between collectives, on one rank and on all, is read afresh`, { reuse: rep.reuse });
+      t.comment(`${where}: ${rep.reuse && rep.reuse.sameAddress} of 2 reallocations got the freed buffer's address`);
     }
   });
 }

@@ -22,6 +22,10 @@ const { DeviceBuffer } = hora.cuda;
 const SEED = Number(process.env.HORA_TEST_SEED || 1);
 const SMALL = [1, 7, 1023, 65537];
 const LARGE = (1 << 22) + 5;
+// Sizes at the edges of the IPC path's staging (bench/gpu/device-check.sh's candidate: 32 MiB slots, steps
+// of up to 1 MiB reduced one-shot): 262144 float32 fills a one-shot step, 262145 does not fit one, and
+// float64 LARGE spills 40 bytes past one slot. Every algorithm must get them right.
+const EDGES = [262144, 262145];
 const FLOATS = ['float32', 'float64', 'float16', 'bfloat16'];
 const OPS = ['sum', 'avg', 'min', 'max', 'prod'];
 /** Twice the unit roundoff: the per-operation error bound the tolerances scale. */
@@ -263,6 +267,38 @@ async function moveCase(dtype, count) {
   g.free();
 }
 
+/**
+ * A buffer freed and a new one allocated between two collectives (cudaMalloc tends to hand back the same
+ * address), on rank 0 only and then on every rank: the second collective must read the new buffer's
+ * values on the ranks that replaced it and the first result on the others.
+ */
+async function freeAndReuse() {
+  const r = hora.rank(), p = hora.size(), n = 1000;
+  const out = { failures: [], sameAddress: 0 };
+  for (const everyRank of [false, true]) {
+    let a = DeviceBuffer.fromHost(Float32Array.from({ length: n }, (_, i) => r + i));
+    await hora.allreduce(a, { op: 'sum', inplace: true, name: `reuse ${everyRank} first` });
+    const first = a.pointer;
+    if (everyRank || r === 0) {
+      a.free();
+      a = DeviceBuffer.fromHost(new Float32Array(n).fill(10 * (r + 1)));
+      if (a.pointer === first) out.sameAddress++;
+    }
+    await hora.allreduce(a, { op: 'sum', inplace: true, name: `reuse ${everyRank} second` });
+    const got = a.toHost();
+    for (let i = 0; i < n; i++) {
+      let want = 0;
+      for (let q = 0; q < p; q++) want += everyRank || q === 0 ? 10 * (q + 1) : p * i + (p * (p - 1)) / 2;
+      if (got[i] !== want) {
+        out.failures.push({ everyRank, index: i, got: got[i], want });
+        break;
+      }
+    }
+    a.free();
+  }
+  return out;
+}
+
 async function main() {
   await hora.init();
   const r = hora.rank();
@@ -274,10 +310,16 @@ async function main() {
     for (const op of ['min', 'max']) await reduceCase('uint8', op, count, false);
     for (const dtype of [...FLOATS, 'int32', 'int64', 'uint8']) await moveCase(dtype, count);
   }
+  for (const count of EDGES) await reduceCase('float32', 'sum', count, false);
+  await reduceCase('int32', 'max', EDGES[1], false);
+  await reduceCase('float64', 'sum', LARGE, false);
+  await moveCase('float64', LARGE);
   await reduceCase('float32', 'sum', LARGE, false);
   await reduceCase('float16', 'avg', LARGE, false);
   await reduceCase('bfloat16', 'sum', LARGE, false);
   await moveCase('float32', LARGE);
+
+  const reuse = await freeAndReuse();
 
   // Every rank's results must be bit-identical.
   const mine = new Uint8Array(digest.digest());
@@ -308,7 +350,7 @@ async function main() {
   busy.free();
   if (r !== 0) freed.free();
 
-  report(r, { seed: SEED, checked, failures, identical, freedError, busyError, after, seconds: (Date.now() - started) / 1000 });
+  report(r, { seed: SEED, checked, failures, identical, freedError, busyError, after, reuse, seconds: (Date.now() - started) / 1000 });
   await hora.shutdown();
 }
 
