@@ -709,8 +709,11 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   Napi::Value Abort(const Napi::CallbackInfo& info) {
     std::string code = info[0].As<Napi::String>().Utf8Value();
     std::string message = info[1].As<Napi::String>().Utf8Value();
-    Code c = code == "ERR_PEER_LOST" ? Code::kPeerLost : code == "ERR_SHUTDOWN" ? Code::kShutdown
-           : code == "ERR_TIMEOUT" ? Code::kTimeout : Code::kInternal;
+    // The codes an abort keeps (by their names in common/enums.h); any other becomes ERR_INTERNAL.
+    Code c = Code::kInternal;
+    for (Code kept : {Code::kPeerLost, Code::kShutdown, Code::kTimeout}) {
+      if (code == hora::codeName(kept)) c = kept;
+    }
     // The rank whose loss ended the job, when the launcher named one: the `peer` of every error it causes.
     const int peer = info.Length() > 2 && info[2].IsNumber() ? info[2].As<Napi::Number>().Int32Value() : -1;
     comm_->abort(Status(c, message, peer));
