@@ -515,9 +515,9 @@ function requireOneHost(peers: Peer[], rank: number, setting: string): void {
 }
 
 /**
- * Local and cross ranks come from the host ids in the peer table (ARCHITECTURE invariant 7), not from the
- * launcher's variables. A launcher that counts hosts differently points at wrong host ids (two machines
- * with one id would try shared memory; one machine with two ids uses TCP), so say so.
+ * Local and cross ranks come from the host ids in the peer table (docs/internals.md, "What the code relies
+ * on"), not from the launcher's variables. A launcher that counts hosts differently points at wrong host ids
+ * (two machines with one id would try shared memory; one machine with two ids uses TCP), so say so.
  */
 function checkLauncherLayout(launch: LaunchInfo, self: Peer, settings: HoraSettings): void {
   const agrees = (said: number | undefined, got: number) => said === undefined || said === got;

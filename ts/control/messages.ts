@@ -3,10 +3,11 @@
 // The .proto file is the contract and is loaded at run time with protobufjs
 // (no generated code to keep in sync). Callers only see the plain objects
 // below; decodeEnvelope() turns anything malformed into a ControlProtocolError.
-// Nothing read from the network is trusted (ARCHITECTURE invariant 5): after
-// protobuf decoding, validateMessage() holds every field to the bounds in
-// FIELD_LIMITS and a PeerTable to its own invariants, so that the server, the
-// client and the native core never index or allocate by an unchecked number.
+// Nothing read from the network is trusted (docs/internals.md, "What the code
+// relies on"): after protobuf decoding, validateMessage() holds every field to
+// the bounds in FIELD_LIMITS and a PeerTable to its own invariants, so that the
+// server, the client and the native core never index or allocate by an
+// unchecked number.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
