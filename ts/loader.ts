@@ -11,6 +11,7 @@
 
 import * as fs from 'fs';
 import * as path from 'path';
+import { readAddonPath } from './config';
 import type { NativeAddon } from './native';
 import { findPackageRoot } from './package-root';
 
@@ -56,7 +57,7 @@ let cached: NativeAddon | undefined;
 export function loadNative(): NativeAddon {
   if (cached !== undefined) return cached;
   const attempts: Attempt[] = [];
-  const override = process.env.HORA_ADDON || undefined;
+  const override = readAddonPath();
   const candidates: Candidate[] = override ? [{ file: path.resolve(override) }] : defaultCandidates(horaRoot());
   for (const { file, reason } of candidates) {
     if (reason !== undefined) {

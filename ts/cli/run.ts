@@ -18,8 +18,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import {
-  defaultHostId, firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, parseExportEntry, parseRunExport, readSettings, resolveExports,
-  resolveIface, DebugLevel, DEBUG_LEVELS, ExportEntry,
+  firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, parseExportEntry, parseRunExport, readHostId, readSettings, readTimeline,
+  resolveExports, resolveIface, DebugLevel, DEBUG_LEVELS, ExportEntry,
 } from '../config';
 import { RendezvousServer } from '../control/server';
 import { mergeTimelines, rankTimelinePath } from '../timeline';
@@ -864,7 +864,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   spawner ??= new HostSpawner(opts.ssh, opts.iface, log, opts.ifaceFrom);
   const jobId = crypto.randomBytes(8).toString('hex');
   const secret = crypto.randomBytes(32).toString('hex');
-  const baseHostId = process.env.HORA_HOST_ID?.trim() || defaultHostId();
+  const baseHostId = readHostId();
   const multiHost = opts.hosts.some((h) => h.remote);
 
   const binding = await spawner.rendezvousBindAddress(opts.hosts);
@@ -900,7 +900,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   process.stderr.on('error', ignoreOutputError);
 
   // --timeline or HORA_TIMELINE: every rank writes its own file next to FILE; they are merged at the end.
-  const timelineText = (opts.workerEnv.HORA_TIMELINE ?? process.env.HORA_TIMELINE)?.trim();
+  const timelineText = opts.workerEnv.HORA_TIMELINE !== undefined ? readTimeline(opts.workerEnv) : readTimeline();
   const timeline = timelineText ? path.resolve(timelineText) : undefined;
   // (An elastic job's files are named by worker id; each is removed as its worker starts.)
   if (timeline) for (let r = 0; r < opts.np; r++) fs.rmSync(rankTimelinePath(timeline, r), { force: true });
