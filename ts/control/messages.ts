@@ -356,7 +356,7 @@ function checkPeerTable(table: PeerTable): void {
   if (!Number.isInteger(table.yourRank) || table.yourRank < 0 || table.yourRank >= table.size) {
     fieldError('PeerTable.yourRank', table.yourRank, `is out of range for size ${table.size}`);
   }
-  // The topology must be the one the host ids give (see computeTopology in server.ts):
+  // The topology must be the one the host ids give (see computeTopology in topology.ts):
   // local ranks count the ranks of a host in rank order, cross ranks the hosts in order of their lowest rank.
   const hostIndex = new Map<string, number>();
   const hostCount = new Map<string, number>();
