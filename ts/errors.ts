@@ -1,4 +1,4 @@
-/** Errors that hora raises, with a code from a closed set (see ARCHITECTURE.md). */
+/** Errors that hora raises, with a code from a closed set (see docs/internals.md, "Errors"). */
 import { CODE_NAMES } from './native';
 
 /** The codes of ts/native.ts's table but 'OK'. */

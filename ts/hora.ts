@@ -12,7 +12,7 @@
  * send and recv have no order across ranks to keep, so a bad call fails on its own rank only (the
  * returned Work is rejected) and nothing reaches the engine.
  */
-import { advertiseAddress, connectTimeoutS, makeLogger, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
+import { advertiseAddress, connectTimeoutS, makeLogger, readSettings, readTopologyText, resolveLaunch, HoraSettings, LaunchInfo } from './config';
 import type { Peer } from './control/messages';
 import { register, registerElastic, RendezvousConnection } from './control/client';
 import { ElasticEvent, Membership, MembershipEvent, PeerTable } from './control/messages';
@@ -140,7 +140,7 @@ async function join(options: InitOptions): Promise<void> {
   }
   const gridSize = settings.topology.reduce((a, b) => a * b, 1);
   if (settings.topology.length > 0 && gridSize !== launch.size) {
-    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: HORA_TOPOLOGY=${JSON.stringify(process.env.HORA_TOPOLOGY)} ` +
+    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: HORA_TOPOLOGY=${JSON.stringify(readTopologyText())} ` +
       `has ${gridSize} positions but the job has ${launch.size} ranks: the product of the dimensions must be the world size`);
   }
   if (settings.elastic) return joinElastic(options, launch, settings);
@@ -513,9 +513,9 @@ function requireOneHost(peers: Peer[], rank: number, setting: string): void {
 }
 
 /**
- * Local and cross ranks come from the host ids in the peer table (ARCHITECTURE invariant 7), not from the
- * launcher's variables. A launcher that counts hosts differently points at wrong host ids (two machines
- * with one id would try shared memory; one machine with two ids uses TCP), so say so.
+ * Local and cross ranks come from the host ids in the peer table (docs/internals.md, "What the code relies
+ * on"), not from the launcher's variables. A launcher that counts hosts differently points at wrong host ids
+ * (two machines with one id would try shared memory; one machine with two ids uses TCP), so say so.
  */
 function checkLauncherLayout(launch: LaunchInfo, self: Peer, settings: HoraSettings): void {
   const agrees = (said: number | undefined, got: number) => said === undefined || said === got;

@@ -587,7 +587,8 @@ export class Dispatcher implements WorkDriver {
   /**
    * A small collective being awaited: before the event loop sleeps, watch for its completion a little
    * while. Completions otherwise come back through a thread-safe function, whose wake-up of the event
-   * loop cost ~20 µs of an awaited small collective's ~40 µs (docs/benchmarks.md).
+   * loop cost ~20 µs of an awaited small collective's ~40 µs
+   * (docs/notes/2026-11-23-small-collectives-on-the-waiting-thread.md).
    */
   private spinFor(id: number): void {
     this.wantsCallSite = true;

@@ -7,7 +7,7 @@
 # and run `bash bench/gpu/device-check.sh [ROUNDS=2]` there. Correctness first (test/cuda.test.js on the new
 # addon), then bench/gpu/latency.js for both builds, alternating, on 2 and 4 ranks of the IPC path and 2
 # of the staged path. Output under $OUT (or ./out):
-# cuda-test.tap, latency.jsonl, log; the summary table last.
+# handover.txt, cuda-test.tap, latency.jsonl, log; the summary table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
@@ -25,6 +25,9 @@ fi
 log "node $(node -v); $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1); $(nproc) cores"
 export HORA_NCCL=0
 HORA="node dist/ts/cli/main.js"
+
+log "two processes handing work to each other on the GPU (bench/gpu/handover.cu)"
+(.gpu/handover 2000 || { command -v nvcc >/dev/null && nvcc -O2 -arch=sm_90 -o /tmp/handover bench/gpu/handover.cu && /tmp/handover 2000; }) 2>&1 | tee "$OUT/handover.txt"
 
 log "test/cuda.test.js on the new build"
 HORA_ADDON=$PWD/.gpu/new/hora.node TAP_TIMEOUT=600 timeout 300 node test/cuda.test.js > "$OUT/cuda-test.tap" 2>&1

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "algorithms/cost.h"
 #include "backing_store.h"
 #include "common/cycles.h"
 #include "common/log.h"

@@ -3,10 +3,11 @@
 // The .proto file is the contract and is loaded at run time with protobufjs
 // (no generated code to keep in sync). Callers only see the plain objects
 // below; decodeEnvelope() turns anything malformed into a ControlProtocolError.
-// Nothing read from the network is trusted (ARCHITECTURE invariant 5): after
-// protobuf decoding, validateMessage() holds every field to the bounds in
-// FIELD_LIMITS and a PeerTable to its own invariants, so that the server, the
-// client and the native core never index or allocate by an unchecked number.
+// Nothing read from the network is trusted (docs/internals.md, "What the code
+// relies on"): after protobuf decoding, validateMessage() holds every field to
+// the bounds in FIELD_LIMITS and a PeerTable to its own invariants, so that the
+// server, the client and the native core never index or allocate by an
+// unchecked number.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -357,7 +358,7 @@ function checkPeerTable(table: PeerTable): void {
   if (!Number.isInteger(table.yourRank) || table.yourRank < 0 || table.yourRank >= table.size) {
     fieldError('PeerTable.yourRank', table.yourRank, `is out of range for size ${table.size}`);
   }
-  // The topology must be the one the host ids give (see computeTopology in server.ts):
+  // The topology must be the one the host ids give (see computeTopology in topology.ts):
   // local ranks count the ranks of a host in rank order, cross ranks the hosts in order of their lowest rank.
   const hostIndex = new Map<string, number>();
   const hostCount = new Map<string, number>();

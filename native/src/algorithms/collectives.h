@@ -26,7 +26,7 @@ struct AllreduceOptions {
   Scaling scaling;           // prescaleFactor, postscaleFactor (float dtypes); applied in the reduction steps
 };
 Status allreduce(Context& ctx, const AllreduceOptions& opts);
-// HORA_ALGO, or on one host by size, or across hosts by the cost model of topology.h (same on every rank).
+// HORA_ALGO, or on one host by size, or across hosts by the cost model of cost.h (same on every rank).
 Algorithm chooseAllreduceAlgorithm(const Context& ctx, const AllreduceOptions& opts);
 // The multi-dimensional allreduce over grid `dims` (multidim.cc); {ranks per host, hosts} is the
 // hierarchical one.

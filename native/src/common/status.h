@@ -1,8 +1,8 @@
 // Status: the outcome of every fallible operation in the core.
 //
-// The codes are the closed set that users see as HoraError.code (ARCHITECTURE.md). A Status names the
-// rank it happened on and, where one is involved, the peer rank, so the message that reaches JavaScript
-// can say "rank 2 lost rank 3 during allreduce 'grad/fc1'".
+// The codes are the closed set that users see as HoraError.code (docs/internals.md, "Errors"). A Status
+// names the rank it happened on and, where one is involved, the peer rank, so the message that reaches
+// JavaScript can say "rank 2 lost rank 3 during allreduce 'grad/fc1'".
 #pragma once
 
 #include <string>

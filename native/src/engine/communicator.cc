@@ -162,7 +162,7 @@ void Communicator::applyAlgorithmChoice(Work& w) const {
 
 // What submit() and waitFor() would do for an idle engine, less the queue: a small collective waited at
 // once costs about two microseconds, of which the queue (four more lockings, a task and its vector) took
-// a few percent (docs/benchmarks.md, "Small collectives, 2026-11-26"). Larger ones, where that is
+// a few percent (docs/notes/2026-11-26-small-collectives-run-at-once.md). Larger ones, where that is
 // nothing, take the queue as before.
 void Communicator::run(const std::shared_ptr<Work>& work) {
   bool here = false;

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/topology.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/types.h"
 #include "transport/pair.h"
 #include "transport/resync.h"
+#include "transport/topology.h"
 
 namespace hora {
 
