@@ -12,15 +12,17 @@
 import * as crypto from 'node:crypto';
 import * as net from 'node:net';
 import * as os from 'node:os';
+import { ALGORITHM_NAMES, valuesOf } from './native';
+import type { AlgorithmName } from './native';
 
 export type Env = Record<string, string | undefined>;
 
 export type DebugLevel = 'WARN' | 'INFO' | 'TRACE';
 export const DEBUG_LEVELS: readonly DebugLevel[] = ['WARN', 'INFO', 'TRACE'];
 
-/** Allreduce algorithms HORA_ALGO accepts; the native engine owns their meaning. */
-export const ALGORITHMS = ['auto', 'ring', 'recursive_doubling', 'hierarchical', 'multidim'] as const;
-export type Algorithm = (typeof ALGORITHMS)[number];
+/** Allreduce algorithms HORA_ALGO accepts (ts/native.ts); the native engine owns their meaning. */
+export const ALGORITHMS: readonly AlgorithmName[] = valuesOf(ALGORITHM_NAMES);
+export type Algorithm = AlgorithmName;
 
 export const TRANSPORTS = ['auto', 'tcp', 'shm'] as const;
 export const CALL_SITES = ['sampled', 'all', 'off'] as const;

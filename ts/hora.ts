@@ -17,12 +17,12 @@ import type { Peer } from './control/messages';
 import { register, registerElastic, RendezvousConnection } from './control/client';
 import { ElasticEvent, Membership, MembershipEvent, PeerTable } from './control/messages';
 import { RendezvousServer } from './control/server';
-import { DTYPE_OF_NAME, DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, hostArray, lend } from './device-buffer';
+import { DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, hostArray, lend } from './device-buffer';
 import { CallSite, HoraError, KnownOptions, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import { loadNative } from './loader';
 import {
-  NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKeptConnections, NativeKind, NativeOp,
-  NativeResult, NativeTransport,
+  ALGORITHM_NAMES, DTYPE_OF_NAME, NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKeptConnections,
+  NativeKind, NativeOp, NativeResult, NativeTransport, OP_NAMES, valueOfName, valuesOf,
 } from './native';
 import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, DType, InitOptions, ReduceOp,
@@ -76,11 +76,9 @@ let world: World | null = null;
 let initializing: Promise<void> | null = null;
 let shutDown = false;
 
-const OPS: Record<ReduceOp, NativeOp> = { sum: NativeOp.Sum, avg: NativeOp.Avg, min: NativeOp.Min, max: NativeOp.Max, prod: NativeOp.Prod };
-const ALGORITHMS: Record<string, NativeAlgorithm> = {
-  auto: NativeAlgorithm.Auto, ring: NativeAlgorithm.Ring, recursive_doubling: NativeAlgorithm.RecursiveDoubling,
-  hierarchical: NativeAlgorithm.Hierarchical, multidim: NativeAlgorithm.MultiDim,
-};
+const OPS = valueOfName(OP_NAMES) as Record<ReduceOp, NativeOp>;
+const OP_LIST = valuesOf(OP_NAMES).map((op) => `'${op}'`).join(', ');
+const ALGORITHMS = valueOfName(ALGORITHM_NAMES) as Record<string, NativeAlgorithm>;
 const LOG_LEVELS: Record<string, number> = { WARN: 0, INFO: 1, TRACE: 2 };
 
 // The options each call takes (ts/types.ts); any other key is refused (checkOptionKeys).
@@ -692,7 +690,7 @@ function scaledAlone<T extends Tensor>(x: T, dtype: NativeDType, scale: [number,
 function opOf(collective: string, op: unknown, fallback: ReduceOp, rank: number): NativeOp {
   const name = op === undefined ? fallback : op;
   const v = OPS[name as ReduceOp];
-  if (v === undefined || typeof name !== 'string') throw invalidArgument(collective, 'options.op', "one of 'sum', 'avg', 'min', 'max', 'prod'", op, rank);
+  if (v === undefined || typeof name !== 'string') throw invalidArgument(collective, 'options.op', `one of ${OP_LIST}`, op, rank);
   return v;
 }
 

@@ -3,7 +3,7 @@
 // 16-bit float conversions, scaleForAvg, and the scaled steps of prescaleFactor / postscaleFactor.
 //
 //   g++ -std=c++17 -O2 -ffp-contract=off -Inative/src native/test/reduce_test.cc native/src/reduce/reduce.cc
-//       native/src/common/types.cc -o /tmp/reduce_test && /tmp/reduce_test
+//       -o /tmp/reduce_test && /tmp/reduce_test
 // Prints "ok N - what" or "not ok N - what: details" per check (tap.h); exits 1 if any failed.
 #include <cmath>
 #include <cstdint>

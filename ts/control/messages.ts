@@ -12,6 +12,8 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as protobuf from 'protobufjs';
+import { KIND_NAMES, NativeKind, valuesOf } from '../native';
+import type { CollectiveNativeKind } from '../native';
 
 /** Bumped when a change would be misread by an older peer; see proto/hora.proto. */
 export const PROTOCOL_VERSION = 1;
@@ -103,11 +105,11 @@ export interface Heartbeat {
   timeMs: number;
 }
 
-/** Kinds of collective a Stats message may name (the API's names). */
-export const COLLECTIVE_KINDS = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'] as const;
-export type CollectiveKind = (typeof COLLECTIVE_KINDS)[number];
+/** Kinds of collective a Stats message may name (the API's names): the kinds before Invalid. */
+export const COLLECTIVE_KINDS = valuesOf(KIND_NAMES, (k) => k.api).slice(0, NativeKind.Invalid) as readonly CollectiveKind[];
+export type CollectiveKind = (typeof KIND_NAMES)[CollectiveNativeKind]['api'];
 /** Point-to-point calls, counted beside the collectives (but outside their order: no sequence numbers). */
-export const MESSAGE_KINDS = ['send', 'recv'] as const;
+export const MESSAGE_KINDS = [KIND_NAMES[NativeKind.Send].api, KIND_NAMES[NativeKind.Recv].api] as const;
 export type MessageKind = (typeof MESSAGE_KINDS)[number];
 /** Every kind a Stats message may total. */
 export const STATS_KINDS = [...COLLECTIVE_KINDS, ...MESSAGE_KINDS] as const;

@@ -57,17 +57,6 @@ Status notUniform(const Topology& t) {
 
 }  // namespace
 
-const char* algorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
-    case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kMultiDim: return "multidim";
-  }
-  return "?";
-}
-
 namespace {
 
 // On one host the choice is by size alone, at a threshold measured on shared memory and loopback TCP.

@@ -8,21 +8,9 @@
 #include <string>
 #include <utility>
 
+#include "common/enums.h"
+
 namespace hora {
-
-enum class Code : int {
-  kOk = 0,
-  kTimeout,          // ERR_TIMEOUT: a wait passed its deadline (HORA_TIMEOUT_S)
-  kPeerLost,         // ERR_PEER_LOST: a connection to a peer closed or failed
-  kMismatch,         // ERR_MISMATCH: ranks submitted different collectives at the same position
-  kInvalidArgument,  // ERR_INVALID_ARGUMENT: bad input, here or on another rank
-  kNotInitialized,   // ERR_NOT_INITIALIZED
-  kShutdown,         // ERR_SHUTDOWN: the communicator was closed before the work ran
-  kAuth,             // ERR_AUTH: a connection failed the job's handshake
-  kInternal,         // ERR_INTERNAL: a system call or invariant failed
-};
-
-const char* codeName(Code code);
 
 class Status {
  public:

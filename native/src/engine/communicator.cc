@@ -38,20 +38,6 @@ std::string describeWork(const Work& w) {
 
 }  // namespace
 
-const char* kindName(Kind k) {
-  switch (k) {
-    case Kind::kAllreduce: return "allreduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kAllgather: return "allgather";
-    case Kind::kReduceScatter: return "reducescatter";
-    case Kind::kBarrier: return "barrier";
-    case Kind::kInvalid: return "invalid call";
-    case Kind::kSend: return "send";
-    case Kind::kRecv: return "recv";
-  }
-  return "unknown collective";
-}
-
 Communicator::Communicator(const CommunicatorOptions& options, Completion onComplete)
     : options_(options),
       onComplete_(std::move(onComplete)),
