@@ -9,7 +9,7 @@
  */
 import { HoraError, describeValue, invalidArgument } from './errors';
 import { loadNative } from './loader';
-import { DTYPE_BYTES, DTYPE_NAMES, DTYPE_OF_NAME, NativeDType, valuesOf } from './native';
+import { DTYPE_BYTES, DTYPE_NAMES, DTYPE_OF_NAME, NativeDType, lookupName, valuesOf } from './native';
 import type { DType, NativeCuda, Tensor } from './native';
 
 const DTYPE_LIST = valuesOf(DTYPE_NAMES).map((d) => `'${d}'`).join(', ');
@@ -74,7 +74,7 @@ function native<T>(where: string, call: () => T): T {
 // Argument checks, shared by the factories and the methods.
 
 function dtypeArg(where: string, argument: string, v: unknown): DType {
-  if (typeof v !== 'string' || !(v in DTYPE_OF_NAME)) throw invalidArgument(where, argument, `one of ${DTYPE_LIST}`, v);
+  if (lookupName(DTYPE_OF_NAME, v) === undefined) throw invalidArgument(where, argument, `one of ${DTYPE_LIST}`, v);
   return v as DType;
 }
 

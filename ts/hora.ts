@@ -22,7 +22,7 @@ import { CallSite, HoraError, KnownOptions, checkOptionKeys, describeValue, inva
 import { loadNative } from './loader';
 import {
   ALGORITHM_NAMES, DTYPE_OF_NAME, NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKeptConnections,
-  NativeKind, NativeOp, NativeResult, NativeTransport, OP_NAMES, valueOfName, valuesOf,
+  NativeKind, NativeOp, NativeResult, NativeTransport, OP_NAMES, lookupName, valueOfName, valuesOf,
 } from './native';
 import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, DType, InitOptions, ReduceOp,
@@ -124,7 +124,7 @@ async function join(options: InitOptions): Promise<void> {
   if (options.fusionMB !== undefined && !(typeof options.fusionMB === 'number' && options.fusionMB >= 0 && Number.isFinite(options.fusionMB))) {
     throw bad('fusionMB', 'a number of MiB >= 0', options.fusionMB);
   }
-  if (options.algorithm !== undefined && !(typeof options.algorithm === 'string' && options.algorithm in ALGORITHMS)) {
+  if (options.algorithm !== undefined && lookupName(ALGORITHMS, options.algorithm) === undefined) {
     throw bad('algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, options.algorithm);
   }
   if (options.transport !== undefined && options.transport !== 'auto' && options.transport !== 'tcp' && options.transport !== 'shm') {
@@ -689,8 +689,8 @@ function scaledAlone<T extends Tensor>(x: T, dtype: NativeDType, scale: [number,
 
 function opOf(collective: string, op: unknown, fallback: ReduceOp, rank: number): NativeOp {
   const name = op === undefined ? fallback : op;
-  const v = OPS[name as ReduceOp];
-  if (v === undefined || typeof name !== 'string') throw invalidArgument(collective, 'options.op', `one of ${OP_LIST}`, op, rank);
+  const v = lookupName(OPS, name);
+  if (v === undefined) throw invalidArgument(collective, 'options.op', `one of ${OP_LIST}`, op, rank);
   return v;
 }
 
@@ -1093,13 +1093,13 @@ export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Te
     const o = optionsObject<RecvOptions>(c, fresh ? first : second, RECV_OPTIONS, w.self);
     let into: Tensor;
     if (fresh) {
-      if (typeof o.dtype !== 'string' || !(o.dtype in DTYPE_OF_NAME)) {
+      if (lookupName(DTYPE_OF_NAME, o.dtype) === undefined) {
         throw invalidArgument(c, 'options.dtype', `one of ${Object.keys(DTYPE_OF_NAME).join(', ')} (no array was given to receive into)`, o.dtype, w.self);
       }
       if (typeof o.count !== 'number' || !Number.isInteger(o.count) || o.count < 0 || o.count > 2 ** 32) {
         throw invalidArgument(c, 'options.count', 'an integer from 0 to 2^32 (no array was given to receive into)', o.count, w.self);
       }
-      into = hostArray(o.dtype, o.count);
+      into = hostArray(o.dtype as DType, o.count);
     } else {
       if (o.count !== undefined) throw invalidArgument(c, 'options.count', 'undefined when an array is given (its length is the count)', o.count, w.self);
       into = first as Tensor;
@@ -1122,7 +1122,7 @@ export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Te
 export function allreduceEstimate(bytes: number, algorithm: string): NativeEstimate | null {
   const comm = current('allreduceEstimate').dispatcher?.comm;
   if (!comm) return null;
-  if (!(algorithm in ALGORITHMS)) throw invalidArgument('allreduceEstimate', 'algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, algorithm, rank());
+  if (lookupName(ALGORITHMS, algorithm) === undefined) throw invalidArgument('allreduceEstimate', 'algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, algorithm, rank());
   return comm.estimate(bytes, ALGORITHMS[algorithm]);
 }
 

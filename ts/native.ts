@@ -130,6 +130,17 @@ export function valueOfName<N extends string>(table: { readonly [value: number]:
   return Object.fromEntries(valuesOf(table).map((name, value) => [name, value])) as Record<N, number>;
 }
 
+/**
+ * The value of `name` in a table made by valueOfName, or undefined. Only the table's own names count:
+ * the tables are plain objects, so `'toString' in table` and `table['constructor']` find Object.prototype's
+ * functions; every entry's value is a number, and nothing inherited is.
+ */
+export function lookupName<V extends number>(table: Readonly<Record<string, V>>, name: unknown): V | undefined {
+  if (typeof name !== 'string') return undefined;
+  const v = table[name];
+  return typeof v === 'number' ? v : undefined;
+}
+
 /** The value of each DType name. */
 export const DTYPE_OF_NAME = valueOfName(DTYPE_NAMES) as Record<DType, NativeDType>;
 

@@ -82,7 +82,7 @@ export function parseArgs(argv: string[]): BenchArgs {
       case '--factor': a.factor = parseInteger(flag, next(), 2); break;
       case '--dtype': {
         const v = next();
-        if (!(v in ELEMENT)) throw new UsageError(`--dtype expects one of ${Object.keys(ELEMENT).join(', ')}; received ${JSON.stringify(v)}`);
+        if (!Object.hasOwn(ELEMENT, v)) throw new UsageError(`--dtype expects one of ${Object.keys(ELEMENT).join(', ')}; received ${JSON.stringify(v)}`);
         a.dtype = v as DType;
         break;
       }
