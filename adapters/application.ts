@@ -16,6 +16,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { findPackageRoot } from '../ts/package-root';
 
 /** Where a framework was found, and how (for error messages). */
 export interface Found {
@@ -93,15 +94,7 @@ export function findFramework(isLoaded: (m: NodeModule) => boolean, chains: Read
 
 /** The folder of the package that holds `file` (the nearest package.json above it that names `name`). */
 export function packageFolder(file: string, name: string): string | null {
-  for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
-    const manifest = path.join(dir, 'package.json');
-    try {
-      if ((JSON.parse(fs.readFileSync(manifest, 'utf8')) as { name?: unknown }).name === name) return dir;
-    } catch {
-      // none here, or unreadable: keep walking
-    }
-    if (path.dirname(dir) === dir) return null;
-  }
+  return findPackageRoot(path.dirname(file), name);
 }
 
 /** The loaded module, among those `isLoaded` accepts, whose export `exportName` is a class `value` derives from. */

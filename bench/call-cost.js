@@ -6,8 +6,9 @@
 //   js    the same call with the addon's runOne replaced by a JS function that reports plain success
 //         (ITERS calls): the validation, the Work, the dispatcher's bookkeeping and the Stats counters,
 //         without crossing into the addon.
-// Rank 0 prints the median ns per call of each way (docs/benchmarks.md, "The fixed cost of a wait()ed
-// call"). Run it with the checkout's own build; it reaches into dist/ts/hora.js for the communicator.
+// Rank 0 prints the median ns per call of each way (docs/benchmarks.md, "The cost of one wait()ed call";
+// docs/notes/2026-11-27-fixed-cost-of-a-waited-call.md). Run it with the checkout's own build; it reaches
+// into dist/ts/hora.js for the communicator.
 'use strict';
 const hora = require('..');
 const internals = require('../dist/ts/hora.js');

@@ -8,7 +8,7 @@
 //                 loop. A benchmark that times the whole loop (bench/compare.js, as nccl-tests and the peers'
 //                 programs do) sees the mean, stalls included; a young-generation collection on either rank
 //                 stalls both.
-// bench/mpi_call_stalls.c times Open MPI's MPI_Allreduce the same way (docs/benchmarks.md, "Less per call").
+// bench/mpi_call_stalls.c times Open MPI's MPI_Allreduce the same way (docs/notes/2026-11-27-less-per-call.md).
 'use strict';
 const v8 = require('v8');
 const hora = require('..');

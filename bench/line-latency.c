@@ -1,6 +1,6 @@
 // One-way latency of a cache line between CPUs 0 and 1: two pinned threads pass a counter back and forth
 // 200,000 times. On a virtual machine it says whether the hypervisor has the two vCPUs close together or
-// apart (docs/pointtopoint.md, "Slots written past the cache"); it takes about 20 ms, so it can be run
+// apart (docs/notes/2026-11-27-slots-written-past-the-cache.md); it takes about 20 ms, so it can be run
 // beside each benchmark run.
 //   gcc -O2 -pthread bench/line-latency.c -o /tmp/line-latency && /tmp/line-latency
 #define _GNU_SOURCE

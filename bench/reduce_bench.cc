@@ -5,7 +5,7 @@
 // repeats the call until it has moved at least 256 MiB so that small sizes are not timer noise.
 //
 //   g++ -std=c++17 -O3 -Inative/src bench/reduce_bench.cc native/src/reduce/reduce.cc
-//       native/src/common/types.cc -o /tmp/reduce_bench && /tmp/reduce_bench
+//       -o /tmp/reduce_bench && /tmp/reduce_bench
 #include <algorithm>
 #include <chrono>
 #include <cstdint>

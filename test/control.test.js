@@ -9,7 +9,8 @@ const { spawn } = require('node:child_process');
 const dist = path.join(__dirname, '..', 'dist', 'ts');
 const { FrameDecoder, encodeFrame, ControlConnection, MAX_FRAME_BYTES } = require(path.join(dist, 'control', 'frame.js'));
 const { encodeEnvelope, decodeEnvelope, ControlProtocolError, PROTOCOL_VERSION } = require(path.join(dist, 'control', 'messages.js'));
-const { RendezvousServer, computeTopology, MAX_UNREGISTERED } = require(path.join(dist, 'control', 'server.js'));
+const { RendezvousServer, MAX_UNREGISTERED } = require(path.join(dist, 'control', 'server.js'));
+const { computeTopology } = require(path.join(dist, 'control', 'topology.js'));
 const { register } = require(path.join(dist, 'control', 'client.js'));
 const config = require(path.join(dist, 'config.js'));
 

@@ -35,6 +35,9 @@
 // variables of the test suite itself: named under test/ and nowhere in ts/, adapters/ or native/), and every
 // flag the docs give `hora run` is in `hora run --help`: in commands, and as a lone `--flag` code span in a
 // paragraph that speaks of `hora run` and of no other launcher.
+//
+// Links: every relative link of README.md, docs/*.md and docs/notes/*.md resolves, a heading's #anchor
+// included, and so does every path of a docs page (and #anchor) that a source, bench or test file names.
 const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
@@ -570,6 +573,55 @@ t.test('every hora run flag the docs show is in hora run --help', async (t) => {
           t.ok(RUN_FLAGS.has(words[0]), `${p.file}:${p.line}: \`${span}\`, in a paragraph about hora run, is a flag of hora run --help`);
         }
       }
+    }
+  }
+});
+
+/** The anchors GitHub gives a markdown file's headings: lower case, punctuation dropped, spaces as hyphens, -N for repeats. */
+function anchorsOf(file) {
+  const anchors = new Set();
+  const seen = new Map();
+  let fenced = false;
+  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+    if (/^\s*```/.test(line)) fenced = !fenced;
+    const h = !fenced && /^#{1,6} (.*)$/.exec(line);
+    if (!h) continue;
+    const slug = h[1].trim().toLowerCase().replace(/[^\p{L}\p{N}_\- ]/gu, '').replace(/ /g, '-');
+    const n = seen.get(slug) ?? 0;
+    seen.set(slug, n + 1);
+    anchors.add(n ? `${slug}-${n}` : slug);
+  }
+  return anchors;
+}
+
+t.test('every link of the docs, and every docs/*.md the code names, resolves, anchors included', async (t) => {
+  const notes = fs.readdirSync(path.join(ROOT, 'docs', 'notes')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/notes/${f}`);
+  /** A problem with `target` (a path and maybe #anchor) as seen from `from`, or null. */
+  const problem = (from, target) => {
+    const [file, anchor] = target.split('#');
+    const full = file ? path.resolve(path.dirname(path.join(ROOT, from)), decodeURI(file)) : path.join(ROOT, from);
+    if (!fs.existsSync(full)) return `${file} does not exist`;
+    if (anchor && full.endsWith('.md') && !anchorsOf(full).has(anchor)) return `${path.relative(ROOT, full)} has no heading #${anchor}`;
+    return null;
+  };
+  let links = 0;
+  for (const file of [...DOCS, ...notes]) {
+    const prose = fs.readFileSync(path.join(ROOT, file), 'utf8').replace(/^\s*```[\s\S]*?^\s*```/gm, '');
+    for (const [, target] of prose.matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z]+:/i.test(target)) continue; // https:, mailto:
+      links++;
+      const p = problem(file, target);
+      if (p) t.fail(`${file}: (${target}): ${p}`);
+    }
+  }
+  t.ok(links > 100, `the docs have links (${links})`);
+  const walk = (d) => fs.readdirSync(path.join(ROOT, d), { withFileTypes: true }).flatMap((e) =>
+    (e.isDirectory() ? (e.name === 'node_modules' ? [] : walk(path.join(d, e.name))) : [path.join(d, e.name)]));
+  for (const file of ['bench', 'test', 'ts', 'adapters', 'native', 'scripts', 'examples'].filter((d) => fs.existsSync(path.join(ROOT, d))).flatMap(walk)) {
+    if (!/\.(js|mjs|cjs|ts|cc|h|cu|c|sh|py)$/.test(file)) continue;
+    for (const [target] of fs.readFileSync(path.join(ROOT, file), 'utf8').matchAll(/(?<![\w/])docs\/[\w./-]+\.md(#[\w-]+)?/g)) {
+      const p = problem('README.md', target);
+      if (p) t.fail(`${file}: ${target}: ${p}`);
     }
   }
 });

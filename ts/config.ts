@@ -4,21 +4,25 @@
 // help text (`hora env` prints that table). readSettings() parses the tuning
 // knobs; resolveLaunch() works out who this process is in the job (rank, size,
 // where the rendezvous server is, who hosts it) from whichever launcher started
-// it: `hora run`, Open MPI, a PMI launcher, Slurm or torchrun. Nothing else in
-// hora should look at process.env directly.
+// it: `hora run`, Open MPI, a PMI launcher, Slurm or torchrun. The read*()
+// functions after readSettings() read the variables that one place needs (the
+// launcher's host id and timeline, the addon path, an adapter's switch). Nothing
+// else in hora should look at process.env directly.
 
 import * as crypto from 'node:crypto';
 import * as net from 'node:net';
 import * as os from 'node:os';
+import { ALGORITHM_NAMES, valuesOf } from './native';
+import type { AlgorithmName } from './native';
 
 export type Env = Record<string, string | undefined>;
 
 export type DebugLevel = 'WARN' | 'INFO' | 'TRACE';
 export const DEBUG_LEVELS: readonly DebugLevel[] = ['WARN', 'INFO', 'TRACE'];
 
-/** Allreduce algorithms HORA_ALGO accepts; the native engine owns their meaning. */
-export const ALGORITHMS = ['auto', 'ring', 'recursive_doubling', 'hierarchical', 'multidim'] as const;
-export type Algorithm = (typeof ALGORITHMS)[number];
+/** Allreduce algorithms HORA_ALGO accepts (ts/native.ts); the native engine owns their meaning. */
+export const ALGORITHMS: readonly AlgorithmName[] = valuesOf(ALGORITHM_NAMES);
+export type Algorithm = AlgorithmName;
 
 export const TRANSPORTS = ['auto', 'tcp', 'shm'] as const;
 export const CALL_SITES = ['sampled', 'all', 'off'] as const;
@@ -321,7 +325,6 @@ function parseLinkCost(env: Env, name: string): LinkCost | undefined {
 
 export function readSettings(env: Env = process.env): HoraSettings {
   const iface = env.HORA_IFACE?.trim();
-  const timeline = env.HORA_TIMELINE?.trim();
   return {
     timeoutS: parseNumber(env, 'HORA_TIMEOUT_S', 300, false),
     connectTimeoutS: isSet(env, 'HORA_CONNECT_TIMEOUT_S') ? parseNumber(env, 'HORA_CONNECT_TIMEOUT_S', 0, false) : undefined,
@@ -332,9 +335,9 @@ export function readSettings(env: Env = process.env): HoraSettings {
     algo: parseChoice(env, 'HORA_ALGO', ALGORITHMS, 'auto', false),
     transport: parseChoice(env, 'HORA_TRANSPORT', TRANSPORTS, 'auto', false),
     ifaceAddr: iface ? resolveIface(iface) : undefined,
-    timeline: timeline ? timeline : undefined,
+    timeline: readTimeline(env),
     callSites: parseChoice(env, 'HORA_CALL_SITES', CALL_SITES, 'sampled', false),
-    hostId: isSet(env, 'HORA_HOST_ID') ? (env.HORA_HOST_ID as string).trim() : defaultHostId(),
+    hostId: readHostId(env),
     topology: parseTopology(env),
     costLocal: parseLinkCost(env, 'HORA_COST_LOCAL'),
     costCross: parseLinkCost(env, 'HORA_COST_CROSS'),
@@ -342,6 +345,35 @@ export function readSettings(env: Env = process.env): HoraSettings {
     workerId: parseInteger(env, 'HORA_WORKER_ID', 0),
     elasticSettleS: parseNumber(env, 'HORA_ELASTIC_SETTLE_S', 10, false),
   };
+}
+
+/** HORA_HOST_ID trimmed, or defaultHostId() when unset or blank. */
+export function readHostId(env: Env = process.env): string {
+  return isSet(env, 'HORA_HOST_ID') ? (env.HORA_HOST_ID as string).trim() : defaultHostId();
+}
+
+/** HORA_TIMELINE trimmed, as written (not resolved); undefined when unset or blank. */
+export function readTimeline(env: Env = process.env): string | undefined {
+  const timeline = env.HORA_TIMELINE?.trim();
+  return timeline ? timeline : undefined;
+}
+
+/** HORA_TOPOLOGY exactly as set, for messages that quote it (parseTopology() gives the dimensions). */
+export function readTopologyText(env: Env = process.env): string | undefined {
+  return env.HORA_TOPOLOGY;
+}
+
+/** HORA_ADDON, the one hora.node the loader tries; undefined when unset or empty (the default places). */
+export function readAddonPath(env: Env = process.env): string | undefined {
+  return env.HORA_ADDON || undefined;
+}
+
+/**
+ * HORA_TFJS_SKIP_ALLREDUCE: exactly '1' makes hora/tfjs's DistributedOptimizer skip the allreduce (measurement
+ * only: bench/scaling.sh times a step without communication; the ranks drift apart).
+ */
+export function readTfjsSkipAllreduce(env: Env = process.env): boolean {
+  return env.HORA_TFJS_SKIP_ALLREDUCE === '1';
 }
 
 // ---------------------------------------------------------------------------

@@ -9,17 +9,10 @@
  */
 import { HoraError, describeValue, invalidArgument } from './errors';
 import { loadNative } from './loader';
-import { DTYPE_BYTES, NativeDType } from './native';
-import type { NativeCuda } from './native';
-import type { DType, Tensor } from './types';
+import { DTYPE_BYTES, DTYPE_NAMES, DTYPE_OF_NAME, NativeDType, lookupName, valuesOf } from './native';
+import type { DType, NativeCuda, Tensor } from './native';
 
-/** The wire value of each DType name. */
-export const DTYPE_OF_NAME: Record<DType, NativeDType> = {
-  float32: NativeDType.Float32, float64: NativeDType.Float64, float16: NativeDType.Float16,
-  bfloat16: NativeDType.BFloat16, int32: NativeDType.Int32, int64: NativeDType.Int64, uint8: NativeDType.Uint8,
-};
-const DTYPE_NAMES = Object.keys(DTYPE_OF_NAME) as DType[];
-const DTYPE_LIST = DTYPE_NAMES.map((d) => `'${d}'`).join(', ');
+const DTYPE_LIST = valuesOf(DTYPE_NAMES).map((d) => `'${d}'`).join(', ');
 const MAX_U64 = (1n << 64n) - 1n;
 
 let nativeCuda: NativeCuda | null | undefined;
@@ -81,7 +74,7 @@ function native<T>(where: string, call: () => T): T {
 // Argument checks, shared by the factories and the methods.
 
 function dtypeArg(where: string, argument: string, v: unknown): DType {
-  if (typeof v !== 'string' || !(v in DTYPE_OF_NAME)) throw invalidArgument(where, argument, `one of ${DTYPE_LIST}`, v);
+  if (lookupName(DTYPE_OF_NAME, v) === undefined) throw invalidArgument(where, argument, `one of ${DTYPE_LIST}`, v);
   return v as DType;
 }
 
@@ -426,5 +419,5 @@ export function lend(b: DeviceBuffer): () => void {
 
 /** @internal The DType name of a NativeDType. */
 export function dtypeName(d: NativeDType): DType {
-  return DTYPE_NAMES.find((n) => DTYPE_OF_NAME[n] === d) as DType;
+  return DTYPE_NAMES[d];
 }

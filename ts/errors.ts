@@ -1,19 +1,10 @@
-/** Errors that hora raises, with a code from a closed set (see ARCHITECTURE.md). */
+/** Errors that hora raises, with a code from a closed set (see docs/internals.md, "Errors"). */
+import { CODE_NAMES } from './native';
 
-export type HoraErrorCode =
-  | 'ERR_TIMEOUT'
-  | 'ERR_PEER_LOST'
-  | 'ERR_MISMATCH'
-  | 'ERR_INVALID_ARGUMENT'
-  | 'ERR_NOT_INITIALIZED'
-  | 'ERR_SHUTDOWN'
-  | 'ERR_AUTH'
-  | 'ERR_INTERNAL';
+/** The codes of ts/native.ts's table but 'OK'. */
+export type HoraErrorCode = Exclude<(typeof CODE_NAMES)[number], 'OK'>;
 
-const CODES: ReadonlySet<string> = new Set([
-  'ERR_TIMEOUT', 'ERR_PEER_LOST', 'ERR_MISMATCH', 'ERR_INVALID_ARGUMENT',
-  'ERR_NOT_INITIALIZED', 'ERR_SHUTDOWN', 'ERR_AUTH', 'ERR_INTERNAL',
-]);
+const CODES: ReadonlySet<string> = new Set(CODE_NAMES.filter((c) => c !== 'OK'));
 
 export class HoraError extends Error {
   /** What went wrong, from a closed set. */

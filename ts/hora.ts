@@ -12,17 +12,17 @@
  * send and recv have no order across ranks to keep, so a bad call fails on its own rank only (the
  * returned Work is rejected) and nothing reaches the engine.
  */
-import { advertiseAddress, connectTimeoutS, makeLogger, readSettings, resolveLaunch, HoraSettings, LaunchInfo } from './config';
+import { advertiseAddress, connectTimeoutS, makeLogger, readSettings, readTopologyText, resolveLaunch, HoraSettings, LaunchInfo } from './config';
 import type { Peer } from './control/messages';
 import { register, registerElastic, RendezvousConnection } from './control/client';
 import { ElasticEvent, Membership, MembershipEvent, PeerTable } from './control/messages';
 import { RendezvousServer } from './control/server';
-import { DTYPE_OF_NAME, DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, hostArray, lend } from './device-buffer';
+import { DeviceBuffer, adoptDevicePointer, collectivePointer, deviceAlloc, deviceCopy, hostArray, lend } from './device-buffer';
 import { CallSite, HoraError, KnownOptions, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import { loadNative } from './loader';
 import {
-  NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKeptConnections, NativeKind, NativeOp,
-  NativeResult, NativeTransport,
+  ALGORITHM_NAMES, DTYPE_OF_NAME, NativeAlgorithm, NativeCommunicator, NativeEstimate, NativeDType, NativeItem, NativeKeptConnections,
+  NativeKind, NativeOp, NativeResult, NativeTransport, OP_NAMES, lookupName, valueOfName, valuesOf,
 } from './native';
 import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, DType, InitOptions, ReduceOp,
@@ -76,11 +76,9 @@ let world: World | null = null;
 let initializing: Promise<void> | null = null;
 let shutDown = false;
 
-const OPS: Record<ReduceOp, NativeOp> = { sum: NativeOp.Sum, avg: NativeOp.Avg, min: NativeOp.Min, max: NativeOp.Max, prod: NativeOp.Prod };
-const ALGORITHMS: Record<string, NativeAlgorithm> = {
-  auto: NativeAlgorithm.Auto, ring: NativeAlgorithm.Ring, recursive_doubling: NativeAlgorithm.RecursiveDoubling,
-  hierarchical: NativeAlgorithm.Hierarchical, multidim: NativeAlgorithm.MultiDim,
-};
+const OPS = valueOfName(OP_NAMES) as Record<ReduceOp, NativeOp>;
+const OP_LIST = valuesOf(OP_NAMES).map((op) => `'${op}'`).join(', ');
+const ALGORITHMS = valueOfName(ALGORITHM_NAMES) as Record<string, NativeAlgorithm>;
 const LOG_LEVELS: Record<string, number> = { WARN: 0, INFO: 1, TRACE: 2 };
 
 // The options each call takes (ts/types.ts); any other key is refused (checkOptionKeys).
@@ -126,7 +124,7 @@ async function join(options: InitOptions): Promise<void> {
   if (options.fusionMB !== undefined && !(typeof options.fusionMB === 'number' && options.fusionMB >= 0 && Number.isFinite(options.fusionMB))) {
     throw bad('fusionMB', 'a number of MiB >= 0', options.fusionMB);
   }
-  if (options.algorithm !== undefined && !(typeof options.algorithm === 'string' && options.algorithm in ALGORITHMS)) {
+  if (options.algorithm !== undefined && lookupName(ALGORITHMS, options.algorithm) === undefined) {
     throw bad('algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, options.algorithm);
   }
   if (options.transport !== undefined && options.transport !== 'auto' && options.transport !== 'tcp' && options.transport !== 'shm') {
@@ -142,7 +140,7 @@ async function join(options: InitOptions): Promise<void> {
   }
   const gridSize = settings.topology.reduce((a, b) => a * b, 1);
   if (settings.topology.length > 0 && gridSize !== launch.size) {
-    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: HORA_TOPOLOGY=${JSON.stringify(process.env.HORA_TOPOLOGY)} ` +
+    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.init: HORA_TOPOLOGY=${JSON.stringify(readTopologyText())} ` +
       `has ${gridSize} positions but the job has ${launch.size} ranks: the product of the dimensions must be the world size`);
   }
   if (settings.elastic) return joinElastic(options, launch, settings);
@@ -515,9 +513,9 @@ function requireOneHost(peers: Peer[], rank: number, setting: string): void {
 }
 
 /**
- * Local and cross ranks come from the host ids in the peer table (ARCHITECTURE invariant 7), not from the
- * launcher's variables. A launcher that counts hosts differently points at wrong host ids (two machines
- * with one id would try shared memory; one machine with two ids uses TCP), so say so.
+ * Local and cross ranks come from the host ids in the peer table (docs/internals.md, "What the code relies
+ * on"), not from the launcher's variables. A launcher that counts hosts differently points at wrong host ids
+ * (two machines with one id would try shared memory; one machine with two ids uses TCP), so say so.
  */
 function checkLauncherLayout(launch: LaunchInfo, self: Peer, settings: HoraSettings): void {
   const agrees = (said: number | undefined, got: number) => said === undefined || said === got;
@@ -691,8 +689,8 @@ function scaledAlone<T extends Tensor>(x: T, dtype: NativeDType, scale: [number,
 
 function opOf(collective: string, op: unknown, fallback: ReduceOp, rank: number): NativeOp {
   const name = op === undefined ? fallback : op;
-  const v = OPS[name as ReduceOp];
-  if (v === undefined || typeof name !== 'string') throw invalidArgument(collective, 'options.op', "one of 'sum', 'avg', 'min', 'max', 'prod'", op, rank);
+  const v = lookupName(OPS, name);
+  if (v === undefined) throw invalidArgument(collective, 'options.op', `one of ${OP_LIST}`, op, rank);
   return v;
 }
 
@@ -1095,13 +1093,13 @@ export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Te
     const o = optionsObject<RecvOptions>(c, fresh ? first : second, RECV_OPTIONS, w.self);
     let into: Tensor;
     if (fresh) {
-      if (typeof o.dtype !== 'string' || !(o.dtype in DTYPE_OF_NAME)) {
+      if (lookupName(DTYPE_OF_NAME, o.dtype) === undefined) {
         throw invalidArgument(c, 'options.dtype', `one of ${Object.keys(DTYPE_OF_NAME).join(', ')} (no array was given to receive into)`, o.dtype, w.self);
       }
       if (typeof o.count !== 'number' || !Number.isInteger(o.count) || o.count < 0 || o.count > 2 ** 32) {
         throw invalidArgument(c, 'options.count', 'an integer from 0 to 2^32 (no array was given to receive into)', o.count, w.self);
       }
-      into = hostArray(o.dtype, o.count);
+      into = hostArray(o.dtype as DType, o.count);
     } else {
       if (o.count !== undefined) throw invalidArgument(c, 'options.count', 'undefined when an array is given (its length is the count)', o.count, w.self);
       into = first as Tensor;
@@ -1124,7 +1122,7 @@ export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Te
 export function allreduceEstimate(bytes: number, algorithm: string): NativeEstimate | null {
   const comm = current('allreduceEstimate').dispatcher?.comm;
   if (!comm) return null;
-  if (!(algorithm in ALGORITHMS)) throw invalidArgument('allreduceEstimate', 'algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, algorithm, rank());
+  if (lookupName(ALGORITHMS, algorithm) === undefined) throw invalidArgument('allreduceEstimate', 'algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, algorithm, rank());
   return comm.estimate(bytes, ALGORITHMS[algorithm]);
 }
 

@@ -28,7 +28,7 @@
  * the work on this rank after the collective completed, its result dropped.
  */
 import { HoraError } from './errors';
-import { NativeKind } from './native';
+import { KIND_NAMES, NativeKind } from './native';
 import type { NativeItem } from './native';
 
 /** What a work does with the array the user gave it (a bit set). */
@@ -111,15 +111,14 @@ export function copyIn(stage: ArrayBufferView, view: ArrayBufferView): void {
   (stage as Float32Array).set(view as Float32Array);
 }
 
-const CALLS: Partial<Record<NativeKind, string>> = {
-  [NativeKind.Allreduce]: 'allreduce', [NativeKind.Broadcast]: 'broadcast', [NativeKind.Allgather]: 'allgather',
-  [NativeKind.ReduceScatter]: 'reduceScatter', [NativeKind.Barrier]: 'barrier', [NativeKind.Send]: 'send',
-  [NativeKind.Recv]: 'recv',
-};
+/** The API's name of an item's kind: allreduce, reduceScatter, recv, ...; collective for a placeholder. */
+function kindCall(kind: NativeKind): string {
+  return kind === NativeKind.Invalid ? 'collective' : KIND_NAMES[kind]?.api ?? 'collective';
+}
 
 /** The user's name of an item's call: hora.allreduce, hora.group.recv, ... */
 export function callName(item: Omit<NativeItem, 'id'>): string {
-  return `hora.${item.group ? 'group.' : ''}${CALLS[item.kind] ?? 'collective'}`;
+  return `hora.${item.group ? 'group.' : ''}${kindCall(item.kind)}`;
 }
 
 /**
@@ -132,7 +131,7 @@ export function changedArray(item: Omit<NativeItem, 'id'>, view: ArrayBufferView
   const what = view.byteLength === 0
     ? `was detached (its ArrayBuffer was transferred, e.g. by structuredClone or postMessage, detached, or resized below it)`
     : `changed from ${bytes} to ${view.byteLength} bytes (its ArrayBuffer was resized)`;
-  const kind = CALLS[item.kind] ?? 'collective';
+  const kind = kindCall(item.kind);
   const then = pending
     ? item.kind === NativeKind.Recv
       ? `while the recv was pending; the message was received, but could not be written into it and is lost`

@@ -11,7 +11,9 @@
 
 import * as fs from 'fs';
 import * as path from 'path';
+import { readAddonPath } from './config';
 import type { NativeAddon } from './native';
+import { findPackageRoot } from './package-root';
 
 const PACKAGE_NAME = 'hora';
 const ADDON_FILE = 'hora.node';
@@ -55,8 +57,8 @@ let cached: NativeAddon | undefined;
 export function loadNative(): NativeAddon {
   if (cached !== undefined) return cached;
   const attempts: Attempt[] = [];
-  const override = process.env.HORA_ADDON || undefined;
-  const candidates: Candidate[] = override ? [{ file: path.resolve(override) }] : defaultCandidates(findPackageRoot());
+  const override = readAddonPath();
+  const candidates: Candidate[] = override ? [{ file: path.resolve(override) }] : defaultCandidates(horaRoot());
   for (const { file, reason } of candidates) {
     if (reason !== undefined) {
       attempts.push({ file, reason });
@@ -77,25 +79,15 @@ export function loadNative(): NativeAddon {
 }
 
 /** The folder holding hora's package.json, walking up from this file. */
-export function findPackageRoot(start: string = __dirname): string {
-  let dir = path.resolve(start);
-  for (;;) {
-    const manifest = path.join(dir, 'package.json');
-    try {
-      const pkg = JSON.parse(fs.readFileSync(manifest, 'utf8')) as { name?: unknown };
-      if (pkg.name === PACKAGE_NAME) return dir;
-    } catch {
-      // no or unreadable package.json here: keep walking
-    }
-    const parent = path.dirname(dir);
-    if (parent === dir) {
-      throw internalError(
-        `hora: cannot find hora's package.json above ${start}, so the native addon cannot be located. ` +
-          'HORA_ADDON=/path/to/hora.node loads one specific build.',
-      );
-    }
-    dir = parent;
+function horaRoot(): string {
+  const root = findPackageRoot(__dirname, PACKAGE_NAME);
+  if (root === null) {
+    throw internalError(
+      `hora: cannot find hora's package.json above ${__dirname}, so the native addon cannot be located. ` +
+        'HORA_ADDON=/path/to/hora.node loads one specific build.',
+    );
   }
+  return root;
 }
 
 function defaultCandidates(root: string): Candidate[] {

@@ -20,8 +20,12 @@
  * beside the ordered queue of collectives (native/src/engine/p2p.h); a send completes when the peer's
  * matching receive has taken the message.
  *
- * Enum values below are shared with the C++ side (and, for kinds, dtypes and ops, with other ranks on
- * the wire): never renumber them.
+ * The enums below are the wire contract's tables, the only ones on the JS side: each const enum gives
+ * the values code uses (inlined by tsc: no lookup per call), and the table beside it binds every member
+ * to its name, keyed by the member, as native/src/common/enums.h binds them with a switch. The TS types
+ * of those names derive from the tables. Values are shared with the C++ side (and, for kinds, dtypes and
+ * ops, with other ranks on the wire): never renumber them. The addon hands out its names (enums()) and
+ * test/enums.test.js checks them against these tables entry by entry.
  */
 
 export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7 }
@@ -29,6 +33,127 @@ export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 
 export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
 export const enum NativeAlgorithm { Auto = 0, Ring = 1, RecursiveDoubling = 2, Hierarchical = 3, MultiDim = 4 }
 export const enum NativeTransport { Auto = 0, Tcp = 1 }
+
+/** Element types: the API's names (the DType option; the addon's dtypeName). */
+export const DTYPE_NAMES = {
+  [NativeDType.Float32]: 'float32', [NativeDType.Float64]: 'float64', [NativeDType.Float16]: 'float16',
+  [NativeDType.BFloat16]: 'bfloat16', [NativeDType.Int32]: 'int32', [NativeDType.Int64]: 'int64', [NativeDType.Uint8]: 'uint8',
+} as const satisfies { readonly [D in NativeDType]: string };
+/** Element types. float16 and bfloat16 travel in Uint16Array and are reduced in float32. */
+export type DType = (typeof DTYPE_NAMES)[NativeDType];
+
+/** The arrays collectives accept, at any byteOffset. */
+export type Tensor = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array;
+
+/** Bytes per element of each NativeDType (the addon's dtypeSize). */
+export const DTYPE_BYTES: readonly number[] = valuesOf({
+  [NativeDType.Float32]: 4, [NativeDType.Float64]: 8, [NativeDType.Float16]: 2, [NativeDType.BFloat16]: 2,
+  [NativeDType.Int32]: 4, [NativeDType.Int64]: 8, [NativeDType.Uint8]: 1,
+} satisfies { readonly [D in NativeDType]: number });
+
+/** Reduction operators (the op option). */
+export const OP_NAMES = {
+  [NativeOp.Sum]: 'sum', [NativeOp.Avg]: 'avg', [NativeOp.Min]: 'min', [NativeOp.Max]: 'max', [NativeOp.Prod]: 'prod',
+} as const satisfies { readonly [O in NativeOp]: string };
+/** Reduction operators. 'avg' sums on the wire and divides by the world size once. */
+export type ReduceOp = (typeof OP_NAMES)[NativeOp];
+
+/** Allreduce algorithms: the algorithm option and HORA_ALGO's values. */
+export const ALGORITHM_NAMES = {
+  [NativeAlgorithm.Auto]: 'auto', [NativeAlgorithm.Ring]: 'ring', [NativeAlgorithm.RecursiveDoubling]: 'recursive_doubling',
+  [NativeAlgorithm.Hierarchical]: 'hierarchical', [NativeAlgorithm.MultiDim]: 'multidim',
+} as const satisfies { readonly [A in NativeAlgorithm]: string };
+export type AlgorithmName = (typeof ALGORITHM_NAMES)[NativeAlgorithm];
+
+/**
+ * The kinds of item. `api`: the JS API's name (hora.reduceScatter; stats and the dashboard), 'invalid' for
+ * the placeholder of a call refused here; `engine`: the engine's name, in its error messages and the
+ * timeline's slices (the addon's kindName).
+ */
+export const KIND_NAMES = {
+  [NativeKind.Allreduce]: { api: 'allreduce', engine: 'allreduce' },
+  [NativeKind.Broadcast]: { api: 'broadcast', engine: 'broadcast' },
+  [NativeKind.Allgather]: { api: 'allgather', engine: 'allgather' },
+  [NativeKind.ReduceScatter]: { api: 'reduceScatter', engine: 'reducescatter' },
+  [NativeKind.Barrier]: { api: 'barrier', engine: 'barrier' },
+  [NativeKind.Invalid]: { api: 'invalid', engine: 'invalid call' },
+  [NativeKind.Send]: { api: 'send', engine: 'send' },
+  [NativeKind.Recv]: { api: 'recv', engine: 'recv' },
+} as const satisfies { readonly [K in NativeKind]: { readonly api: string; readonly engine: string } };
+/** The kinds that are collectives of the ordered queue (not a placeholder, not a message). */
+export type CollectiveNativeKind = NativeKind.Allreduce | NativeKind.Broadcast | NativeKind.Allgather | NativeKind.ReduceScatter | NativeKind.Barrier;
+
+/**
+ * The codes of a native Status in the addon's order (codeName); every one but 'OK' is a HoraError code
+ * (ts/errors.ts). Codes cross the boundary as these strings.
+ */
+export const CODE_NAMES = [
+  'OK', 'ERR_TIMEOUT', 'ERR_PEER_LOST', 'ERR_MISMATCH', 'ERR_INVALID_ARGUMENT', 'ERR_NOT_INITIALIZED', 'ERR_SHUTDOWN',
+  'ERR_AUTH', 'ERR_INTERNAL',
+] as const;
+
+/**
+ * The numbers of one completed work in takeTimeline()'s rows: the id, the WorkTimes (nanoseconds, then
+ * counts), and indexes into its strings for the algorithm, the error code and the message (-1: none).
+ * Columns is the row's length.
+ */
+export const enum TimelineColumn {
+  Id, Enqueued, Started, CopyInStart, CopyInEnd, NegotiateStart, NegotiateEnd, TransferEnd, CopyOutStart,
+  CopyOutEnd, Done, ReduceNanos, ReduceCalls, FusedTensors, Seq, Algorithm, Code, Message, Columns,
+}
+export const TIMELINE_COLUMN_NAMES = {
+  [TimelineColumn.Id]: 'id', [TimelineColumn.Enqueued]: 'enqueued', [TimelineColumn.Started]: 'started',
+  [TimelineColumn.CopyInStart]: 'copyInStart', [TimelineColumn.CopyInEnd]: 'copyInEnd',
+  [TimelineColumn.NegotiateStart]: 'negotiateStart', [TimelineColumn.NegotiateEnd]: 'negotiateEnd',
+  [TimelineColumn.TransferEnd]: 'transferEnd', [TimelineColumn.CopyOutStart]: 'copyOutStart',
+  [TimelineColumn.CopyOutEnd]: 'copyOutEnd', [TimelineColumn.Done]: 'done', [TimelineColumn.ReduceNanos]: 'reduceNanos',
+  [TimelineColumn.ReduceCalls]: 'reduceCalls', [TimelineColumn.FusedTensors]: 'fusedTensors', [TimelineColumn.Seq]: 'seq',
+  [TimelineColumn.Algorithm]: 'algorithm', [TimelineColumn.Code]: 'code', [TimelineColumn.Message]: 'message',
+} as const satisfies { readonly [C in Exclude<TimelineColumn, TimelineColumn.Columns>]: string };
+
+/**
+ * A table's entries (or what pick takes of each) in the order of their values (0, 1, ...): an array
+ * filled by push, so that the lookups by value made per call read a packed array, as they read a literal.
+ */
+export function valuesOf<T, U = T>(table: { readonly [value: number]: T }, pick?: (entry: T) => U): U[] {
+  const keys = Object.keys(table);
+  const out: U[] = [];
+  for (let i = 0; i < keys.length; i++) {
+    if (Number(keys[i]) !== i) throw new Error(`hora: an enum table skips value ${i}`);
+    out.push(pick ? pick(table[i]) : (table[i] as unknown as U));
+  }
+  return out;
+}
+
+/** The value of each name of a table (a name's member, from its name). */
+export function valueOfName<N extends string>(table: { readonly [value: number]: N }): Record<N, number> {
+  return Object.fromEntries(valuesOf(table).map((name, value) => [name, value])) as Record<N, number>;
+}
+
+/**
+ * The value of `name` in a table made by valueOfName, or undefined. Only the table's own names count:
+ * the tables are plain objects, so `'toString' in table` and `table['constructor']` find Object.prototype's
+ * functions; every entry's value is a number, and nothing inherited is.
+ */
+export function lookupName<V extends number>(table: Readonly<Record<string, V>>, name: unknown): V | undefined {
+  if (typeof name !== 'string') return undefined;
+  const v = table[name];
+  return typeof v === 'number' ? v : undefined;
+}
+
+/** The value of each DType name. */
+export const DTYPE_OF_NAME = valueOfName(DTYPE_NAMES) as Record<DType, NativeDType>;
+
+/**
+ * Every table, as lists in the order of their values: what the addon's enums() answers with, for
+ * test/enums.test.js.
+ */
+export function enumTables(): Record<string, readonly unknown[]> {
+  return {
+    dtypes: valuesOf(DTYPE_NAMES), dtypeBytes: DTYPE_BYTES, ops: valuesOf(OP_NAMES), algorithms: valuesOf(ALGORITHM_NAMES),
+    kinds: valuesOf(KIND_NAMES, (k) => k.engine), codes: CODE_NAMES, timelineColumns: valuesOf(TIMELINE_COLUMN_NAMES),
+  };
+}
 
 export interface NativeCommOptions {
   rank: number;
@@ -161,7 +286,7 @@ export interface NativeCommunicator {
   estimate(bytes: number, algorithm: NativeAlgorithm): NativeEstimate;
   /**
    * Timeline on: the phase times of the works completed since the last call, one row of numbers each
-   * (layout: enum Column in ts/timeline.ts), and the strings the rows point to.
+   * (layout: TimelineColumn above), and the strings the rows point to.
    */
   takeTimeline(): { rows: Float64Array; strings: string[] };
   /**
@@ -188,6 +313,8 @@ export interface NativeAddon {
   /** A world of one's allreduce or reducescatter with factors: view (a float dtype) times prescale, then postscale, in place. */
   scaleAlone(view: ArrayBufferView, dtype: NativeDType, prescale: number, postscale: number): void;
   abiVersion: number;
+  /** The addon's enum tables (native/src/common/enums.h), named and ordered as enumTables() names them. */
+  enums(): Record<string, readonly unknown[]>;
   /**
    * The addon holds the memory of the arrays of a pending work (native/binding/backing_store.h): a detached
    * ArrayBuffer's memory stays valid until the work's result is taken. False where this Node's V8 does not
@@ -224,9 +351,6 @@ export interface NativeCuda {
   /** float32 <-> float16 / bfloat16 conversion of count elements, or a copy when the dtypes match; synchronous on stream. */
   cast(device: number, src: bigint, fromDtype: NativeDType, dst: bigint, toDtype: NativeDType, count: number, stream: bigint): void;
 }
-
-/** Bytes per element of each NativeDType. */
-export const DTYPE_BYTES: readonly number[] = [4, 8, 2, 2, 4, 8, 1];
 
 /** Bytes an item moves in from this rank: its host view, or count elements of device memory. */
 export function itemBytes(item: Omit<NativeItem, 'id'>): number {

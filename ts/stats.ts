@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import { FIELD_LIMITS } from './control/messages';
 import type { CollectiveKind, PendingCollective, PipelineStats, Stats, StatsKind } from './control/messages';
 import { HoraError, describeValue } from './errors';
-import { DTYPE_BYTES, NativeKind } from './native';
+import { DTYPE_BYTES, KIND_NAMES, NativeKind, valuesOf } from './native';
 import type { NativeDType } from './native';
 import type { NativeResult } from './native';
 
@@ -22,11 +22,8 @@ const PENDING_REPORTED = 4;
 /** Code points of a collective name kept in a report (4 bytes each at most: within FIELD_LIMITS). */
 const NAME_CODE_POINTS = 60;
 
-const KIND_NAMES: Record<number, StatsKind | 'invalid'> = {
-  [NativeKind.Allreduce]: 'allreduce', [NativeKind.Broadcast]: 'broadcast', [NativeKind.Allgather]: 'allgather',
-  [NativeKind.ReduceScatter]: 'reduceScatter', [NativeKind.Barrier]: 'barrier', [NativeKind.Invalid]: 'invalid',
-  [NativeKind.Send]: 'send', [NativeKind.Recv]: 'recv',
-};
+/** The API's name of each NativeKind, by value. */
+const KIND_API_NAMES: readonly (StatsKind | 'invalid')[] = valuesOf(KIND_NAMES, (k) => k.api);
 
 /** One submitted collective, from submission to completion. */
 export interface SubmittedCollective {
@@ -75,7 +72,7 @@ export class CollectiveStats {
    * about a microsecond, and two clock reads from JS cost about a tenth of that.
    */
   submitted(kind: NativeKind, name: string, bytes: number, dtype: NativeDType, inWorldOrder = true): SubmittedCollective {
-    const kindName = KIND_NAMES[kind] ?? 'invalid';
+    const kindName = KIND_API_NAMES[kind] ?? 'invalid';
     return {
       seq: inWorldOrder ? ++this.submittedCount : 0, kind: kindName, name, bytes, elementBytes: DTYPE_BYTES[dtype] ?? 1, at: -1,
       totals: kindName === 'invalid' ? null : this.byKind[kind] ?? (this.byKind[kind] = this.totals(kindName)),

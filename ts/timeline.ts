@@ -47,17 +47,15 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
-import { DTYPE_BYTES, itemBytes, NativeDType, NativeItem, NativeKind, NativeOp } from './native';
+import {
+  DTYPE_BYTES, DTYPE_NAMES, itemBytes, KIND_NAMES, NativeDType, NativeItem, NativeKind, NativeOp, OP_NAMES,
+  TimelineColumn as C, valuesOf,
+} from './native';
 
-/** The numbers of one completed work in takeTimeline()'s rows (TakeTimeline in native/binding/addon.cc). */
-const enum C {
-  Id, Enqueued, Started, CopyInStart, CopyInEnd, NegotiateStart, NegotiateEnd, TransferEnd, CopyOutStart,
-  CopyOutEnd, Done, ReduceNanos, ReduceCalls, FusedTensors, Seq, Algorithm, Code, Message, Columns,
-}
-
-const KIND_NAMES = ['allreduce', 'broadcast', 'allgather', 'reducescatter', 'barrier', 'invalid call', 'send', 'recv'];
-const DTYPE_NAMES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8'];
-const OP_NAMES = ['sum', 'avg', 'min', 'max', 'prod'];
+/** The engine's names of the kinds (the slices' names), the dtypes and the ops, by value. */
+const KINDS: readonly string[] = valuesOf(KIND_NAMES, (k) => k.engine);
+const DTYPES: readonly string[] = valuesOf(DTYPE_NAMES);
+const OPS: readonly string[] = valuesOf(OP_NAMES);
 const FLUSH_BYTES = 64 * 1024;
 const FLUSH_INTERVAL_MS = 250;
 const BASE_GRID_US = 1e9;
@@ -296,11 +294,11 @@ export class TimelineWriter {
   }
 
   private callArgs(call: Call): Record<string, unknown> {
-    const args: Record<string, unknown> = { kind: KIND_NAMES[call.kind] ?? String(call.kind) };
+    const args: Record<string, unknown> = { kind: KINDS[call.kind] ?? String(call.kind) };
     if (call.name) args.name = call.name;
-    if (call.kind === NativeKind.Allreduce || call.kind === NativeKind.ReduceScatter) args.op = OP_NAMES[call.op];
+    if (call.kind === NativeKind.Allreduce || call.kind === NativeKind.ReduceScatter) args.op = OPS[call.op];
     if (call.kind !== NativeKind.Barrier && call.kind !== NativeKind.Invalid) {
-      args.dtype = DTYPE_NAMES[call.dtype];
+      args.dtype = DTYPES[call.dtype];
       args.count = call.bytes / (DTYPE_BYTES[call.dtype] ?? 1);
       args.bytes = call.bytes;
     }
@@ -391,7 +389,7 @@ export class TimelineWriter {
 }
 
 function sliceName(call: Call): string {
-  const kind = KIND_NAMES[call.kind] ?? 'collective';
+  const kind = KINDS[call.kind] ?? 'collective';
   return call.name ? `${kind} ${call.name}` : kind;
 }
 

@@ -4,15 +4,10 @@
  * or foreign option (Horovod's average=False) is never ignored.
  */
 import type { DeviceBuffer } from './device-buffer';
+import type { AlgorithmName, DType, ReduceOp, Tensor } from './native';
 
-/** Reduction operators. 'avg' sums on the wire and divides by the world size once. */
-export type ReduceOp = 'sum' | 'avg' | 'min' | 'max' | 'prod';
-
-/** Element types. float16 and bfloat16 travel in Uint16Array and are reduced in float32. */
-export type DType = 'float32' | 'float64' | 'float16' | 'bfloat16' | 'int32' | 'int64' | 'uint8';
-
-/** The arrays collectives accept, at any byteOffset. */
-export type Tensor = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array;
+/** Reduction operators, element types and the host arrays collectives accept: their tables are in ts/native.ts. */
+export type { DType, ReduceOp, Tensor };
 
 /** What collectives accept: a host array, or device memory (hora.cuda.DeviceBuffer), whose result stays on the device. */
 export type CollectiveInput = Tensor | DeviceBuffer;
@@ -26,7 +21,7 @@ export interface InitOptions {
    * Force an allreduce algorithm (default HORA_ALGO, else 'auto'): 'hierarchical' needs the same number of
    * ranks on every host; 'multidim' walks the HORA_TOPOLOGY grid (default: ranks per host x hosts).
    */
-  algorithm?: 'auto' | 'ring' | 'recursive_doubling' | 'hierarchical' | 'multidim';
+  algorithm?: AlgorithmName;
   /**
    * 'auto' uses shared memory between ranks on one host and TCP across hosts; 'tcp' forces TCP; 'shm'
    * is shared memory only, and init fails with ERR_INVALID_ARGUMENT on every rank when the ranks are on

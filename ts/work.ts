@@ -18,7 +18,7 @@
  */
 import { CallSite, describeValue, HoraError } from './errors';
 import { callName, cannotBeTaken, changedArray, copyBack, copyIn, Lend, Stages } from './lend';
-import { itemBytes, NativeAlgorithm, NativeDType, NativeKind, NativeOp, packCode } from './native';
+import { itemBytes, KIND_NAMES, NativeAlgorithm, NativeDType, NativeKind, NativeOp, packCode } from './native';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
 import type { TimelineWriter } from './timeline';
@@ -195,11 +195,9 @@ export function orderByName(items: NativeItem[], sort = true): void {
   }
 }
 
-const CALL_NAMES = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
-
 /** The invalid call that stands at a duplicate's place (see orderByName). */
 function duplicateOf(item: NativeItem): NativeItem {
-  const call = (item.group ? 'group.' : '') + (CALL_NAMES[item.kind] ?? 'collective');
+  const call = (item.group ? 'group.' : '') + (item.kind < NativeKind.Invalid ? KIND_NAMES[item.kind].api : 'collective');
   const reason = `hora.${call}: argument 'options.name' must differ from the names of the other collectives called in the ` +
     `same synchronous run of JavaScript (one batch); received ${describeValue(item.name)} a second time`;
   return { ...invalidItem(reason, item.group, item.name), id: item.id };
@@ -589,7 +587,8 @@ export class Dispatcher implements WorkDriver {
   /**
    * A small collective being awaited: before the event loop sleeps, watch for its completion a little
    * while. Completions otherwise come back through a thread-safe function, whose wake-up of the event
-   * loop cost ~20 µs of an awaited small collective's ~40 µs (docs/benchmarks.md).
+   * loop cost ~20 µs of an awaited small collective's ~40 µs
+   * (docs/notes/2026-11-23-small-collectives-on-the-waiting-thread.md).
    */
   private spinFor(id: number): void {
     this.wantsCallSite = true;

@@ -23,6 +23,7 @@
  */
 import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
+import { readTfjsSkipAllreduce } from '../../ts/config';
 import { HoraError, checkOptionKeys, knownOptions } from '../../ts/errors';
 import { flushCollectives, timelineOn, timelineSpan } from '../../ts/hora';
 import { steps } from '../../ts/stats';
@@ -84,15 +85,6 @@ function invalid(option: string, expected: string, received: unknown): Error {
   return new TypeError(`DistributedOptimizer: option '${option}' must be ${expected}; received ${shown}`);
 }
 
-/**
- * Measurement only: HORA_TFJS_SKIP_ALLREDUCE=1 makes every DistributedOptimizer skip the allreduce (each
- * rank then trains on its own gradients and the ranks drift apart). bench/scaling.sh uses it to time the
- * same step without communication.
- */
-function skipAllreduce(): boolean {
-  return process.env.HORA_TFJS_SKIP_ALLREDUCE === '1';
-}
-
 export class DistributedOptimizer extends tf.Optimizer {
   /** The wrapped optimizer; it owns the learning rate, slots and iteration count. */
   readonly optimizer: tf.Optimizer;
@@ -102,7 +94,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   readonly overlap: boolean;
   readonly bucketMB: number;
   readonly stats: DistributedOptimizerStats = { steps: 0, submitMs: 0, waitMs: 0, applyMs: 0, backwardMs: 0, hiddenMs: 0, exposedMs: 0 };
-  private readonly skip = skipAllreduce();
+  /** Measurement only (HORA_TFJS_SKIP_ALLREDUCE=1): no allreduce, each rank trains on its own gradients. */
+  private readonly skip = readTfjsSkipAllreduce();
   /** The bucket plan learnt on the first overlapped step; null until then. */
   private plan: PlannedBucket[] | null = null;
   /** The communicating pass whose buckets are in flight, until applyGradients takes it. */

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "algorithms/cost.h"
 #include "backing_store.h"
 #include "common/cycles.h"
 #include "common/log.h"
@@ -73,6 +74,42 @@ const char* const kItemKeyNames[kNumItemKeys] = {"id", "kind", "op", "dtype", "r
 // The flags in the code argument of submitOne(), runOne(), submitMessage() and runMessage() (ts/native.ts
 // packCode).
 constexpr int32_t kWillWait = 1 << 16, kHasData = 1 << 17, kHasOut = 1 << 18, kHasName = 1 << 19;
+static_assert(hora::kNumKinds <= 16 && hora::kNumReduceOps <= 16 && hora::kNumDTypes <= 16 && hora::kNumAlgorithms <= 16,
+              "packCode gives kind, op, dtype and algorithm four bits each");
+
+// The numbers of one work in a takeTimeline() row, in order (ts/native.ts TimelineColumn): the id, the
+// WorkTimes (nanoseconds, then counts), and indexes into the strings for the algorithm, the error code
+// and the message (-1: none).
+enum TimelineColumn {
+  kColId, kColEnqueued, kColStarted, kColCopyInStart, kColCopyInEnd, kColNegotiateStart, kColNegotiateEnd,
+  kColTransferEnd, kColCopyOutStart, kColCopyOutEnd, kColDone, kColReduceNanos, kColReduceCalls, kColFusedTensors,
+  kColSeq, kColAlgorithm, kColCode, kColMessage,
+};
+constexpr int kNumTimelineColumns = kColMessage + 1;
+
+constexpr const char* timelineColumnName(TimelineColumn c) {
+  switch (c) {
+    case kColId: return "id";
+    case kColEnqueued: return "enqueued";
+    case kColStarted: return "started";
+    case kColCopyInStart: return "copyInStart";
+    case kColCopyInEnd: return "copyInEnd";
+    case kColNegotiateStart: return "negotiateStart";
+    case kColNegotiateEnd: return "negotiateEnd";
+    case kColTransferEnd: return "transferEnd";
+    case kColCopyOutStart: return "copyOutStart";
+    case kColCopyOutEnd: return "copyOutEnd";
+    case kColDone: return "done";
+    case kColReduceNanos: return "reduceNanos";
+    case kColReduceCalls: return "reduceCalls";
+    case kColFusedTensors: return "fusedTensors";
+    case kColSeq: return "seq";
+    case kColAlgorithm: return "algorithm";
+    case kColCode: return "code";
+    case kColMessage: return "message";
+  }
+  return "?";
+}
 
 // An int32 argument or property; undefined counts as `absent`. One Node-API call for a number (a small
 // collective's arguments cross about twenty of them, and each costs tens of nanoseconds).
@@ -211,7 +248,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     opts.timeoutMs = o.Get("timeoutMs").As<Napi::Number>().Int64Value();
     opts.fusionBytes = static_cast<size_t>(o.Get("fusionBytes").As<Napi::Number>().Int64Value());
     opts.algorithm = enumFrom<hora::Algorithm>(o, "algorithm", hora::kNumAlgorithms);
-    opts.transport = enumFrom<hora::TransportChoice>(o, "transport", 2);
+    opts.transport = enumFrom<hora::TransportChoice>(o, "transport", hora::kNumTransportChoices);
     opts.bindHost = o.Get("bindHost").As<Napi::String>().Utf8Value();
     opts.secret = o.Get("secret").As<Napi::String>().Utf8Value();
     if (o.Has("grid")) {
@@ -222,7 +259,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     opts.costCross = linkOverride(o, "costCross");
     opts.timeline = o.Has("timeline") && o.Get("timeline").ToBoolean().Value();
     opts.elastic = o.Has("elastic") && o.Get("elastic").ToBoolean().Value();
-    if (o.Has("logLevel")) hora::setLogLevel(enumFrom<hora::LogLevel>(o, "logLevel", 3));
+    if (o.Has("logLevel")) hora::setLogLevel(enumFrom<hora::LogLevel>(o, "logLevel", hora::kNumLogLevels));
     if (opts.size < 1 || opts.rank < 0 || opts.rank >= opts.size) {
       throw Napi::RangeError::New(env, "native: rank " + std::to_string(opts.rank) + " outside world of " +
                                            std::to_string(opts.size));
@@ -348,7 +385,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       auto w = std::make_shared<Work>();
       w->id = static_cast<uint64_t>(get(kId).As<Napi::Number>().Int64Value());
       all.push_back(w);
-      w->kind = enumFrom<hora::Kind>(get(kKind), kKind, 8);
+      w->kind = enumFrom<hora::Kind>(get(kKind), kKind, hora::kNumKinds);
       w->op = enumFrom<hora::ReduceOp>(get(kOp), kOp, hora::kNumReduceOps);
       w->dtype = enumFrom<hora::DType>(get(kDtype), kDtype, hora::kNumDTypes);
       Napi::Value root = get(kRoot);
@@ -489,7 +526,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     Napi::Env env = info.Env();
     const int32_t code = int32Or(info[1], -1);
     if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
-    w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, 8);
+    w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, hora::kNumKinds);
     if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv || w->kind == hora::Kind::kInvalid) {
       throw Napi::TypeError::New(env, "native: submitOne and runOne take collectives only");
     }
@@ -532,7 +569,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
     Napi::Env env = info.Env();
     const int32_t code = int32Or(info[1], -1);
     if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
-    w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, 8);
+    w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, hora::kNumKinds);
     if (w->kind != hora::Kind::kSend && w->kind != hora::Kind::kRecv) {
       throw Napi::TypeError::New(env, "native: submitMessage and runMessage take sends and receives only");
     }
@@ -625,15 +662,13 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   }
 
   // takeTimeline(): {rows, strings} for the works completed since the last call (timeline on), collected
-  // in bulk so that recording costs no JS work per collective. rows holds kTimelineColumns numbers per
-  // work, in the order of enum Column in ts/timeline.ts: the id, the WorkTimes (nanoseconds, then counts),
-  // and indexes into strings for the algorithm, the error code and the message (-1: none).
+  // in bulk so that recording costs no JS work per collective. rows holds kNumTimelineColumns numbers per
+  // work (enum TimelineColumn).
   Napi::Value TakeTimeline(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    constexpr size_t kTimelineColumns = 18;
     std::vector<hora::TimelineRecord> records;
     if (comm_ != nullptr) records = comm_->takeTimelineRecords();
-    Napi::Float64Array rows = Napi::Float64Array::New(env, records.size() * kTimelineColumns);
+    Napi::Float64Array rows = Napi::Float64Array::New(env, records.size() * kNumTimelineColumns);
     std::vector<std::string> strings;
     std::unordered_map<std::string, int> index;
     auto indexOf = [&](const std::string& s) {
@@ -641,19 +676,28 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
       if (found.second) strings.push_back(s);
       return double(found.first->second);
     };
-    double* out = rows.Data();
+    double* row = rows.Data();
     for (const hora::TimelineRecord& r : records) {
       const hora::WorkTimes& t = r.times;
-      const double row[kTimelineColumns] = {
-          double(r.id),           double(t.enqueued),     double(t.started),       double(t.copyInStart),
-          double(t.copyInEnd),    double(t.negotiateStart), double(t.negotiateEnd), double(t.transferEnd),
-          double(t.copyOutStart), double(t.copyOutEnd),   double(t.done),          double(t.reduceNanos),
-          double(t.reduceCalls),  double(t.fusedTensors), double(t.seq),
-          t.algorithm != nullptr ? indexOf(t.algorithm) : -1.0,
-          r.code != Code::kOk ? indexOf(hora::codeName(r.code)) : -1.0,
-          r.code != Code::kOk ? indexOf(r.message) : -1.0};
-      std::copy(row, row + kTimelineColumns, out);
-      out += kTimelineColumns;
+      row[kColId] = double(r.id);
+      row[kColEnqueued] = double(t.enqueued);
+      row[kColStarted] = double(t.started);
+      row[kColCopyInStart] = double(t.copyInStart);
+      row[kColCopyInEnd] = double(t.copyInEnd);
+      row[kColNegotiateStart] = double(t.negotiateStart);
+      row[kColNegotiateEnd] = double(t.negotiateEnd);
+      row[kColTransferEnd] = double(t.transferEnd);
+      row[kColCopyOutStart] = double(t.copyOutStart);
+      row[kColCopyOutEnd] = double(t.copyOutEnd);
+      row[kColDone] = double(t.done);
+      row[kColReduceNanos] = double(t.reduceNanos);
+      row[kColReduceCalls] = double(t.reduceCalls);
+      row[kColFusedTensors] = double(t.fusedTensors);
+      row[kColSeq] = double(t.seq);
+      row[kColAlgorithm] = t.algorithm != nullptr ? indexOf(t.algorithm) : -1.0;
+      row[kColCode] = r.code != Code::kOk ? indexOf(hora::codeName(r.code)) : -1.0;
+      row[kColMessage] = r.code != Code::kOk ? indexOf(r.message) : -1.0;
+      row += kNumTimelineColumns;
     }
     Napi::Array names = Napi::Array::New(env, strings.size());
     for (size_t i = 0; i < strings.size(); ++i) names.Set(static_cast<uint32_t>(i), strings[i]);
@@ -666,8 +710,11 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   Napi::Value Abort(const Napi::CallbackInfo& info) {
     std::string code = info[0].As<Napi::String>().Utf8Value();
     std::string message = info[1].As<Napi::String>().Utf8Value();
-    Code c = code == "ERR_PEER_LOST" ? Code::kPeerLost : code == "ERR_SHUTDOWN" ? Code::kShutdown
-           : code == "ERR_TIMEOUT" ? Code::kTimeout : Code::kInternal;
+    // The codes an abort keeps (by their names in common/enums.h); any other becomes ERR_INTERNAL.
+    Code c = Code::kInternal;
+    for (Code kept : {Code::kPeerLost, Code::kShutdown, Code::kTimeout}) {
+      if (code == hora::codeName(kept)) c = kept;
+    }
     // The rank whose loss ended the job, when the launcher named one: the `peer` of every error it causes.
     const int peer = info.Length() > 2 && info[2].IsNumber() ? info[2].As<Napi::Number>().Int32Value() : -1;
     comm_->abort(Status(c, message, peer));
@@ -880,11 +927,34 @@ Napi::Value ScaleAlone(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// enums(): the names of every enum that crosses this boundary, in the order of their values
+// (common/enums.h, and the timeline's columns), for test/enums.test.js to compare with ts/native.ts.
+template <typename E, typename Name>
+Napi::Array namesOf(Napi::Env env, int count, Name name) {
+  Napi::Array out = Napi::Array::New(env, count);
+  for (int i = 0; i < count; ++i) out.Set(static_cast<uint32_t>(i), name(static_cast<E>(i)));
+  return out;
+}
+
+Napi::Value Enums(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("dtypes", namesOf<hora::DType>(env, hora::kNumDTypes, hora::dtypeName));
+  out.Set("dtypeBytes", namesOf<hora::DType>(env, hora::kNumDTypes, [](hora::DType d) { return double(hora::dtypeSize(d)); }));
+  out.Set("ops", namesOf<hora::ReduceOp>(env, hora::kNumReduceOps, hora::opName));
+  out.Set("algorithms", namesOf<hora::Algorithm>(env, hora::kNumAlgorithms, hora::algorithmName));
+  out.Set("kinds", namesOf<hora::Kind>(env, hora::kNumKinds, hora::kindName));
+  out.Set("codes", namesOf<hora::Code>(env, hora::kNumCodes, hora::codeName));
+  out.Set("timelineColumns", namesOf<TimelineColumn>(env, kNumTimelineColumns, timelineColumnName));
+  return out;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Communicator", CommunicatorWrap::Define(env));
   exports.Set("take", Napi::Function::New(env, TakeResult));
   exports.Set("clocks", Napi::Function::New(env, Clocks));
   exports.Set("scaleAlone", Napi::Function::New(env, ScaleAlone));
+  exports.Set("enums", Napi::Function::New(env, Enums));
   exports.Set("cuda", CudaExports(env));
   exports.Set("abiVersion", Napi::Number::New(env, 1));
   exports.Set("holdsArrayBuffers", Napi::Boolean::New(env, hora::binding::canHoldBackingStores()));

@@ -10,7 +10,7 @@
 // and the reference does not depend on the order in which the ranks combined their data.
 //
 //   native/test/build.sh /tmp/hora-native-tests && /tmp/hora-native-tests/algorithms_test
-// Prints "ok N - what" or "not ok N - what: details" per group of cases; exits 1 if any failed.
+// Prints "ok N - what" or "not ok N - what: details" per group of cases (tap.h); exits 1 if any failed.
 // HORA_TEST_WATCHDOG_S (default 240) bounds the whole run, so a hang fails instead of blocking CI.
 #include <unistd.h>
 
@@ -36,6 +36,7 @@
 #include "engine/probe.h"
 #include "engine/work.h"
 #include "reduce/reduce.h"
+#include "tap.h"
 #include "transport/context.h"
 
 using namespace hora;
@@ -51,31 +52,19 @@ double secondsSince(SteadyClock::time_point t) {
 // ---------------------------------------------------------------------------------------------------
 // Reporting: one line per group of cases, so the output stays readable while the sweep stays wide.
 
-int gLines = 0;
-int gFailedLines = 0;
-std::mutex gCurrentMutex;
-std::string gCurrent = "start-up";
-
-void setCurrent(const std::string& what) {
-  std::lock_guard<std::mutex> lock(gCurrentMutex);
-  gCurrent = what;
-}
-
 class Check {
  public:
-  explicit Check(std::string what) : what_(std::move(what)), start_(SteadyClock::now()) { setCurrent(what_); }
+  explicit Check(std::string what) : what_(std::move(what)), start_(SteadyClock::now()) { testing::setCurrent(what_); }
   ~Check() {
-    ++gLines;
     if (failures_ == 0) {
-      std::printf("ok %d - %s (%d cases, %.2f s)\n", gLines, what_.c_str(), cases_, secondsSince(start_));
+      char took[64];
+      std::snprintf(took, sizeof took, " (%d cases, %.2f s)", cases_, secondsSince(start_));
+      testing::check(true, what_ + took);
     } else {
-      ++gFailedLines;
       std::string details;
       for (const std::string& d : details_) details += (details.empty() ? "" : "; ") + d;
-      std::printf("not ok %d - %s: %d of %d cases failed: %s\n", gLines, what_.c_str(), failures_, cases_,
-                  details.c_str());
+      testing::check(false, what_, std::to_string(failures_) + " of " + std::to_string(cases_) + " cases failed: " + details);
     }
-    std::fflush(stdout);
   }
   void pass() { ++cases_; }
   void fail(const std::string& detail) {
@@ -95,22 +84,6 @@ class Check {
   int failures_ = 0;
   std::vector<std::string> details_;
 };
-
-void startWatchdog() {
-  const char* env = std::getenv("HORA_TEST_WATCHDOG_S");
-  const int limit = env != nullptr ? std::atoi(env) : 240;
-  std::thread([limit] {
-    std::this_thread::sleep_for(std::chrono::seconds(limit));
-    std::string current;
-    {
-      std::lock_guard<std::mutex> lock(gCurrentMutex);
-      current = gCurrent;
-    }
-    std::printf("not ok %d - watchdog: the run passed %d s, stuck in: %s\n", gLines + 1, limit, current.c_str());
-    std::fflush(stdout);
-    _exit(1);
-  }).detach();
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Worlds: `size` Contexts in this process, connected to each other.
@@ -1433,8 +1406,7 @@ void worldTests(Net net, int size) {
 
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  startWatchdog();
-  const auto t0 = SteadyClock::now();
+  testing::startWatchdog(240);
   layoutUnitTests();
   for (int size = 1; size <= 6; ++size) {
     worldTests(Net::kShm, size);
@@ -1449,6 +1421,5 @@ int main() {
   timeoutTest(Net::kShm);
   abortTest(Net::kTcp);
   abortTest(Net::kShm);
-  std::printf("# %d of %d groups failed, %.1f s\n", gFailedLines, gLines, secondsSince(t0));
-  return gFailedLines == 0 ? 0 : 1;
+  return testing::finish();
 }

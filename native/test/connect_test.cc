@@ -46,18 +46,6 @@ double secondsSince(SteadyClock::time_point t) {
 
 using testing::check;
 using testing::gCount;
-using testing::gFailed;
-
-void startWatchdog() {
-  const char* env = std::getenv("HORA_TEST_WATCHDOG_S");
-  const int limit = env != nullptr ? std::atoi(env) : 120;
-  std::thread([limit] {
-    std::this_thread::sleep_for(std::chrono::seconds(limit));
-    std::printf("not ok %d - watchdog: the run passed %d s\n", gCount + 1, limit);
-    std::fflush(stdout);
-    _exit(1);
-  }).detach();
-}
 
 std::string describe(const Status& st) { return std::string(codeName(st.code())) + " " + st.message(); }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -752,8 +740,7 @@ void sameHostConnectionsDoNotPace() {
 
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  startWatchdog();
-  const auto t0 = SteadyClock::now();
+  testing::startWatchdog();
   equalSecretsConnect();
   listenerClosedAfterInit();
   differentSecrets();
@@ -763,6 +750,5 @@ int main() {
   duplicatesAndReplays();
   fakeAcceptors();
   sameHostConnectionsDoNotPace();
-  std::printf("# %d of %d checks failed, %.1f s\n", gFailed, gCount, secondsSince(t0));
-  return gFailed == 0 ? 0 : 1;
+  return testing::finish();
 }

@@ -22,8 +22,6 @@
 
 using namespace hora;
 using hora::testing::check;
-using hora::testing::gCount;
-using hora::testing::gFailed;
 namespace el = hora::cuda::elements;
 
 namespace {
@@ -299,6 +297,5 @@ int main() {
   halfMinMaxOnBits();
   powerOfTwoAvgMatchesCpu<DType::kFloat32>();
   powerOfTwoAvgMatchesCpu<DType::kFloat64>();
-  std::printf("# %d of %d checks failed\n", gFailed, gCount);
-  return gFailed == 0 ? 0 : 1;
+  return hora::testing::finish();
 }

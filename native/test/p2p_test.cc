@@ -347,6 +347,5 @@ int main() {
     testViolation(net, "an RTS_HEAD of a message no larger than its head", smallHead, false);
     testViolation(net, "a DATA_TAIL of a message no larger than a head", smallTail, false);
   }
-  std::printf("1..%d\n", hora::testing::gCount);
-  return hora::testing::gFailed == 0 ? 0 : 1;
+  return hora::testing::finish();
 }

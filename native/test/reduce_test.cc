@@ -3,8 +3,8 @@
 // 16-bit float conversions, scaleForAvg, and the scaled steps of prescaleFactor / postscaleFactor.
 //
 //   g++ -std=c++17 -O2 -ffp-contract=off -Inative/src native/test/reduce_test.cc native/src/reduce/reduce.cc
-//       native/src/common/types.cc -o /tmp/reduce_test && /tmp/reduce_test
-// Prints "ok N <what>" per passing check, "FAIL <what>: <detail>" otherwise; exits 1 on any failure.
+//       -o /tmp/reduce_test && /tmp/reduce_test
+// Prints "ok N - what" or "not ok N - what: details" per check (tap.h); exits 1 if any failed.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,25 +17,14 @@
 
 #include "common/types.h"
 #include "reduce/reduce.h"
+#include "tap.h"
 
 using namespace hora;
 
 namespace {
 
-int gChecks = 0;
-int gFailures = 0;
-
-void pass(const std::string& what) { std::printf("ok %d %s\n", ++gChecks, what.c_str()); }
-
-void fail(const std::string& what, const std::string& detail) {
-  ++gChecks;
-  ++gFailures;
-  std::printf("FAIL %s: %s\n", what.c_str(), detail.c_str());
-}
-
 void expect(bool cond, const std::string& what, const std::string& detail = "") {
-  if (cond) pass(what);
-  else fail(what, detail);
+  testing::check(cond, what, detail);
 }
 
 template <class To, class From>
@@ -700,6 +689,5 @@ int main() {
   testKernelsAgainstReference();
   testScaleForAvg();
   testScaledSteps();
-  std::printf("%d checks, %d failed\n", gChecks, gFailures);
-  return gFailures == 0 ? 0 : 1;
+  return testing::finish();
 }

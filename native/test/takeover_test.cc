@@ -287,6 +287,5 @@ int main() {
 
   testMarkerScan();
   for (Net net : {Net::kShm, Net::kTcp, Net::kMixed}) testTakeOver(net);
-  std::printf("1..%d\n", hora::testing::gCount);
-  return hora::testing::gFailed == 0 ? 0 : 1;
+  return hora::testing::finish();
 }

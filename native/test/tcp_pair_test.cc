@@ -249,6 +249,5 @@ int main() {
   testNoAhead();
   testMixedReads();
   testGatheredWrites();
-  std::printf("1..%d\n", testing::gCount);
-  return testing::gFailed == 0 ? 0 : 1;
+  return testing::finish();
 }

@@ -182,7 +182,7 @@ burst_bytes() {
 # allreduce cost each simulated host about 300 ms of CPU, taken from the same
 # two vCPUs the ranks compute on, where a real host's NIC segments in hardware.
 # So the veths build no GSO packet larger than the bucket (less their headers):
-# the same rate, one tenth of the CPU (docs/benchmarks.md, overlap).
+# the same rate, one tenth of the CPU (docs/notes/2026-11-26-tfjs-overlap-measured-again.md).
 shape() {
   local netns=$1 dev=$2 burst
   burst=$(burst_bytes "$RATE")

@@ -40,13 +40,14 @@ function loadControl() {
   const frame = require(path.join(CONTROL, 'frame.js'));
   const messages = require(path.join(CONTROL, 'messages.js'));
   const server = require(path.join(CONTROL, 'server.js'));
+  const topology = require(path.join(CONTROL, 'topology.js'));
   // The first decode loads proto/hora.proto: a one-time read that is not the decoder's allocation.
   messages.encodeEnvelope({ kind: 'heartbeat', seq: 0, timeMs: 0 });
   return {
     FrameDecoder: frame.FrameDecoder,
     MAX_FRAME_BYTES: frame.MAX_FRAME_BYTES,
     SERVER_MAX_FRAME_BYTES: server.SERVER_MAX_FRAME_BYTES ?? 16 * 1024,
-    computeTopology: server.computeTopology,
+    computeTopology: topology.computeTopology,
     encodeEnvelope: messages.encodeEnvelope,
     decodeEnvelope: messages.decodeEnvelope,
     ControlProtocolError: messages.ControlProtocolError,

@@ -9,9 +9,11 @@
 import * as hora from '../index';
 import { allreduceEstimate } from '../hora';
 import { ALGORITHMS, readSettings, resolveLaunch } from '../config';
+import { DTYPE_BYTES, DTYPE_NAMES, DTYPE_OF_NAME, OP_NAMES, valuesOf } from '../native';
 import type { DType, ReduceOp, Tensor } from '../types';
 
 const OPS = ['allreduce', 'broadcast', 'allgather', 'reducescatter'] as const;
+const REDUCE_OPS: readonly string[] = valuesOf(OP_NAMES);
 type BenchOp = (typeof OPS)[number];
 
 interface BenchArgs {
@@ -37,8 +39,8 @@ const USAGE = `usage: hora run -np N hora bench [options]
   --min SIZE          smallest message in bytes, suffixes K M G (4)
   --max SIZE          largest message (256M)
   --factor F          size multiplier between rows (4)
-  --dtype T           float32|float64|float16|bfloat16|int32|int64|uint8 (float32)
-  --reduce-op OP      sum|avg|min|max|prod for allreduce/reducescatter (sum)
+  --dtype T           ${valuesOf(DTYPE_NAMES).join('|')} (float32)
+  --reduce-op OP      ${REDUCE_OPS.join('|')} for allreduce/reducescatter (sum)
   --iters N           timed iterations per size (default: 200 below 1 MiB, 20 below 16 MiB, else 5)
   --warmup N          untimed iterations per size (20; fewer above 16 MiB)
   --reps N            timed loops per size; the row shows the median of their mean times (1)
@@ -80,13 +82,13 @@ export function parseArgs(argv: string[]): BenchArgs {
       case '--factor': a.factor = parseInteger(flag, next(), 2); break;
       case '--dtype': {
         const v = next();
-        if (!(v in ELEMENT)) throw new UsageError(`--dtype expects one of ${Object.keys(ELEMENT).join(', ')}; received ${JSON.stringify(v)}`);
+        if (!Object.hasOwn(ELEMENT, v)) throw new UsageError(`--dtype expects one of ${Object.keys(ELEMENT).join(', ')}; received ${JSON.stringify(v)}`);
         a.dtype = v as DType;
         break;
       }
       case '--reduce-op': {
         const v = next();
-        if (!['sum', 'avg', 'min', 'max', 'prod'].includes(v)) throw new UsageError(`--reduce-op expects sum, avg, min, max or prod; received ${JSON.stringify(v)}`);
+        if (!REDUCE_OPS.includes(v)) throw new UsageError(`--reduce-op expects ${REDUCE_OPS.slice(0, -1).join(', ')} or ${REDUCE_OPS[REDUCE_OPS.length - 1]}; received ${JSON.stringify(v)}`);
         a.reduceOp = v as ReduceOp;
         break;
       }
@@ -109,15 +111,16 @@ export function parseArgs(argv: string[]): BenchArgs {
   return a;
 }
 
+const bytesOf = (d: DType) => DTYPE_BYTES[DTYPE_OF_NAME[d]];
 const ELEMENT: Record<DType, { bytes: number; make: (n: number) => Tensor; set: (x: Tensor, i: number, v: number) => void; get: (x: Tensor, i: number) => number }> = {
-  float32: { bytes: 4, make: (n) => new Float32Array(n), set: (x, i, v) => { (x as Float32Array)[i] = v; }, get: (x, i) => (x as Float32Array)[i] },
-  float64: { bytes: 8, make: (n) => new Float64Array(n), set: (x, i, v) => { (x as Float64Array)[i] = v; }, get: (x, i) => (x as Float64Array)[i] },
-  int32: { bytes: 4, make: (n) => new Int32Array(n), set: (x, i, v) => { (x as Int32Array)[i] = v; }, get: (x, i) => (x as Int32Array)[i] },
-  int64: { bytes: 8, make: (n) => new BigInt64Array(n), set: (x, i, v) => { (x as BigInt64Array)[i] = BigInt(v); }, get: (x, i) => Number((x as BigInt64Array)[i]) },
-  uint8: { bytes: 1, make: (n) => new Uint8Array(n), set: (x, i, v) => { (x as Uint8Array)[i] = v; }, get: (x, i) => (x as Uint8Array)[i] },
+  float32: { bytes: bytesOf('float32'), make: (n) => new Float32Array(n), set: (x, i, v) => { (x as Float32Array)[i] = v; }, get: (x, i) => (x as Float32Array)[i] },
+  float64: { bytes: bytesOf('float64'), make: (n) => new Float64Array(n), set: (x, i, v) => { (x as Float64Array)[i] = v; }, get: (x, i) => (x as Float64Array)[i] },
+  int32: { bytes: bytesOf('int32'), make: (n) => new Int32Array(n), set: (x, i, v) => { (x as Int32Array)[i] = v; }, get: (x, i) => (x as Int32Array)[i] },
+  int64: { bytes: bytesOf('int64'), make: (n) => new BigInt64Array(n), set: (x, i, v) => { (x as BigInt64Array)[i] = BigInt(v); }, get: (x, i) => Number((x as BigInt64Array)[i]) },
+  uint8: { bytes: bytesOf('uint8'), make: (n) => new Uint8Array(n), set: (x, i, v) => { (x as Uint8Array)[i] = v; }, get: (x, i) => (x as Uint8Array)[i] },
   // Small integers are exact in both 16-bit formats: float16 1 = 0x3c00, bfloat16 1 = 0x3f80 (and k = the bits of k).
-  float16: { bytes: 2, make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = halfOf(v); }, get: (x, i) => halfValue((x as Uint16Array)[i]) },
-  bfloat16: { bytes: 2, make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = bf16Of(v); }, get: (x, i) => bf16Value((x as Uint16Array)[i]) },
+  float16: { bytes: bytesOf('float16'), make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = halfOf(v); }, get: (x, i) => halfValue((x as Uint16Array)[i]) },
+  bfloat16: { bytes: bytesOf('bfloat16'), make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = bf16Of(v); }, get: (x, i) => bf16Value((x as Uint16Array)[i]) },
 };
 
 const f32 = new Float32Array(1);

@@ -3,6 +3,7 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { findPackageRoot } from '../package-root';
 
 export const MAIN_USAGE = `Usage: hora <command> [options]
 
@@ -22,22 +23,15 @@ Options:
   -v, --version   print the hora version
 `;
 
-/** Version from the package.json that sits above this file. */
+/** Version from hora's package.json, the nearest above this file. */
 export function packageVersion(startDir: string = __dirname): string {
-  let dir = startDir;
-  for (;;) {
-    const file = path.join(dir, 'package.json');
-    if (fs.existsSync(file)) {
-      try {
-        const pkg = JSON.parse(fs.readFileSync(file, 'utf8')) as { name?: string; version?: string };
-        if (pkg.name === 'hora' && typeof pkg.version === 'string') return pkg.version;
-      } catch {
-        // keep looking
-      }
-    }
-    const parent = path.dirname(dir);
-    if (parent === dir) return 'unknown';
-    dir = parent;
+  const root = findPackageRoot(startDir, 'hora');
+  if (root === null) return 'unknown';
+  try {
+    const { version } = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as { version?: unknown };
+    return typeof version === 'string' ? version : 'unknown';
+  } catch {
+    return 'unknown';
   }
 }
 

@@ -7,30 +7,29 @@
 // worker's code (128 + signal number when a signal killed it). Signals sent
 // to the launcher are forwarded the same way.
 //
-// Workers are started through a Spawner. LocalSpawner starts them on this
-// machine, SshSpawner (ssh.ts) on other hosts; HostSpawner picks one per -H
-// entry and binds the rendezvous server where every worker can reach it. With
+// Workers are started through a Spawner (spawn.ts). LocalSpawner (spawn.ts)
+// starts them on this machine, SshSpawner (ssh.ts) on other hosts; HostSpawner
+// picks one per -H entry and binds the rendezvous server where every worker can reach it. With
 // a remote host in the job, output lines are prefixed [rank@host].
 
-import * as child_process from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import {
-  defaultHostId, firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, parseExportEntry, parseRunExport, readSettings, resolveExports,
-  resolveIface, DebugLevel, DEBUG_LEVELS, ExportEntry,
+  firstExternalIPv4, HoraConfigError, isLoopback, Logger, makeLogger, parseExportEntry, parseRunExport, readHostId, readSettings, readTimeline,
+  resolveExports, resolveIface, DebugLevel, DEBUG_LEVELS, ExportEntry,
 } from '../config';
 import { RendezvousServer } from '../control/server';
 import { mergeTimelines, rankTimelinePath } from '../timeline';
-import { trackChild } from './child';
 import { DiscoveredHost, discoverHosts, discoverHostsSync, DiscoveryError, DISCOVERY_INTERVAL_MS } from './discovery';
 import { Dashboard, startDashboard } from './dashboard';
 import { formatStatus, StatusLine } from './status-line';
 import { ifaceSubnetWarning } from './iface-check';
 import { hostPart, localAddressToward, splitShellWords, SshOptions, SshSpawner } from './ssh';
-import { BindRequest, bindingFor, cpuList, MapBy, readCores, wrapNote } from './bind';
+import { BindRequest, MapBy, readCores, wrapNote } from './bind';
+import { HostSlots, LocalSpawner, RendezvousBinding, Spawner, WorkerHandle, WorkerSpec } from './spawn';
 
 // ---------------------------------------------------------------------------
 // Arguments.
@@ -47,15 +46,6 @@ export class UsageError extends Error {
     super(value === undefined ? `${flag}: ${expected}` : `${flag} ${JSON.stringify(value)} is invalid: expected ${expected}`);
     this.name = 'UsageError';
   }
-}
-
-export interface HostSlots {
-  /** Host name or address as written in -H or the hostfile ([user@]host). */
-  host: string;
-  /** Workers that may run there. */
-  slots: number;
-  /** Not this machine: workers start over ssh. */
-  remote: boolean;
 }
 
 export interface RunOptions {
@@ -655,102 +645,11 @@ function isLocalHost(userHost: string): boolean {
 // ---------------------------------------------------------------------------
 // Spawning.
 
-export interface WorkerSpec {
-  rank: number;
-  /** The -H entry this worker runs on. */
-  host: string;
-  /** True when host is not this machine. */
-  remote: boolean;
-  /** Variables added to the launcher's environment. */
-  env: Record<string, string>;
-  /** --bind-to core: the worker's place among its host's ranks; the spawner binds it there. */
-  bind?: BindRequest;
-  command: string;
-  args: string[];
-}
-
-export interface WorkerHandle {
-  readonly rank: number;
-  readonly stdout: Readable;
-  readonly stderr: Readable;
-  /** Signals the worker and everything it started; no-op once it has exited. */
-  kill(signal: NodeJS.Signals): void;
-  /** Called once, when the worker has exited and its output is drained. code 127 = could not start. */
-  onDone(cb: (code: number | null, signal: NodeJS.Signals | null) => void): void;
-  /** Called once, as soon as the worker exits (output may still be in flight). */
-  onExit(cb: (code: number | null, signal: NodeJS.Signals | null) => void): void;
-  /** Why it failed when the worker itself never ran (e.g. "ssh to h failed ..."); undefined otherwise. */
-  describeFailure?(code: number | null, signal: NodeJS.Signals | null): string | undefined;
-}
-
-/** Where the rendezvous server binds, and why there. */
-export interface RendezvousBinding {
-  addr: string;
-  /** What chose addr, in words; workers get it as HORA_RENDEZVOUS_ADDR_SOURCE and name it when they cannot connect. */
-  source: string;
-}
-
-export interface Spawner {
-  /** Address to bind the rendezvous server to: one every worker can reach. */
-  rendezvousBindAddress(hosts: HostSlots[]): RendezvousBinding | Promise<RendezvousBinding>;
-  spawn(spec: WorkerSpec): WorkerHandle;
-}
-
 /** A launch that cannot start (no address for the rendezvous server): message, exit status 1. */
 export class LaunchError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'LaunchError';
-  }
-}
-
-/** Runs workers on this machine, each in its own process group so that kill() reaches its children too. */
-export class LocalSpawner implements Spawner {
-  rendezvousBindAddress(): RendezvousBinding {
-    return { addr: '127.0.0.1', source: 'loopback, as every worker runs on the launcher\'s machine' };
-  }
-
-  spawn(spec: WorkerSpec): WorkerHandle {
-    let command = spec.command;
-    let args = spec.args;
-    if (spec.bind) {
-      // taskset sets the affinity and execs the worker: the worker keeps the pid, and with it its signals.
-      const cores = readCores() ?? [];
-      if (cores.length > 0) {
-        args = ['-c', cpuList(bindingFor(cores, spec.bind.localRank, spec.bind.mapBy)), command, ...args];
-        command = 'taskset';
-      }
-    }
-    const child = child_process.spawn(command, args, {
-      env: { ...process.env, ...spec.env },
-      // Workers get no stdin: they are in their own process group (a terminal read would stop them).
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true,
-    });
-    const life = trackChild(child, (err) => {
-      process.stderr.write(`hora run: cannot start ${JSON.stringify(spec.command)} for rank ${spec.rank}: ${err.message}\n`);
-    });
-    return {
-      rank: spec.rank,
-      stdout: child.stdout as Readable,
-      stderr: child.stderr as Readable,
-      kill(signal: NodeJS.Signals) {
-        if (life.exited || child.pid === undefined) return;
-        try {
-          process.kill(-child.pid, signal);
-          // A stopped worker (SIGSTOP, a debugger) only acts on SIGTERM once it runs again.
-          if (signal === 'SIGTERM') process.kill(-child.pid, 'SIGCONT');
-        } catch {
-          try {
-            child.kill(signal);
-          } catch {
-            // already gone
-          }
-        }
-      },
-      onExit: life.onExit,
-      onDone: life.onDone,
-    };
   }
 }
 
@@ -965,7 +864,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   spawner ??= new HostSpawner(opts.ssh, opts.iface, log, opts.ifaceFrom);
   const jobId = crypto.randomBytes(8).toString('hex');
   const secret = crypto.randomBytes(32).toString('hex');
-  const baseHostId = process.env.HORA_HOST_ID?.trim() || defaultHostId();
+  const baseHostId = readHostId();
   const multiHost = opts.hosts.some((h) => h.remote);
 
   const binding = await spawner.rendezvousBindAddress(opts.hosts);
@@ -1001,7 +900,7 @@ export async function launch(opts: RunOptions, spawner?: Spawner): Promise<numbe
   process.stderr.on('error', ignoreOutputError);
 
   // --timeline or HORA_TIMELINE: every rank writes its own file next to FILE; they are merged at the end.
-  const timelineText = (opts.workerEnv.HORA_TIMELINE ?? process.env.HORA_TIMELINE)?.trim();
+  const timelineText = opts.workerEnv.HORA_TIMELINE !== undefined ? readTimeline(opts.workerEnv) : readTimeline();
   const timeline = timelineText ? path.resolve(timelineText) : undefined;
   // (An elastic job's files are named by worker id; each is removed as its worker starts.)
   if (timeline) for (let r = 0; r < opts.np; r++) fs.rmSync(rankTimelinePath(timeline, r), { force: true });

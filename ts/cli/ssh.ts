@@ -27,7 +27,7 @@ import type { Readable } from 'node:stream';
 import { trackChild } from './child';
 import { bindingFor, cpuList, readCores, wrapNote } from './bind';
 import type { BindRequest } from './bind';
-import type { WorkerHandle, WorkerSpec } from './run';
+import type { WorkerHandle, WorkerSpec } from './spawn';
 
 export interface SshOptions {
   /** -p: ssh port on every remote host; undefined = ssh's default (its config, else 22). */

@@ -22,7 +22,7 @@ import type { EventEmitter } from 'node:events';
 import type { Logger } from '../config';
 import type { ControlConnection } from './frame';
 import { ElasticEvent, ElasticReport, MembershipEvent, PeerTable, Register } from './messages';
-import { computeTopology } from './server';
+import { computeTopology } from './topology';
 
 export interface ElasticMembershipOptions {
   /** Workers of the first world (hora run -np). */

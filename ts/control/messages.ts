@@ -3,14 +3,17 @@
 // The .proto file is the contract and is loaded at run time with protobufjs
 // (no generated code to keep in sync). Callers only see the plain objects
 // below; decodeEnvelope() turns anything malformed into a ControlProtocolError.
-// Nothing read from the network is trusted (ARCHITECTURE invariant 5): after
-// protobuf decoding, validateMessage() holds every field to the bounds in
-// FIELD_LIMITS and a PeerTable to its own invariants, so that the server, the
-// client and the native core never index or allocate by an unchecked number.
+// Nothing read from the network is trusted (docs/internals.md, "What the code
+// relies on"): after protobuf decoding, validateMessage() holds every field to
+// the bounds in FIELD_LIMITS and a PeerTable to its own invariants, so that the
+// server, the client and the native core never index or allocate by an
+// unchecked number.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as protobuf from 'protobufjs';
+import { KIND_NAMES, NativeKind, valuesOf } from '../native';
+import type { CollectiveNativeKind } from '../native';
 
 /** Bumped when a change would be misread by an older peer; see proto/hora.proto. */
 export const PROTOCOL_VERSION = 1;
@@ -102,11 +105,11 @@ export interface Heartbeat {
   timeMs: number;
 }
 
-/** Kinds of collective a Stats message may name (the API's names). */
-export const COLLECTIVE_KINDS = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'] as const;
-export type CollectiveKind = (typeof COLLECTIVE_KINDS)[number];
+/** Kinds of collective a Stats message may name (the API's names): the kinds before Invalid. */
+export const COLLECTIVE_KINDS = valuesOf(KIND_NAMES, (k) => k.api).slice(0, NativeKind.Invalid) as readonly CollectiveKind[];
+export type CollectiveKind = (typeof KIND_NAMES)[CollectiveNativeKind]['api'];
 /** Point-to-point calls, counted beside the collectives (but outside their order: no sequence numbers). */
-export const MESSAGE_KINDS = ['send', 'recv'] as const;
+export const MESSAGE_KINDS = [KIND_NAMES[NativeKind.Send].api, KIND_NAMES[NativeKind.Recv].api] as const;
 export type MessageKind = (typeof MESSAGE_KINDS)[number];
 /** Every kind a Stats message may total. */
 export const STATS_KINDS = [...COLLECTIVE_KINDS, ...MESSAGE_KINDS] as const;
@@ -355,7 +358,7 @@ function checkPeerTable(table: PeerTable): void {
   if (!Number.isInteger(table.yourRank) || table.yourRank < 0 || table.yourRank >= table.size) {
     fieldError('PeerTable.yourRank', table.yourRank, `is out of range for size ${table.size}`);
   }
-  // The topology must be the one the host ids give (see computeTopology in server.ts):
+  // The topology must be the one the host ids give (see computeTopology in topology.ts):
   // local ranks count the ranks of a host in rank order, cross ranks the hosts in order of their lowest rank.
   const hostIndex = new Map<string, number>();
   const hostCount = new Map<string, number>();

@@ -21,9 +21,10 @@ import * as net from 'node:net';
 import { WAIT_WARN_EVERY_MS } from '../config';
 import type { Logger } from '../config';
 import { ControlConnection } from './frame';
-import { ControlMessage, Peer, PeerTable, PROTOCOL_VERSION, Register } from './messages';
+import { ControlMessage, PeerTable, PROTOCOL_VERSION, Register } from './messages';
 import { ElasticMembership, ElasticMembershipOptions, JOB_FINISHED_REFUSAL } from './membership';
 import { describeStall, JobMonitor, JobSnapshot, Stall } from './monitor';
+import { computeTopology } from './topology';
 
 export interface RendezvousServerOptions {
   /** Number of ranks to wait for (>= 1). */
@@ -538,37 +539,4 @@ function assignRanks(size: number, byRank: Map<number, Registration>, unassigned
   let next = 0;
   for (let rank = 0; rank < size; rank++) if (out[rank] === undefined) out[rank] = queue[next++];
   return out as Registration[];
-}
-
-/** Registration fields needed to place a rank in the topology. */
-export type TopologyInput = Pick<Register, 'hostId' | 'dataAddr' | 'dataPort' | 'hostname' | 'pid'>;
-
-/**
- * Peers for registrations indexed by rank. local_rank orders the ranks that
- * share a host id; cross_rank orders the hosts by their lowest rank.
- */
-export function computeTopology(byRank: TopologyInput[]): Peer[] {
-  const hostIndex = new Map<string, number>();
-  const hostCount = new Map<string, number>();
-  for (const r of byRank) {
-    if (!hostIndex.has(r.hostId)) hostIndex.set(r.hostId, hostIndex.size);
-    hostCount.set(r.hostId, (hostCount.get(r.hostId) ?? 0) + 1);
-  }
-  const seen = new Map<string, number>();
-  return byRank.map((r, rank) => {
-    const localRank = seen.get(r.hostId) ?? 0;
-    seen.set(r.hostId, localRank + 1);
-    return {
-      rank,
-      hostId: r.hostId,
-      dataAddr: r.dataAddr,
-      dataPort: r.dataPort,
-      localRank,
-      localSize: hostCount.get(r.hostId) as number,
-      crossRank: hostIndex.get(r.hostId) as number,
-      crossSize: hostIndex.size,
-      hostname: r.hostname,
-      pid: r.pid,
-    };
-  });
 }

@@ -3,6 +3,7 @@
 
 #include "algorithms/blocks.h"
 #include "algorithms/collectives.h"
+#include "algorithms/cost.h"
 #include "algorithms/recursive_doubling.h"
 #include "algorithms/ring.h"
 #include "common/log.h"
@@ -56,17 +57,6 @@ Status notUniform(const Topology& t) {
 
 }  // namespace
 
-const char* algorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
-    case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kMultiDim: return "multidim";
-  }
-  return "?";
-}
-
 namespace {
 
 // On one host the choice is by size alone, at a threshold measured on shared memory and loopback TCP.
@@ -84,7 +74,7 @@ std::string seconds(double s) {
   return buf;
 }
 
-// Across hosts, by the cost model (topology.h), logged at INFO once per power-of-two size.
+// Across hosts, by the cost model (cost.h), logged at INFO once per power-of-two size.
 Algorithm chooseByCost(const Context& ctx, size_t count, size_t bytes) {
   const Topology& t = ctx.topology();
   CostEstimate e = estimateAllreduce(t, bytes);
@@ -131,11 +121,11 @@ Status allreduce(Context& ctx, const AllreduceOptions& o) {
   switch (chooseAllreduceAlgorithm(ctx, o)) {
     case Algorithm::kRing: return ringAllreduce(ctx, o);
     case Algorithm::kHierarchical:
-      if (t.hierarchicalShape.empty() && t.size > 1) return notUniform(t);
+      if (hierarchicalPhases(t).empty() && t.size > 1) return notUniform(t);
       return gridAllreduce(ctx, t.hierarchicalGrid(), o);
     case Algorithm::kMultiDim:
       if (!t.grid.empty()) return gridAllreduce(ctx, t.grid, o);
-      if (t.hierarchicalShape.empty()) return notUniform(t);
+      if (hierarchicalPhases(t).empty()) return notUniform(t);
       return gridAllreduce(ctx, t.hierarchicalGrid(), o);
     default: return recursiveDoublingAllreduce(ctx, o);
   }

@@ -14,17 +14,6 @@
 
 namespace hora {
 
-enum class Algorithm : uint8_t {
-  kAuto = 0,
-  kRing = 1,               // reduce-scatter + allgather around a ring, segmented; bandwidth-optimal
-  kRecursiveDoubling = 2,  // latency-optimal, for small messages
-  kHierarchical = 3,       // reduce-scatter in each host, allreduce across hosts, allgather in each host
-  kMultiDim = 4,           // the same along each dimension of the HORA_TOPOLOGY grid (IBM DDL)
-};
-constexpr int kNumAlgorithms = 5;
-
-const char* algorithmName(Algorithm a);
-
 // Below this many bytes per rank, kAuto picks recursive doubling for allreduce.
 constexpr size_t kSmallAllreduceBytes = 64 * 1024;
 
@@ -37,7 +26,7 @@ struct AllreduceOptions {
   Scaling scaling;           // prescaleFactor, postscaleFactor (float dtypes); applied in the reduction steps
 };
 Status allreduce(Context& ctx, const AllreduceOptions& opts);
-// HORA_ALGO, or on one host by size, or across hosts by the cost model of topology.h (same on every rank).
+// HORA_ALGO, or on one host by size, or across hosts by the cost model of cost.h (same on every rank).
 Algorithm chooseAllreduceAlgorithm(const Context& ctx, const AllreduceOptions& opts);
 // The multi-dimensional allreduce over grid `dims` (multidim.cc); {ranks per host, hosts} is the
 // hierarchical one.

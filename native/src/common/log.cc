@@ -55,19 +55,4 @@ void logf(LogLevel level, const char* fmt, ...) {
   (void)ignored;
 }
 
-const char* codeName(Code code) {
-  switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kTimeout: return "ERR_TIMEOUT";
-    case Code::kPeerLost: return "ERR_PEER_LOST";
-    case Code::kMismatch: return "ERR_MISMATCH";
-    case Code::kInvalidArgument: return "ERR_INVALID_ARGUMENT";
-    case Code::kNotInitialized: return "ERR_NOT_INITIALIZED";
-    case Code::kShutdown: return "ERR_SHUTDOWN";
-    case Code::kAuth: return "ERR_AUTH";
-    case Code::kInternal: return "ERR_INTERNAL";
-  }
-  return "ERR_INTERNAL";
-}
-
 }  // namespace hora

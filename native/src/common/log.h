@@ -7,6 +7,7 @@
 namespace hora {
 
 enum class LogLevel : int { kWarn = 0, kInfo = 1, kTrace = 2 };
+constexpr int kNumLogLevels = static_cast<int>(LogLevel::kTrace) + 1;
 
 // Reads HORA_DEBUG once; later calls change the level (the JS layer passes its parsed value).
 void setLogLevel(LogLevel level);

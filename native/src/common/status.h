@@ -1,28 +1,16 @@
 // Status: the outcome of every fallible operation in the core.
 //
-// The codes are the closed set that users see as HoraError.code (ARCHITECTURE.md). A Status names the
-// rank it happened on and, where one is involved, the peer rank, so the message that reaches JavaScript
-// can say "rank 2 lost rank 3 during allreduce 'grad/fc1'".
+// The codes are the closed set that users see as HoraError.code (docs/internals.md, "Errors"). A Status
+// names the rank it happened on and, where one is involved, the peer rank, so the message that reaches
+// JavaScript can say "rank 2 lost rank 3 during allreduce 'grad/fc1'".
 #pragma once
 
 #include <string>
 #include <utility>
 
+#include "common/enums.h"
+
 namespace hora {
-
-enum class Code : int {
-  kOk = 0,
-  kTimeout,          // ERR_TIMEOUT: a wait passed its deadline (HORA_TIMEOUT_S)
-  kPeerLost,         // ERR_PEER_LOST: a connection to a peer closed or failed
-  kMismatch,         // ERR_MISMATCH: ranks submitted different collectives at the same position
-  kInvalidArgument,  // ERR_INVALID_ARGUMENT: bad input, here or on another rank
-  kNotInitialized,   // ERR_NOT_INITIALIZED
-  kShutdown,         // ERR_SHUTDOWN: the communicator was closed before the work ran
-  kAuth,             // ERR_AUTH: a connection failed the job's handshake
-  kInternal,         // ERR_INTERNAL: a system call or invariant failed
-};
-
-const char* codeName(Code code);
 
 class Status {
  public:

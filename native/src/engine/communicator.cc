@@ -38,20 +38,6 @@ std::string describeWork(const Work& w) {
 
 }  // namespace
 
-const char* kindName(Kind k) {
-  switch (k) {
-    case Kind::kAllreduce: return "allreduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kAllgather: return "allgather";
-    case Kind::kReduceScatter: return "reducescatter";
-    case Kind::kBarrier: return "barrier";
-    case Kind::kInvalid: return "invalid call";
-    case Kind::kSend: return "send";
-    case Kind::kRecv: return "recv";
-  }
-  return "unknown collective";
-}
-
 Communicator::Communicator(const CommunicatorOptions& options, Completion onComplete)
     : options_(options),
       onComplete_(std::move(onComplete)),
@@ -176,7 +162,7 @@ void Communicator::applyAlgorithmChoice(Work& w) const {
 
 // What submit() and waitFor() would do for an idle engine, less the queue: a small collective waited at
 // once costs about two microseconds, of which the queue (four more lockings, a task and its vector) took
-// a few percent (docs/benchmarks.md, "Small collectives, 2026-11-26"). Larger ones, where that is
+// a few percent (docs/notes/2026-11-26-small-collectives-run-at-once.md). Larger ones, where that is
 // nothing, take the queue as before.
 void Communicator::run(const std::shared_ptr<Work>& work) {
   bool here = false;

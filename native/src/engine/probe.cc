@@ -133,7 +133,6 @@ Status completeTopology(Context& ctx, const std::vector<int>& grid, const LinkOv
                 t.uniform() ? std::to_string(t.ranksPerHost()).c_str() : "uneven");
     }
   }
-  t.shapes();
   ctx.setTopology(std::move(t));
   return Status::ok();
 }

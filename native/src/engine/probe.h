@@ -1,9 +1,9 @@
 // The link probe: measures alpha and beta of the two link classes (same host, across hosts) at connect
-// time, for the cost model that chooses the allreduce algorithm (algorithms/topology.h).
+// time, for the cost model that chooses the allreduce algorithm (algorithms/cost.h).
 #pragma once
 
-#include "algorithms/topology.h"
 #include "transport/context.h"
+#include "transport/topology.h"
 
 namespace hora {
 

@@ -17,20 +17,6 @@ namespace hora {
 
 struct Group;
 
-// Wire values: part of the cross-rank header.
-enum class Kind : uint8_t {
-  kAllreduce = 0,
-  kBroadcast = 1,
-  kAllgather = 2,
-  kReduceScatter = 3,
-  kBarrier = 4,
-  kInvalid = 5,  // a placeholder for a call that failed validation on this rank, so the others hear of it
-  // Point-to-point messages (engine/p2p.h): never part of the agreement, never on the collectives' streams.
-  kSend = 6,
-  kRecv = 7,
-};
-const char* kindName(Kind k);
-
 // When each phase of a Work happened, for the timeline (HORA_TIMELINE). Filled only while the
 // communicator's timeline is on; monotonicNanos() values, 0 where a phase did not happen (a failure ended
 // the work early, or the phase does not apply: copies exist only for fused tensors).

@@ -29,8 +29,8 @@ namespace {
 // TCP sleeps in poll() and wakes when data arrives. The yield phase is long (200 ms): a rank that waits
 // for a slower peer in lockstep training waits milliseconds every step, and a virtual CPU that halts
 // for that long comes back slower (its physical core went to other guests), so on a 2-vCPU guest the
-// next step's compute took ~25% longer (docs/benchmarks.md, "Series 4"). As in MPI's default busy
-// polling, the waiting rank keeps a core it does not share with a peer.
+// next step's compute took ~25% longer (docs/notes/2026-11-22-tfjs-scaling-series-4-noisy-machine.md).
+// As in MPI's default busy polling, the waiting rank keeps a core it does not share with a peer.
 // When more ranks share the host than it has cores, a spinning rank takes the core from the very peer it
 // waits for, so waits give the core away almost at once (as MPI does when oversubscribed).
 constexpr int64_t kSpinMicros = 50;

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/topology.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/types.h"
 #include "transport/pair.h"
 #include "transport/resync.h"
+#include "transport/topology.h"
 
 namespace hora {
 
@@ -42,6 +42,7 @@ enum class TransportChoice : uint8_t {
   kAuto = 0,  // shared memory between ranks on one host, TCP otherwise
   kTcp = 1,   // TCP for every pair (HORA_TRANSPORT=tcp)
 };
+constexpr int kNumTransportChoices = static_cast<int>(TransportChoice::kTcp) + 1;
 
 // Several sends to the same peer in one progress() call go out in array order, and several receives from
 // one peer are filled in array order.

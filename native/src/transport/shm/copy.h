@@ -16,8 +16,8 @@
 // took 0.66x and 16 MiB 0.81x). Its chunks go the plain way while plain copies run fast, and streamed
 // while they run slowly, which is how cores far apart show on the writer's side: a plain 64 KiB copy into
 // a slot ran at 10-12 GB/s with the cores close and 2.4-3.6 GB/s with them apart (LongSendPolicy).
-// bench/slot-copy.cc measures all of this without the engine; docs/pointtopoint.md, "Slots written past the
-// cache", has the figures.
+// bench/slot-copy.cc measures all of this without the engine; docs/notes/2026-11-27-slots-written-past-the-cache.md
+// has the figures.
 #pragma once
 
 #include <algorithm>

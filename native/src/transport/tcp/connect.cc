@@ -221,7 +221,7 @@ Status configureForDataPlane(int fd) {
   // Between two processes of one host, TCP runs over the loopback device. A congestion control that
   // paces (BBR, the default of some systems) still spreads a large message out in time there, as if it
   // crossed a network: a 1 MiB message took 3.5 times as long under BBR as under Reno on a 2-vCPU machine
-  // (docs/pointtopoint.md, "TCP on one host: no pacing"). Such a connection uses Reno, which never
+  // (docs/notes/2026-11-26-tcp-on-one-host-no-pacing.md). Such a connection uses Reno, which never
   // paces, from its first packet: the dialing end chose it before connecting and the listener hands
   // it to what it accepts. (Chosen later, a connection keeps pacing at Reno's rate: BBR's request for
   // pacing outlives it.) Where Reno is refused the system's choice stays, and only the speed differs.

@@ -1,6 +1,6 @@
 // Topology: where the ranks are (which host), the grid the multi-dimensional allreduce walks, and the
-// alpha-beta cost of the two link classes (same host, across hosts), from which the allreduce algorithm is
-// chosen.
+// alpha-beta cost of the two link classes (same host, across hosts). The cost model that chooses the
+// allreduce algorithm from them is algorithms/cost.h.
 //
 // Every rank holds an identical Topology: the hosts come from the rendezvous's peer table, the grid from
 // HORA_TOPOLOGY (checked against the world size at init), and the link costs are measured by rank 0 at
@@ -19,16 +19,6 @@ namespace hora {
 struct LinkCost {
   double alpha = 0;  // seconds per message
   double beta = 0;   // seconds per byte
-};
-
-// How one phase of an algorithm uses the links: the phase runs `steps` exchanges, each moving
-// `fraction` of the message per rank; `crossFlows` is the most connections leaving one host at once
-// during a step (they share its network link), 0 when every exchange stays on a host.
-struct PhaseShape {
-  int steps = 0;
-  double fraction = 0;
-  int crossFlows = 0;
-  bool hasLocal = false;  // some exchange stays on a host
 };
 
 struct Topology {
@@ -57,24 +47,10 @@ struct Topology {
   // Why `grid` cannot be walked on this placement, or empty.
   std::string gridProblem(const std::vector<int>& dims) const;
 
-  // The phases of each algorithm on this placement; fixed once the hosts and grid are known (shapes()).
-  std::vector<PhaseShape> ringShape, doublingShape, hierarchicalShape, gridShape;
-  void shapes();
-
   // True the first time a choice is made for a message of this power-of-two size (for logging).
   bool noteChoice(size_t bytes) const;
   mutable std::vector<bool> choiceNoted;
 };
-
-// Predicted seconds of one allreduce of `bytes` (count elements) with each algorithm.
-struct CostEstimate {
-  double ring = 0;
-  double recursiveDoubling = 0;
-  double hierarchical = -1;  // < 0: not applicable here
-  double multiDim = -1;
-};
-CostEstimate estimateAllreduce(const Topology& t, size_t bytes);
-double estimateGridAllreduce(const Topology& t, const std::vector<int>& dims, size_t bytes);
 
 // "2 x 3 x 4"
 std::string describeGrid(const std::vector<int>& dims);

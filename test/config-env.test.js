@@ -1,0 +1,69 @@
+'use strict';
+// ts/config.ts is the one reader of HORA_* variables on the TypeScript side (ARCHITECTURE invariant 10), and
+// `hora env` lists every variable it reads. Needs `npm run build:ts` (dist/).
+const t = require('tap');
+const fs = require('node:fs');
+const path = require('node:path');
+const { spawnSync } = require('node:child_process');
+
+const ROOT = path.join(__dirname, '..');
+const config = require(path.join(ROOT, 'dist', 'ts', 'config.js'));
+
+function sources(folder) {
+  const out = [];
+  for (const entry of fs.readdirSync(path.join(ROOT, folder), { withFileTypes: true })) {
+    const rel = `${folder}/${entry.name}`;
+    if (entry.isDirectory()) out.push(...sources(rel));
+    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) out.push(rel);
+  }
+  return out;
+}
+
+t.test('no HORA_* variable is read from process.env outside ts/config.ts', async (t) => {
+  const files = [...sources('ts'), ...sources('adapters')].filter((f) => f !== 'ts/config.ts');
+  t.ok(files.length > 50, `${files.length} source files`);
+  const reads = [];
+  for (const file of files) {
+    fs.readFileSync(path.join(ROOT, file), 'utf8').split('\n').forEach((line, i) => {
+      // process.env.HORA_X, process.env?.HORA_X, process.env['HORA_X'], and any process.env[name].
+      if (/process\.env\s*(\?\.|\.)\s*HORA_\w+|process\.env\s*(\?\.)?\[/.test(line)) reads.push(`${file}:${i + 1}: ${line.trim()}`);
+    });
+  }
+  t.same(reads, [], 'read them through a reader in ts/config.ts');
+});
+
+t.test('hora env lists every variable ts/config.ts reads', async (t) => {
+  const text = fs.readFileSync(path.join(ROOT, 'ts', 'config.ts'), 'utf8');
+  const read = new Set();
+  for (const m of text.matchAll(/['"`](HORA_[A-Z0-9_]*[A-Z0-9])['"`]|env\??\.(HORA_[A-Z0-9_]+)/g)) read.add(m[1] ?? m[2]);
+  for (const name of ['HORA_TIMEOUT_S', 'HORA_ADDON', 'HORA_TFJS_SKIP_ALLREDUCE', 'HORA_HOST_ID', 'HORA_TIMELINE', 'HORA_TOPOLOGY']) {
+    t.ok(read.has(name), `found ${name} in config.ts`);
+  }
+  const main = path.join(ROOT, 'dist', 'ts', 'cli', 'main.js');
+  const env = { PATH: process.env.PATH };
+  const json = spawnSync(process.execPath, [main, 'env', '--json'], { encoding: 'utf8', env });
+  const listed = JSON.parse(json.stdout).variables.map((v) => v.name);
+  const plain = spawnSync(process.execPath, [main, 'env'], { encoding: 'utf8', env }).stdout;
+  for (const name of [...read].sort()) {
+    t.ok(listed.includes(name), `hora env --json lists ${name}`);
+    t.ok(plain.includes(`\n  ${name} = `), `hora env lists ${name}`);
+  }
+  t.same(listed.slice().sort(), config.HORA_VARIABLES.map((v) => v.name).sort(), 'hora env --json lists the table, each once');
+});
+
+t.test('the single-variable readers keep each variable\'s meaning and default', async (t) => {
+  t.equal(config.readHostId({ HORA_HOST_ID: '  ns1 ' }), 'ns1');
+  t.equal(config.readHostId({ HORA_HOST_ID: '  ' }), config.defaultHostId(), 'blank: the default');
+  t.equal(config.readHostId({}), config.defaultHostId());
+  t.equal(config.readTimeline({ HORA_TIMELINE: ' t.json ' }), 't.json', 'trimmed, not resolved');
+  t.equal(config.readTimeline({ HORA_TIMELINE: ' ' }), undefined);
+  t.equal(config.readTimeline({}), undefined);
+  t.equal(config.readTopologyText({ HORA_TOPOLOGY: ' 4X2 ' }), ' 4X2 ', 'as written, for messages');
+  t.equal(config.readTopologyText({}), undefined);
+  t.equal(config.readAddonPath({ HORA_ADDON: 'a/hora.node' }), 'a/hora.node');
+  t.equal(config.readAddonPath({ HORA_ADDON: '' }), undefined, 'empty: the default places');
+  t.equal(config.readTfjsSkipAllreduce({ HORA_TFJS_SKIP_ALLREDUCE: '1' }), true);
+  for (const v of ['0', 'true', ' 1', undefined]) t.equal(config.readTfjsSkipAllreduce({ HORA_TFJS_SKIP_ALLREDUCE: v }), false, `${v}: only 1 skips`);
+  t.equal(config.readSettings({ HORA_HOST_ID: ' h ', HORA_TIMELINE: ' f ' }).hostId, 'h', 'readSettings uses the same reader');
+  t.equal(config.readSettings({ HORA_HOST_ID: ' h ', HORA_TIMELINE: ' f ' }).timeline, 'f');
+});

@@ -1,0 +1,37 @@
+'use strict';
+// The enum tables on the two sides of the Node-API boundary agree entry by entry: the addon's
+// (native/src/common/enums.h, handed out by enums()) and ts/native.ts's, from which the JS side's
+// names, types and checks derive.
+const t = require('tap');
+const { loadNative } = require('../dist/ts/loader.js');
+const native = require('../dist/ts/native.js');
+
+const addon = loadNative();
+const ours = native.enumTables();
+const theirs = addon.enums();
+
+t.same(Object.keys(theirs).sort(), Object.keys(ours).sort(), 'the addon hands out the tables ts/native.ts has, and no other');
+
+for (const table of Object.keys(ours)) {
+  t.test(table, async (t) => {
+    const a = theirs[table] || [];
+    const b = ours[table];
+    t.equal(a.length, b.length, `${table}: as many entries on both sides`);
+    for (let i = 0; i < Math.max(a.length, b.length); i++) {
+      t.equal(b[i], a[i], `${table}[${i}]: ts/native.ts says ${JSON.stringify(b[i])}, the addon ${JSON.stringify(a[i])}`);
+    }
+  });
+}
+
+t.test('the JS lists that users see derive from the tables', async (t) => {
+  const { HoraError } = require('../dist/ts/errors.js');
+  for (const code of ours.codes) {
+    t.equal(new HoraError(code, 'x').code, code === 'OK' ? 'ERR_INTERNAL' : code, `HoraError keeps ${code}${code === 'OK' ? ' out' : ''}`);
+  }
+  const { ALGORITHMS } = require('../dist/ts/config.js');
+  t.same(ALGORITHMS, ours.algorithms, 'HORA_ALGO takes the algorithms, in order');
+  const { COLLECTIVE_KINDS, MESSAGE_KINDS } = require('../dist/ts/control/messages.js');
+  t.same(COLLECTIVE_KINDS, ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'], 'stats name the collectives as the API does');
+  t.same(MESSAGE_KINDS, ['send', 'recv'], 'and the messages');
+  t.equal(native.DTYPE_OF_NAME.bfloat16, ours.dtypes.indexOf('bfloat16'), 'DTYPE_OF_NAME gives a name its value');
+});
