@@ -1,6 +1,7 @@
 // The command line of `hora run`: the flag table (every spelling of every flag, other launchers' flags
-// refused with the hora run flag to use), the usage text, and parseRunArgs(), which checks every flag and
-// turns them into RunOptions. A mistake is a UsageError naming the flag and the value received.
+// refused with the hora run flag to use) and parseRunArgs(), which checks every flag and turns them into
+// RunOptions. A mistake is a UsageError naming the flag and the value received. What --help prints is
+// run-usage.ts: a new flag goes in both.
 
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -67,149 +68,6 @@ export interface ElasticOptions {
   discoveryScript?: string;
 }
 
-export const RUN_USAGE = `Usage: hora run [-np N] [options] [--] command [args...]
-
-Starts N copies of command as one hora job: hosts the rendezvous server, sets
-HORA_RANK, HORA_SIZE, ... in each worker, prefixes worker output with [rank]
-([rank@host] when a host is remote), and stops every worker when one fails.
-Exits with the failed worker's status (128 + signal number when it was killed
-by a signal), 0 when all succeed.
-
-Job layout:
-  -np, -n, --np, --num-proc N
-                              number of worker processes (default: all slots of -H or
-                              --hostfile; without them, as mpirun, one per core of this
-                              machine: the cores this process may run on)
-  -H, --hosts, --host HOST:SLOTS,...
-                              hosts and worker slots, filled in order (default
-                              localhost:N); HOST may be user@host; SLOTS defaults to 1
-  --hostfile, --machinefile FILE
-                              hosts from FILE, one "host slots=N" a line (# comments)
-  --nproc-per-node, --nproc_per_node N
-                              torchrun's spelling: N workers on each host (this machine,
-                              or every host of -H or --hostfile); N may be cpu or auto
-                              (one per core); not with -np
-  --nnodes M                  torchrun's host count; hora run starts the workers of every
-                              host itself, so M must be the number of hosts of -H or
-                              --hostfile (1 without them)
-  --standalone                torchrun's one-machine job: what hora run does without -H
-  --simulate-hosts            treat every local -H entry as a separate host with its own
-                              HORA_HOST_ID, to exercise multi-host code on one machine
-  Other launchers' flags that hora run spells differently (--master-addr, --master-port,
-  --rdzv-endpoint, --rdzv-backend, --node-rank, --max-restarts, --log-dir, --redirects,
-  --tee, --oversubscribe) are refused with the hora run flag to use.
-
-CPU binding:
-  --bind-to core|none         core: bind each worker to one core of its host (every
-                              hardware thread of the core), with taskset of util-linux,
-                              on remote hosts too; cores are those the launcher (or the
-                              ssh login on a remote host) may run on. With more workers
-                              than cores on a host they are bound round-robin, and hora run
-                              says so once. Default none: the OS places workers
-  --map-by core|socket        which core the host's local rank i is bound to: the i-th
-                              (core) or one socket after another (socket); implies
-                              --bind-to core. Not in an elastic job (--min-np)
-
-Output:
-  --output-filename DIR       also write each worker's stdout and stderr, as the worker
-                              wrote them, to DIR/rank.N/stdout and DIR/rank.N/stderr (N
-                              padded to the width of the largest rank, as horovodrun does;
-                              DIR/worker.N in an elastic job); remote workers' output is
-                              written here too. The terminal shows the same [rank] lines
-  --tag-output                mpirun's spelling of what hora run always does: [rank] labels
-
-Remote hosts (any host that is not this machine is reached over ssh):
-  -p, --ssh-port PORT         ssh port on the remote hosts
-  -i, --ssh-identity FILE     ssh private key
-  --ssh-opts "OPTS"           more ssh options, split like a shell would,
-                              e.g. --ssh-opts "-F ./ssh_config -o User=train"
-  Remote workers run the same node binary (for command "node", this node), in the
-  same working directory, with the same script path: these must exist on every
-  host. ssh must log in without a prompt (keys or an agent). A failed ssh or
-  remote worker stops the job.
-
-Worker environment:
-  -x NAME                     set NAME in every worker to its value here (an error if
-                              it is unset here); repeatable
-  -x NAME=VALUE               set NAME to VALUE in every worker; repeatable
-  HORA_RUN_EXPORT="A,B=1"     the same as -x A -x B=1, read from this environment
-                              (-x wins for a name in both)
-  Local workers inherit this environment whole. Remote workers get what their
-  login on that host gives (sshd and the shell: PATH, HOME, ...), then this
-  environment's HORA_* variables, then the -x and HORA_RUN_EXPORT variables;
-  nothing else is forwarded. Values travel over the ssh connection, never on a
-  command line; but -x NAME=VALUE puts VALUE on hora run's own command line:
-  pass a secret as -x NAME from the environment.
-
-Network:
-  --iface NAME|ADDR           HORA_IFACE: interface or address the rendezvous server
-                              binds to and workers use for the data plane. Without it,
-                              a job with remote hosts binds the address that routes to
-                              the first of them. An address applies to this machine
-                              only; an interface name is passed to remote workers too.
-                              hora run warns at once when that address is on a subnet
-                              none of the remote hosts is on.
-  Workers that cannot reach the rendezvous server warn every 10 s (address, OS error,
-  what chose the address) and fail after HORA_CONNECT_TIMEOUT_S (default 30).
-
-Timeouts and shutdown:
-  --timeout S                 seconds, from the first registration, for all workers to
-                              register (default HORA_TIMEOUT_S, 300)
-  --grace S                   seconds between Abort, SIGTERM and SIGKILL when the job
-                              ends early (default 5)
-
-Elastic training (the training function runs in hora.elastic.run, see docs/elastic.md):
-  --min-np A                  go on with at least A workers when workers are lost: the
-                              survivors roll back to their last commit, re-form the world
-                              with new ranks and go on (without it, a lost worker ends the
-                              job); A <= -np
-  --max-np B                  most workers in one world (default -np). A failed worker's
-                              slot is refilled with a new worker, which joins at the
-                              ranks' next commit
-  --elastic-timeout S         seconds the job may wait with fewer than A workers before
-                              it fails (default 600)
-  --host-discovery-script S   instead of -H: the executable S prints the hosts that may run
-                              workers now, one "host[:slots]" a line; it runs once before
-                              the start (a failure or a bad line is an error) and then every
-                              second: new hosts and slots get workers up to --max-np, which
-                              join at the next commit; a host that leaves the list has its
-                              workers stopped; a failed run is retried and its stderr shown
-  A host where a worker fails is blacklisted: no new worker starts there (in a -H job this
-  machine's own entries are exempt unless --simulate-hosts is given).
-  HORA_ELASTIC_SETTLE_S (default 10) gives the survivors of a loss that long to
-  re-register; one that has not (a stopped process) is killed and left out. A worker
-  that fails before it enters hora.elastic.run (a syntax error) still ends the job.
-
-Tuning (passed to workers as HORA_* variables, see \`hora env\`):
-  --fusion-mb MB              HORA_FUSION_MB, fusion buffer size
-  --algo NAME                 HORA_ALGO, allreduce algorithm
-  --transport T               HORA_TRANSPORT: auto, tcp or shm
-  --topology GRID             HORA_TOPOLOGY, grid of the multi-dimensional allreduce,
-                              fastest dimension first, e.g. 4x8x2
-
-Logging and timeline:
-  --debug LEVEL               HORA_DEBUG for launcher and workers: WARN, INFO, TRACE
-  --timeline FILE             HORA_TIMELINE, write a Chrome trace of every collective;
-                              the ranks' files are merged into FILE when the job ends
-
-Monitoring:
-  --dashboard [PORT]          serve a live page of the job on http://127.0.0.1:PORT/
-                              (default: a free port; the URL is printed at start):
-                              collectives/s and bytes/s per rank, busbw per kind,
-                              compute/communication split of steps, stalled ranks
-  On a terminal a status line (ranks up, collectives/s, bytes/s) stays below the
-  workers' output. HORA_STALL_WARN_S (default 60) sets when ranks that have not
-  submitted a collective the others wait in are named.
-
-  -h, --help                  show this help
-
-Examples:
-  hora run -np 4 node train.js --epochs 3
-  hora run --bind-to core --output-filename logs node train.js
-  hora run -H node1:4,node2:4 node train.js
-  hora run --hostfile hosts.txt -i ~/.ssh/cluster_key node train.js
-`;
-
 // Flags that take a value, by every spelling.
 const VALUE_FLAGS: Record<string, string> = {
   '-np': '-np', '-n': '-np', '--num-proc': '-np', '--np': '-np',
@@ -256,6 +114,47 @@ const TUNING_FLAGS: Record<string, string> = {
 
 /** Returns options, or 'help'. Throws UsageError naming the flag and the value received. */
 export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): RunOptions | 'help' {
+  const scanned = scanFlags(argv);
+  if (scanned === 'help') return 'help';
+  const { values, exports, simulateHosts, dashboard, command, args } = scanned;
+  const { np, hosts, discovery } = jobLayout(values, simulateHosts);
+  const { timeoutS, graceS, stallWarnS } = timeouts(values, env);
+  const { workerEnv, exportEnv } = workerEnvironment(values, exports, env);
+  const debug = debugLevel(workerEnv.HORA_DEBUG ?? env.HORA_DEBUG);
+  const { iface, ifaceFrom } = rendezvousIface(values, env);
+  const ssh = sshOptions(values);
+
+  const elastic = parseElastic(values, np, env);
+  if (elastic && discovery !== undefined) elastic.discoveryScript = discovery;
+
+  const outputText = values.get('--output-filename');
+  if (outputText !== undefined && outputText.trim() === '') throw new UsageError('--output-filename', outputText, 'a directory name');
+  const outputDir = outputText === undefined ? undefined : path.resolve(outputText);
+  const { bindTo, mapBy } = parseBinding(values, elastic !== undefined);
+
+  if (command === undefined || command === '') {
+    throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
+  }
+  return {
+    np, hosts, simulateHosts, timeoutS, graceS, workerEnv, exportEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, elastic,
+    outputDir, bindTo, mapBy, command, args,
+  };
+}
+
+/** The command line as given: each flag's value under its main spelling, and the command after the flags. */
+interface ScannedFlags {
+  values: Map<string, string>;
+  /** -x entries, in order. */
+  exports: ExportEntry[];
+  simulateHosts: boolean;
+  /** --dashboard's port (0: any free port), undefined without --dashboard. */
+  dashboard: number | undefined;
+  command: string | undefined;
+  args: string[];
+}
+
+/** Reads the flags up to the command (or `--`); 'help' at -h or --help. Throws UsageError for an unknown or incomplete flag. */
+function scanFlags(argv: string[]): ScannedFlags | 'help' {
   const values = new Map<string, string>();
   const exports: ExportEntry[] = [];
   let simulateHosts = false;
@@ -308,26 +207,17 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     }
     values.set(flag, value);
   }
-  const command = argv[i];
-  const args = argv.slice(i + 1);
+  return { values, exports, simulateHosts, dashboard, command: argv[i], args: argv.slice(i + 1) };
+}
 
-  let hosts: HostSlots[] | undefined;
-  const hostsText = values.get('-H');
-  const hostfile = values.get('--hostfile');
-  if (hostsText !== undefined && hostfile !== undefined) {
-    throw new UsageError('--hostfile', hostfile, 'either -H or --hostfile, not both');
-  }
-  if (hostsText !== undefined) hosts = parseHosts(hostsText);
-  if (hostfile !== undefined) hosts = readHostfile(hostfile);
-  const discovery = values.get('--host-discovery-script');
-  if (discovery !== undefined) {
-    const other = hostfile !== undefined ? '--hostfile' : hostsText !== undefined ? '-H' : undefined;
-    if (other !== undefined) throw new UsageError('--host-discovery-script', discovery, `either ${other} or a discovery script, not both (the script lists the hosts)`);
-    if (!values.has('--min-np')) throw new UsageError('--host-discovery-script', discovery, 'to come with --min-np (hosts come and go only in an elastic job)');
-    hosts = usageFromDiscovery(() => discoverHostsSync(discovery)).map((h) => ({ ...h, remote: !isLocalHost(h.host) }));
-  }
-  const hostsFlag = discovery !== undefined ? `the hosts that --host-discovery-script ${discovery} lists` : hostfile !== undefined ? `--hostfile ${hostfile}` : `-H ${hostsText}`;
-
+/**
+ * How many workers and on which hosts: -np, -H or --hostfile or the discovery script, torchrun's
+ * --nproc-per-node, --nnodes and --standalone, checked against each other.
+ */
+function jobLayout(values: Map<string, string>, simulateHosts: boolean): { np: number; hosts: HostSlots[]; discovery: string | undefined } {
+  const given = givenHosts(values);
+  const { hostsFlag, discovery } = given;
+  let hosts = given.hosts;
   if (values.has('--standalone') && hosts !== undefined) {
     throw new UsageError('--standalone', undefined, `one machine only, but ${hostsFlag} names the hosts: leave out --standalone`);
   }
@@ -358,7 +248,32 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (hosts === undefined) hosts = [{ host: 'localhost', slots: np, remote: false }];
   const slots = hosts.reduce((n, h) => n + h.slots, 0);
   if (np > slots) throw new UsageError('-np', npText, `at most ${slots}, the slots given by ${hostsFlag}`);
+  return { np, hosts, discovery };
+}
 
+/** The hosts of -H, --hostfile or the discovery script's first run (undefined when none is given), and how to name them in errors. */
+function givenHosts(values: Map<string, string>): { hosts: HostSlots[] | undefined; hostsFlag: string; discovery: string | undefined } {
+  let hosts: HostSlots[] | undefined;
+  const hostsText = values.get('-H');
+  const hostfile = values.get('--hostfile');
+  if (hostsText !== undefined && hostfile !== undefined) {
+    throw new UsageError('--hostfile', hostfile, 'either -H or --hostfile, not both');
+  }
+  if (hostsText !== undefined) hosts = parseHosts(hostsText);
+  if (hostfile !== undefined) hosts = readHostfile(hostfile);
+  const discovery = values.get('--host-discovery-script');
+  if (discovery !== undefined) {
+    const other = hostfile !== undefined ? '--hostfile' : hostsText !== undefined ? '-H' : undefined;
+    if (other !== undefined) throw new UsageError('--host-discovery-script', discovery, `either ${other} or a discovery script, not both (the script lists the hosts)`);
+    if (!values.has('--min-np')) throw new UsageError('--host-discovery-script', discovery, 'to come with --min-np (hosts come and go only in an elastic job)');
+    hosts = usageFromDiscovery(() => discoverHostsSync(discovery)).map((h) => ({ ...h, remote: !isLocalHost(h.host) }));
+  }
+  const hostsFlag = discovery !== undefined ? `the hosts that --host-discovery-script ${discovery} lists` : hostfile !== undefined ? `--hostfile ${hostfile}` : `-H ${hostsText}`;
+  return { hosts, hostsFlag, discovery };
+}
+
+/** --timeout (else HORA_TIMEOUT_S), --grace, and HORA_STALL_WARN_S. */
+function timeouts(values: Map<string, string>, env: NodeJS.ProcessEnv): { timeoutS: number; graceS: number; stallWarnS: number } {
   let timeoutS: number;
   const timeoutText = values.get('--timeout');
   if (timeoutText !== undefined) timeoutS = positiveNumber('--timeout', timeoutText, false);
@@ -368,7 +283,11 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   const graceText = values.get('--grace');
   const graceS = graceText === undefined ? 5 : positiveNumber('--grace', graceText, true);
   const stallWarnS = readSettingsSubset(env, 'HORA_STALL_WARN_S', 'HORA_STALL_WARN_S').stallWarnS;
+  return { timeoutS, graceS, stallWarnS };
+}
 
+/** The variables of the tuning flags, each checked as its HORA_* variable, and those of HORA_RUN_EXPORT and -x (-x wins). */
+function workerEnvironment(values: Map<string, string>, exports: ExportEntry[], env: NodeJS.ProcessEnv): { workerEnv: Record<string, string>; exportEnv: Record<string, string> } {
   const workerEnv: Record<string, string> = {};
   for (const [flag, variable] of Object.entries(TUNING_FLAGS)) {
     const v = values.get(flag);
@@ -378,12 +297,19 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   }
   const exportEnv = usageFrom('HORA_RUN_EXPORT', () => resolveExports(parseRunExport(env), env, 'HORA_RUN_EXPORT', env.HORA_RUN_EXPORT));
   for (const entry of exports) Object.assign(exportEnv, usageFrom('-x', () => resolveExports([entry], env, '-x')));
+  return { workerEnv, exportEnv };
+}
 
+/** The launcher's log level: --debug, else HORA_DEBUG; WARN when neither names a level. */
+function debugLevel(debugText: string | undefined): DebugLevel {
   let debug: DebugLevel = 'WARN';
-  const debugText = workerEnv.HORA_DEBUG ?? env.HORA_DEBUG;
   const level = debugText?.trim().toUpperCase();
   if (level && (DEBUG_LEVELS as readonly string[]).includes(level)) debug = level as DebugLevel;
+  return debug;
+}
 
+/** --iface, else HORA_IFACE of the launcher's environment, and which of them it came from. */
+function rendezvousIface(values: Map<string, string>, env: NodeJS.ProcessEnv): Pick<RunOptions, 'iface' | 'ifaceFrom'> {
   let iface = values.get('--iface')?.trim();
   let ifaceFrom: RunOptions['ifaceFrom'] = iface === undefined ? undefined : '--iface';
   if (iface === undefined && env.HORA_IFACE !== undefined && env.HORA_IFACE.trim() !== '') {
@@ -391,7 +317,11 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     ifaceFrom = 'HORA_IFACE';
     readSettingsSubset({ HORA_IFACE: iface }, 'HORA_IFACE', 'HORA_IFACE');
   }
+  return { iface, ifaceFrom };
+}
 
+/** -p, -i and --ssh-opts: how to reach the remote hosts. */
+function sshOptions(values: Map<string, string>): SshOptions {
   const ssh: SshOptions = { extraArgs: [] };
   const portText = values.get('-p');
   if (portText !== undefined) {
@@ -416,22 +346,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       throw new UsageError('--ssh-opts', sshOpts, `ssh options quoted as for a shell: ${(e as Error).message}`);
     }
   }
-
-  const elastic = parseElastic(values, np, env);
-  if (elastic && discovery !== undefined) elastic.discoveryScript = discovery;
-
-  const outputText = values.get('--output-filename');
-  if (outputText !== undefined && outputText.trim() === '') throw new UsageError('--output-filename', outputText, 'a directory name');
-  const outputDir = outputText === undefined ? undefined : path.resolve(outputText);
-  const { bindTo, mapBy } = parseBinding(values, elastic !== undefined);
-
-  if (command === undefined || command === '') {
-    throw new UsageError('command', undefined, 'missing: give the program to run after the options, e.g. hora run -np 2 node train.js');
-  }
-  return {
-    np, hosts, simulateHosts, timeoutS, graceS, workerEnv, exportEnv, iface, ifaceFrom, ssh, debug, dashboard, stallWarnS, elastic,
-    outputDir, bindTo, mapBy, command, args,
-  };
+  return ssh;
 }
 
 /** The cores of this machine that this process may run on (hardware threads where sysfs does not say). */

@@ -1,15 +1,17 @@
 // `hora run`: start N workers as one job and supervise them.
 //
-// The command is in three parts, each a file: the arguments (run-args.ts: the flag table, the usage
-// text, parseRunArgs() and its errors), the spawners (spawn.ts: the contract and LocalSpawner; ssh.ts:
-// SshSpawner; host-spawner.ts: HostSpawner, which picks one per -H entry and binds the rendezvous server
-// where every worker can reach it), and the supervision (supervise.ts: launch(), which starts the workers,
-// shows their output and ends the job as a whole; elastic-supervision.ts: what a lost worker does to an
-// elastic job). Where each worker goes is placement.ts; where its output goes, worker-output.ts.
+// The command is in three parts, each of its own files. The arguments: run-args.ts (the flag table,
+// parseRunArgs() and its errors) and run-usage.ts (the help text). The spawners: spawn.ts (the contract
+// and LocalSpawner), ssh.ts (SshSpawner) and host-spawner.ts (HostSpawner, which picks one per -H entry and
+// binds the rendezvous server where every worker can reach it). The supervision: supervise.ts (launch(),
+// which starts the workers, shows their output and ends the job as a whole) and elastic-supervision.ts
+// (what a lost worker does to an elastic job). Where each worker goes is placement.ts; where its output
+// goes, worker-output.ts.
 
 import { HoraConfigError } from '../config';
 import { parseCommand } from './flags';
-import { parseRunArgs, RUN_USAGE } from './run-args';
+import { parseRunArgs } from './run-args';
+import { RUN_USAGE } from './run-usage';
 import { LaunchError } from './spawn';
 import { launch } from './supervise';
 
