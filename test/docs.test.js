@@ -45,7 +45,7 @@ const path = require('node:path');
 const { spawn, spawnSync } = require('node:child_process');
 const { ROOT, HORA, NODE } = require('./support/hora-job');
 
-const { parseRunArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'run.js'));
+const { parseRunArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'run-args.js'));
 const { parseRendezvousArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'rendezvous.js'));
 const bench = require(path.join(ROOT, 'dist', 'ts', 'cli', 'bench.js'));
 

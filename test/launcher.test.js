@@ -257,7 +257,7 @@ t.test('help, version and env', async (t) => {
 // ---------------------------------------------------------------------------
 // Launching over ssh: the parts that need no remote host (test/cluster-launcher.test.js runs real ones).
 
-const run = require(path.join(dist, 'cli', 'run.js'));
+const run = { ...require(path.join(dist, 'cli', 'hosts.js')), ...require(path.join(dist, 'cli', 'worker-output.js')) };
 const ssh = require(path.join(dist, 'cli', 'ssh.js'));
 const os = require('node:os');
 
