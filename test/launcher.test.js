@@ -294,7 +294,7 @@ t.test('--ssh-opts is split like a shell would', async (t) => {
 
 t.test('shellQuote: a POSIX shell gets every word back unchanged', async (t) => {
   const words = ['plain', 'with space', "it's", '"dq"', '$HOME', '`cmd`', 'a\nb', '*', '', 'back\\slash', '-e'];
-  const r = require('node:child_process').spawnSync('/bin/sh', ['-c', `printf '%s\\0' ${words.map(ssh.shellQuote).join(' ')}`], { encoding: 'utf8' });
+  const r = await spawnAndCollect('/bin/sh', ['-c', `printf '%s\\0' ${words.map(ssh.shellQuote).join(' ')}`]);
   t.same(r.stdout.split('\0').slice(0, -1), words);
 });
 
