@@ -66,3 +66,9 @@ t.test('a command that cannot start resolves with the error', async (t) => {
   t.equal(r.error && r.error.code, 'ENOENT');
   t.equal(r.code, null);
 });
+
+t.test('a character split between two chunks of output arrives whole', async (t) => {
+  const script = 'const b = Buffer.from("é"); process.stdout.write(b.subarray(0, 1)); setTimeout(() => process.stdout.write(b.subarray(1)), 200)';
+  const r = await spawnAndCollect(NODE, ['-e', script]);
+  t.equal(r.stdout, 'é');
+});

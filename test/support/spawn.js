@@ -66,6 +66,8 @@ function startProcess(cmd, args = [], { env = process.env, cwd = ROOT, stdin, st
       }
     },
   };
+  // Decoded as a stream, so that a character split between two chunks arrives whole.
+  child.stdout.setEncoding('utf8');
   child.stdout.on('data', (d) => {
     const text = String(d);
     handle.stdout += text;
@@ -73,6 +75,7 @@ function startProcess(cmd, args = [], { env = process.env, cwd = ROOT, stdin, st
     if (onStdout) onStdout(text, handle);
   });
   if (child.stderr) {
+    child.stderr.setEncoding('utf8');
     child.stderr.on('data', (d) => {
       const text = String(d);
       handle.stderr += text;
