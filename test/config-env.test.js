@@ -4,7 +4,7 @@
 const t = require('tap');
 const fs = require('node:fs');
 const path = require('node:path');
-const { spawnSync } = require('node:child_process');
+const { spawnAndCollect } = require('./support/spawn');
 
 const ROOT = path.join(__dirname, '..');
 const config = require(path.join(ROOT, 'dist', 'ts', 'config.js'));
@@ -41,9 +41,9 @@ t.test('hora env lists every variable ts/config.ts reads', async (t) => {
   }
   const main = path.join(ROOT, 'dist', 'ts', 'cli', 'main.js');
   const env = { PATH: process.env.PATH };
-  const json = spawnSync(process.execPath, [main, 'env', '--json'], { encoding: 'utf8', env });
+  const json = await spawnAndCollect(process.execPath, [main, 'env', '--json'], { env });
   const listed = JSON.parse(json.stdout).variables.map((v) => v.name);
-  const plain = spawnSync(process.execPath, [main, 'env'], { encoding: 'utf8', env }).stdout;
+  const plain = (await spawnAndCollect(process.execPath, [main, 'env'], { env })).stdout;
   for (const name of [...read].sort()) {
     t.ok(listed.includes(name), `hora env --json lists ${name}`);
     t.ok(plain.includes(`\n  ${name} = `), `hora env lists ${name}`);

@@ -12,7 +12,7 @@ const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
 const zlib = require('node:zlib');
-const { spawn } = require('node:child_process');
+const { startProcess } = require('./support/spawn');
 const { HORA, NODE, ROOT } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'stats-worker.js');
@@ -30,30 +30,19 @@ function loadPlaywright() {
   return { missing: `playwright-core not found (${tried.join('; ')}); npm install it or set HORA_PLAYWRIGHT_CORE` };
 }
 
-/** Starts the job; resolves {url, child, output(), done} once the launcher has printed the dashboard's URL. */
+/** Starts the job; resolves {url, kill(signal), output(), done} once the launcher has printed the dashboard's URL. */
 function startJob(stopFile, extraArgs = [], { np = 2, mode = 'steps' } = {}) {
-  const child = spawn(NODE, [HORA, 'run', '-np', String(np), '--dashboard', ...extraArgs, '--', NODE, WORKER], {
+  const job = startProcess(NODE, [HORA, 'run', '-np', String(np), '--dashboard', ...extraArgs, '--', NODE, WORKER], {
     cwd: ROOT, env: { ...process.env, HORA_TEST_MODE: mode, HORA_TEST_STOP_FILE: stopFile, HORA_TIMEOUT_S: '60' },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    timeoutMs: 90000,
   });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const killer = setTimeout(() => child.kill('SIGKILL'), 90000);
-  const done = new Promise((resolve) => child.on('close', (code) => {
-    clearTimeout(killer);
-    resolve(code);
-  }));
-  const url = new Promise((resolve, reject) => {
-    const look = () => {
-      const m = /hora run: dashboard on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out);
-      if (m) resolve(m[1]);
-    };
-    child.stdout.on('data', look);
-    child.stderr.on('data', look);
-    done.then(() => reject(new Error(`the launcher exited without a dashboard URL:\n${out}`)));
+  const done = job.done.then((r) => r.code);
+  const urlLine = /hora run: dashboard on (http:\/\/127\.0\.0\.1:\d+\/)/;
+  const url = job.waitFor(urlLine, 90000).then((seen) => {
+    if (!seen) throw new Error(`the launcher exited without a dashboard URL:\n${job.output}`);
+    return urlLine.exec(job.output)[1];
   });
-  return { child, url, done, output: () => out };
+  return { kill: (signal) => job.kill(signal), url, done, output: () => job.output };
 }
 
 function get(url, headers = {}) {
@@ -142,7 +131,7 @@ const RANK1 = [0xe0, 0x7b, 0x39];
 t.test('the dashboard serves its page and figures on loopback only', async (t) => {
   const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
   const job = startJob(stopFile);
-  t.teardown(() => job.child.kill('SIGKILL'));
+  t.teardown(() => job.kill('SIGKILL'));
   const url = await job.url;
   const page = await get(url);
   t.equal(page.status, 200);
@@ -176,7 +165,7 @@ t.test('headless Chromium shows the figures, the chart and the step split', asyn
 
   const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
   const job = startJob(stopFile);
-  t.teardown(() => job.child.kill('SIGKILL'));
+  t.teardown(() => job.kill('SIGKILL'));
   const url = await job.url;
   const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
   t.teardown(() => browser.close());
@@ -238,7 +227,7 @@ t.test('headless Chromium shows the figures, the chart and the step split', asyn
 t.test('4 ranks as 2 pipeline stages x 2 replicas: per-stage utilization in /stats.json and the Pipeline panel', async (t) => {
   const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
   const job = startJob(stopFile, [], { np: 4, mode: 'pipeline' });
-  t.teardown(() => job.child.kill('SIGKILL'));
+  t.teardown(() => job.kill('SIGKILL'));
   const url = await job.url;
   let stats;
   for (let i = 0; i < 120; i++) {
@@ -282,7 +271,7 @@ t.test('4 ranks as 2 pipeline stages x 2 replicas: per-stage utilization in /sta
 t.test('send and recv in the figures: messages/s per rank, their kinds without a bandwidth, and the step split\'s legend', async (t) => {
   const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
   const job = startJob(stopFile, [], { mode: 'messages' });
-  t.teardown(() => job.child.kill('SIGKILL'));
+  t.teardown(() => job.kill('SIGKILL'));
   const url = await job.url;
   let stats;
   for (let i = 0; i < 80; i++) {
