@@ -1,5 +1,5 @@
 /**
- * The contract between the TypeScript layer and the native addon (native/binding/addon.cc).
+ * The contract between the TypeScript layer and the native addon (native/binding/).
  *
  * The JS side validates every argument and owns promises; the addon is a flat set of calls on a
  * Communicator object. A collective is submitted as a plain item; the addon keeps a pointer into the
