@@ -4,7 +4,7 @@
  * How it works: run() syncs the state from rank 0 and calls fn(state). When a worker is lost the launcher
  * ends the world; the collective outstanding here then fails at once with ERR_PEER_LOST (a stopped worker
  * shows as ERR_TIMEOUT). run() catches it, restores the state to its last commit, joins the next world
- * (hora.ts, reformElasticWorld), syncs the state from the new rank 0 (the oldest surviving worker), runs the
+ * (./world.ts, reformElasticWorld), syncs the state from the new rank 0 (the oldest surviving worker), runs the
  * reset callbacks and calls fn again. No committed step is lost and none is applied twice.
  *
  * New workers join at a commit. The launcher announces a waiting worker to every rank; as the announcement
