@@ -54,7 +54,7 @@ const ELASTIC_HEARTBEAT_MS = 2000;
 const ELASTIC_LAUNCHER_SILENT_MS = 15_000;
 
 let elasticParams: ElasticParams | null = null;
-/** Inside hora.elastic.run: collectives are allowed. */
+/** Inside hora.elastic.run (./run.ts): collectives are allowed, and a second run is refused. */
 let elasticRunning = false;
 
 /** @internal For init(), with HORA_ELASTIC=1: registers this worker and joins its first world. */
@@ -262,6 +262,11 @@ export function elasticState(): { control: RendezvousConnection; world: World } 
 /** @internal For hora.elastic.run: collectives are allowed while it runs. */
 export function setElasticRunning(on: boolean): void {
   elasticRunning = on;
+}
+
+/** @internal For hora.elastic.run: whether a run is under way (runs do not nest). */
+export function isElasticRunning(): boolean {
+  return elasticRunning;
 }
 
 /** @internal For shutdown(): an elastic worker's timeline outlives its worlds (the last may have had no communicator). */
