@@ -43,6 +43,7 @@ function scaledAlone<T extends Tensor>(x: T, dtype: NativeDType, scale: [number,
 function copyOf<T extends Tensor>(x: T): T {
   return x.slice() as T;
 }
+
 /** The item for a collective on device memory: x's, and out for a reducescatter's block. */
 function deviceItem(kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, name: string, x: DeviceBuffer,
   out: DeviceBuffer | null = null): Omit<NativeItem, 'id'> {

@@ -16,6 +16,7 @@ import { Work } from './work';
 import { Scope, current } from './world';
 import { Lend } from './lend';
 
+// The options send and recv take (ts/types.ts); any other key is refused (checkOptionKeys).
 const SEND_OPTIONS = knownOptions<SendOptions>({ to: true, tag: true, dtype: true });
 const RECV_OPTIONS = knownOptions<RecvOptions>({ from: true, tag: true, dtype: true, count: true });
 
