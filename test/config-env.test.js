@@ -7,20 +7,12 @@ const fs = require('node:fs');
 const path = require('node:path');
 const { spawnAndCollect } = require('./support/spawn');
 
-const ROOT = path.join(__dirname, '..');
+const { ROOT, tsSources } = require('./support/sources');
 const config = require(path.join(ROOT, 'dist', 'ts', 'config.js'));
 // The files of the config module: the table of variables, the parsers, launch resolution, the readers.
 const CONFIG_FILES = ['ts/config.ts', 'ts/config-variables.ts', 'ts/config-parse.ts', 'ts/config-launch.ts'];
 
-function sources(folder) {
-  const out = [];
-  for (const entry of fs.readdirSync(path.join(ROOT, folder), { withFileTypes: true })) {
-    const rel = `${folder}/${entry.name}`;
-    if (entry.isDirectory()) out.push(...sources(rel));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) out.push(rel);
-  }
-  return out;
-}
+const sources = tsSources;
 
 t.test('the config module is ts/config.ts and the files it re-exports', async (t) => {
   const config = fs.readFileSync(path.join(ROOT, 'ts', 'config.ts'), 'utf8');

@@ -1,6 +1,6 @@
 'use strict';
 // No circles among the modules of ts/ and adapters/: the import graph of the .ts sources is a tree of
-// layers (ARCHITECTURE "ts/cli/ ... no circles"). Every relative import counts: `import ... from`,
+// layers (docs/internals.md). Every relative import counts: `import ... from`,
 // `import type`, `export ... from`, `import('./x')` (also as a type) and `require('./x')`.
 
 const t = require('tap');
@@ -8,7 +8,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const ts = require('typescript');
 
-const ROOT = path.join(__dirname, '..');
+const { ROOT, tsSources } = require('./support/sources');
 const FOLDERS = ['ts', 'adapters'];
 
 // Circles allowed for now, each as the sorted list of its files. ONLY for a circle that another change
@@ -16,15 +16,7 @@ const FOLDERS = ['ts', 'adapters'];
 // the list never outlives its reason.
 const KNOWN_CYCLES_ALLOWED_FOR_NOW = [];
 
-function sources(folder) {
-  const out = [];
-  for (const entry of fs.readdirSync(path.join(ROOT, folder), { withFileTypes: true })) {
-    const rel = `${folder}/${entry.name}`;
-    if (entry.isDirectory()) out.push(...sources(rel));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) out.push(rel);
-  }
-  return out;
-}
+const sources = tsSources;
 
 /** The file a relative specifier names, as a path from the root, or undefined when it is not a .ts source. */
 function resolve(from, spec, known) {
