@@ -12,7 +12,6 @@ const config = require(path.join(ROOT, 'dist', 'ts', 'config.js'));
 // The files of the config module: the table of variables, the parsers, launch resolution, the readers.
 const CONFIG_FILES = ['ts/config.ts', 'ts/config-variables.ts', 'ts/config-parse.ts', 'ts/config-launch.ts'];
 
-const sources = tsSources;
 
 t.test('the config module is ts/config.ts and the files it re-exports', async (t) => {
   const config = fs.readFileSync(path.join(ROOT, 'ts', 'config.ts'), 'utf8');
@@ -20,12 +19,12 @@ t.test('the config module is ts/config.ts and the files it re-exports', async (t
     t.ok(fs.existsSync(path.join(ROOT, file)), `${file} exists`);
     t.match(config, `from './${path.basename(file, '.ts')}'`, `ts/config.ts imports ${file}`);
   }
-  const others = sources('ts').filter((f) => /^ts\/config[-.]/.test(f) && !CONFIG_FILES.includes(f));
+  const others = tsSources('ts').filter((f) => /^ts\/config[-.]/.test(f) && !CONFIG_FILES.includes(f));
   t.same(others, [], 'no config file outside CONFIG_FILES');
 });
 
 t.test('no HORA_* variable is read from process.env outside the config module', async (t) => {
-  const files = [...sources('ts'), ...sources('adapters')].filter((f) => !CONFIG_FILES.includes(f));
+  const files = [...tsSources('ts'), ...tsSources('adapters')].filter((f) => !CONFIG_FILES.includes(f));
   t.ok(files.length > 50, `${files.length} source files`);
   const reads = [];
   for (const file of files) {

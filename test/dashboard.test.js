@@ -158,6 +158,23 @@ t.test('the dashboard serves its page and figures on loopback only', async (t) =
   t.equal(await job.done, 0, job.output());
 });
 
+// The dashboard at `url` in headless Chromium (closed when the test ends), or null after a skip that says
+// what is missing.
+async function openPage(t, url, height) {
+  const { playwright, missing } = loadPlaywright();
+  const why = !playwright ? missing
+    : !fs.existsSync(CHROMIUM) ? `${CHROMIUM} not found (apt-get install chromium, or set HORA_CHROMIUM)` : null;
+  if (why) {
+    t.skip(`the page: ${why}`);
+    return null;
+  }
+  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
+  t.teardown(() => browser.close());
+  const page = await browser.newPage({ viewport: { width: 1100, height }, deviceScaleFactor: 1 });
+  await page.goto(url);
+  return page;
+}
+
 t.test('headless Chromium shows the figures, the chart and the step split', async (t) => {
   const { playwright, missing } = loadPlaywright();
   if (!playwright) return t.skip(missing);
@@ -244,14 +261,8 @@ t.test('4 ranks as 2 pipeline stages x 2 replicas: per-stage utilization in /sta
   t.same(p.byStage.map((s) => s.weightBytes), [1000, 2000]);
   t.same(p.byStage.map((s) => s.peakStashBytes), [300, 400], 'the largest stash of any replica');
 
-  const { playwright, missing } = loadPlaywright();
-  if (!playwright) t.skip(`the page: ${missing}`);
-  else if (!fs.existsSync(CHROMIUM)) t.skip(`the page: ${CHROMIUM} not found (apt-get install chromium, or set HORA_CHROMIUM)`);
-  else {
-    const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
-    t.teardown(() => browser.close());
-    const page = await browser.newPage({ viewport: { width: 1100, height: 1600 }, deviceScaleFactor: 1 });
-    await page.goto(url);
+  const page = await openPage(t, url, 1600);
+  if (page) {
     await page.waitForFunction(() => document.querySelectorAll('#pipeline tbody tr').length === 2, null, { timeout: 30000, polling: 250 });
     t.ok(await page.isVisible('#pipeline-panel'), 'the Pipeline panel shows');
     const rows = await page.$$eval('#pipeline tbody tr', (trs) => trs.map((tr) => Object.fromEntries(
@@ -288,14 +299,8 @@ t.test('send and recv in the figures: messages/s per rank, their kinds without a
   }
   t.ok(stats.steps.commShare > 0, `waiting for messages counts as communication: ${stats.steps.commShare}`);
 
-  const { playwright, missing } = loadPlaywright();
-  if (!playwright) t.skip(`the page: ${missing}`);
-  else if (!fs.existsSync(CHROMIUM)) t.skip(`the page: ${CHROMIUM} not found (apt-get install chromium, or set HORA_CHROMIUM)`);
-  else {
-    const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
-    t.teardown(() => browser.close());
-    const page = await browser.newPage({ viewport: { width: 1100, height: 1400 }, deviceScaleFactor: 1 });
-    await page.goto(url);
+  const page = await openPage(t, url, 1400);
+  if (page) {
     await page.waitForFunction(() => {
       const rates = [...document.querySelectorAll('#ranks tbody tr td[data-field=messagesPerS]')].map((td) => parseFloat(td.textContent));
       return rates.length === 2 && rates.every((r) => r > 0) && document.querySelector('#kinds tr[data-kind=recv]');

@@ -73,14 +73,20 @@ async function until(cond, timeoutMs, what) {
   }
 }
 
-t.test('rogue connections during init are dropped and logged; the job completes', async (t) => {
-  const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dpauth-'));
+// The worker job over TCP, with INFO logs and a result folder of its own (removed at the test's end).
+function startJob(t, prefix) {
+  const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
   t.teardown(() => fs.rmSync(resultDir, { recursive: true, force: true }));
   const job = startProcess(NODE, [HORA, 'run', '-np', String(NP), '--', NODE, WORKER], {
     cwd: ROOT,
     env: { ...process.env, HORA_TIMEOUT_S: '60', HORA_DEBUG: 'INFO', HORA_TRANSPORT: 'tcp', HORA_TEST_RESULT_DIR: resultDir },
     timeoutMs: 120000,
   });
+  return { resultDir, job };
+}
+
+t.test('rogue connections during init are dropped and logged; the job completes', async (t) => {
+  const { resultDir, job } = startJob(t, 'hora-dpauth-');
   const exited = job.done;
   const started = Date.now();
 
@@ -184,13 +190,7 @@ t.test(`${FLOOD} connections held on rank 0's data port before its loop starts d
     : !(somaxconn >= FLOOD + NP) ? `net.core.somaxconn is ${somaxconn}: the kernel caps every listen backlog below ${FLOOD + NP}` : false,
 }, async (t) => {
   for (let run = 1; run <= 3; run++) {
-    const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dpflood-'));
-    t.teardown(() => fs.rmSync(resultDir, { recursive: true, force: true }));
-    const job = startProcess(NODE, [HORA, 'run', '-np', String(NP), '--', NODE, WORKER], {
-      cwd: ROOT,
-      env: { ...process.env, HORA_TIMEOUT_S: '60', HORA_DEBUG: 'INFO', HORA_TRANSPORT: 'tcp', HORA_TEST_RESULT_DIR: resultDir },
-      timeoutMs: 120000,
-    });
+    const { resultDir, job } = startJob(t, 'hora-dpflood-');
     const exited = job.done;
     await until(() => /rank 0 hora INFO data plane listening on [\d.]+:\d+/.test(job.output), 30000, "rank 0's data port");
     const port = Number(/rank 0 hora INFO data plane listening on [\d.]+:(\d+)/.exec(job.output)[1]);

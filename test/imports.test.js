@@ -16,8 +16,6 @@ const FOLDERS = ['ts', 'adapters'];
 // the list never outlives its reason.
 const KNOWN_CYCLES_ALLOWED_FOR_NOW = [];
 
-const sources = tsSources;
-
 /** The file a relative specifier names, as a path from the root, or undefined when it is not a .ts source. */
 function resolve(from, spec, known) {
   const base = path.posix.normalize(path.posix.join(path.posix.dirname(from), spec));
@@ -29,7 +27,7 @@ function resolve(from, spec, known) {
 
 /** file -> the files it imports, relative imports only. */
 function importGraph() {
-  const files = FOLDERS.flatMap(sources);
+  const files = FOLDERS.flatMap(tsSources);
   const known = new Set(files);
   const graph = new Map();
   for (const file of files) {
