@@ -1,26 +1,30 @@
 'use strict';
-// ts/config.ts is the one reader of HORA_* variables on the TypeScript side (ARCHITECTURE invariant 10), and
-// `hora env` lists every variable it reads. Needs `npm run build:ts` (dist/).
+// The config module is the one reader of HORA_* variables on the TypeScript side (ARCHITECTURE invariant 10),
+// and `hora env` lists every variable it reads. The module is ts/config.ts, the one the rest of hora
+// imports, and the files it re-exports, one job each (CONFIG_FILES). Needs `npm run build:ts` (dist/).
 const t = require('tap');
 const fs = require('node:fs');
 const path = require('node:path');
-const { spawnSync } = require('node:child_process');
+const { spawnAndCollect } = require('./support/spawn');
 
-const ROOT = path.join(__dirname, '..');
+const { ROOT, tsSources } = require('./support/sources');
 const config = require(path.join(ROOT, 'dist', 'ts', 'config.js'));
+// The files of the config module: the table of variables, the parsers, launch resolution, the readers.
+const CONFIG_FILES = ['ts/config.ts', 'ts/config-variables.ts', 'ts/config-parse.ts', 'ts/config-launch.ts'];
 
-function sources(folder) {
-  const out = [];
-  for (const entry of fs.readdirSync(path.join(ROOT, folder), { withFileTypes: true })) {
-    const rel = `${folder}/${entry.name}`;
-    if (entry.isDirectory()) out.push(...sources(rel));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) out.push(rel);
+
+t.test('the config module is ts/config.ts and the files it re-exports', async (t) => {
+  const config = fs.readFileSync(path.join(ROOT, 'ts', 'config.ts'), 'utf8');
+  for (const file of CONFIG_FILES.slice(1)) {
+    t.ok(fs.existsSync(path.join(ROOT, file)), `${file} exists`);
+    t.match(config, `from './${path.basename(file, '.ts')}'`, `ts/config.ts imports ${file}`);
   }
-  return out;
-}
+  const others = tsSources('ts').filter((f) => /^ts\/config[-.]/.test(f) && !CONFIG_FILES.includes(f));
+  t.same(others, [], 'no config file outside CONFIG_FILES');
+});
 
-t.test('no HORA_* variable is read from process.env outside ts/config.ts', async (t) => {
-  const files = [...sources('ts'), ...sources('adapters')].filter((f) => f !== 'ts/config.ts');
+t.test('no HORA_* variable is read from process.env outside the config module', async (t) => {
+  const files = [...tsSources('ts'), ...tsSources('adapters')].filter((f) => !CONFIG_FILES.includes(f));
   t.ok(files.length > 50, `${files.length} source files`);
   const reads = [];
   for (const file of files) {
@@ -29,21 +33,21 @@ t.test('no HORA_* variable is read from process.env outside ts/config.ts', async
       if (/process\.env\s*(\?\.|\.)\s*HORA_\w+|process\.env\s*(\?\.)?\[/.test(line)) reads.push(`${file}:${i + 1}: ${line.trim()}`);
     });
   }
-  t.same(reads, [], 'read them through a reader in ts/config.ts');
+  t.same(reads, [], 'read them through a reader of the config module (ts/config.ts)');
 });
 
-t.test('hora env lists every variable ts/config.ts reads', async (t) => {
-  const text = fs.readFileSync(path.join(ROOT, 'ts', 'config.ts'), 'utf8');
+t.test('hora env lists every variable the config module reads', async (t) => {
+  const text = CONFIG_FILES.map((f) => fs.readFileSync(path.join(ROOT, f), 'utf8')).join('\n');
   const read = new Set();
   for (const m of text.matchAll(/['"`](HORA_[A-Z0-9_]*[A-Z0-9])['"`]|env\??\.(HORA_[A-Z0-9_]+)/g)) read.add(m[1] ?? m[2]);
   for (const name of ['HORA_TIMEOUT_S', 'HORA_ADDON', 'HORA_TFJS_SKIP_ALLREDUCE', 'HORA_HOST_ID', 'HORA_TIMELINE', 'HORA_TOPOLOGY']) {
-    t.ok(read.has(name), `found ${name} in config.ts`);
+    t.ok(read.has(name), `found ${name} in the config module`);
   }
   const main = path.join(ROOT, 'dist', 'ts', 'cli', 'main.js');
   const env = { PATH: process.env.PATH };
-  const json = spawnSync(process.execPath, [main, 'env', '--json'], { encoding: 'utf8', env });
+  const json = await spawnAndCollect(process.execPath, [main, 'env', '--json'], { env });
   const listed = JSON.parse(json.stdout).variables.map((v) => v.name);
-  const plain = spawnSync(process.execPath, [main, 'env'], { encoding: 'utf8', env }).stdout;
+  const plain = (await spawnAndCollect(process.execPath, [main, 'env'], { env })).stdout;
   for (const name of [...read].sort()) {
     t.ok(listed.includes(name), `hora env --json lists ${name}`);
     t.ok(plain.includes(`\n  ${name} = `), `hora env lists ${name}`);

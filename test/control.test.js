@@ -4,7 +4,7 @@ const t = require('tap');
 const crypto = require('node:crypto');
 const net = require('node:net');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
+const { startProcess, spawnAndCollect } = require('./support/spawn');
 
 const dist = path.join(__dirname, '..', 'dist', 'ts');
 const { FrameDecoder, encodeFrame, ControlConnection, MAX_FRAME_BYTES } = require(path.join(dist, 'control', 'frame.js'));
@@ -343,12 +343,7 @@ t.test('a registered client does not keep the process alive', async (t) => {
     const { register } = require(${JSON.stringify(path.join(dist, 'control', 'client.js'))});
     register({ addr: '127.0.0.1', port: ${port}, secret: ${JSON.stringify(SECRET)}, rank: 0, hostId: 'h', dataAddr: '', dataPort: 0, timeoutMs: 5000 })
       .then((r) => console.log('registered', r.self.rank));`;
-  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
-  const [code, signal] = await new Promise((r) => child.on('exit', (c, s) => r([c, s])));
-  clearTimeout(timer);
+  const { code, signal, stdout: out } = await spawnAndCollect(process.execPath, ['-e', script], { stderr: 'inherit', timeoutMs: 5000 });
   t.equal(signal, null, 'exited by itself');
   t.equal(code, 0);
   t.match(out, /registered 0/);
@@ -364,12 +359,7 @@ t.test('a process hosting an unref\'d server and registering with it exits by it
       server.unref();
       return register({ addr: '127.0.0.1', port, secret: 's', rank: 0, hostId: 'h', dataAddr: '', dataPort: 0, timeoutMs: 5000 });
     }).then((r) => console.log('registered', r.self.rank));`;
-  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
-  const [code, signal] = await new Promise((r) => child.on('exit', (c, s) => r([c, s])));
-  clearTimeout(timer);
+  const { code, signal, stdout: out } = await spawnAndCollect(process.execPath, ['-e', script], { stderr: 'inherit', timeoutMs: 5000 });
   t.same([code, signal], [0, null], 'exited by itself');
   t.match(out, /registered 0/);
 });
@@ -506,12 +496,10 @@ t.test('elastic heartbeat: a worker whose own event loop is held up does not tak
     const s = new RendezvousServer({ size: 1, secret: ${JSON.stringify(SECRET)}, timeoutMs: 0,
       elastic: { minSize: 1, maxSize: 1, settleMs: 1000, waitMs: 60000 } });
     s.listen().then(({ port }) => console.log('port ' + port));`;
-  const launcher = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const launcher = startProcess(process.execPath, ['-e', script], { stderr: 'inherit' });
   t.teardown(() => launcher.kill('SIGKILL'));
-  const port = await new Promise((resolve) => launcher.stdout.on('data', (d) => {
-    const m = /port (\d+)/.exec(String(d));
-    if (m) resolve(Number(m[1]));
-  }));
+  await launcher.waitFor(/port \d+/, 30000);
+  const port = Number(/port (\d+)/.exec(launcher.stdout)[1]);
   const { connection } = await registerElastic({
     addr: '127.0.0.1', port, secret: SECRET, rank: -1, hostId: 'h', dataAddr: '127.0.0.1', dataPort: 0, timeoutMs: 10000, elasticWorkerId: 0,
   });

@@ -12,7 +12,7 @@ const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
 const zlib = require('node:zlib');
-const { spawn } = require('node:child_process');
+const { startProcess } = require('./support/spawn');
 const { HORA, NODE, ROOT } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'stats-worker.js');
@@ -30,30 +30,19 @@ function loadPlaywright() {
   return { missing: `playwright-core not found (${tried.join('; ')}); npm install it or set HORA_PLAYWRIGHT_CORE` };
 }
 
-/** Starts the job; resolves {url, child, output(), done} once the launcher has printed the dashboard's URL. */
+/** Starts the job; resolves {url, kill(signal), output(), done} once the launcher has printed the dashboard's URL. */
 function startJob(stopFile, extraArgs = [], { np = 2, mode = 'steps' } = {}) {
-  const child = spawn(NODE, [HORA, 'run', '-np', String(np), '--dashboard', ...extraArgs, '--', NODE, WORKER], {
+  const job = startProcess(NODE, [HORA, 'run', '-np', String(np), '--dashboard', ...extraArgs, '--', NODE, WORKER], {
     cwd: ROOT, env: { ...process.env, HORA_TEST_MODE: mode, HORA_TEST_STOP_FILE: stopFile, HORA_TIMEOUT_S: '60' },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    timeoutMs: 90000,
   });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const killer = setTimeout(() => child.kill('SIGKILL'), 90000);
-  const done = new Promise((resolve) => child.on('close', (code) => {
-    clearTimeout(killer);
-    resolve(code);
-  }));
-  const url = new Promise((resolve, reject) => {
-    const look = () => {
-      const m = /hora run: dashboard on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out);
-      if (m) resolve(m[1]);
-    };
-    child.stdout.on('data', look);
-    child.stderr.on('data', look);
-    done.then(() => reject(new Error(`the launcher exited without a dashboard URL:\n${out}`)));
+  const done = job.done.then((r) => r.code);
+  const urlLine = /hora run: dashboard on (http:\/\/127\.0\.0\.1:\d+\/)/;
+  const url = job.waitFor(urlLine, 90000).then((seen) => {
+    if (!seen) throw new Error(`the launcher exited without a dashboard URL:\n${job.output}`);
+    return urlLine.exec(job.output)[1];
   });
-  return { child, url, done, output: () => out };
+  return { kill: (signal) => job.kill(signal), url, done, output: () => job.output };
 }
 
 function get(url, headers = {}) {
@@ -142,7 +131,7 @@ const RANK1 = [0xe0, 0x7b, 0x39];
 t.test('the dashboard serves its page and figures on loopback only', async (t) => {
   const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
   const job = startJob(stopFile);
-  t.teardown(() => job.child.kill('SIGKILL'));
+  t.teardown(() => job.kill('SIGKILL'));
   const url = await job.url;
   const page = await get(url);
   t.equal(page.status, 200);
@@ -169,6 +158,23 @@ t.test('the dashboard serves its page and figures on loopback only', async (t) =
   t.equal(await job.done, 0, job.output());
 });
 
+// The dashboard at `url` in headless Chromium (closed when the test ends), or null after a skip that says
+// what is missing.
+async function openPage(t, url, height) {
+  const { playwright, missing } = loadPlaywright();
+  const why = !playwright ? missing
+    : !fs.existsSync(CHROMIUM) ? `${CHROMIUM} not found (apt-get install chromium, or set HORA_CHROMIUM)` : null;
+  if (why) {
+    t.skip(`the page: ${why}`);
+    return null;
+  }
+  const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
+  t.teardown(() => browser.close());
+  const page = await browser.newPage({ viewport: { width: 1100, height }, deviceScaleFactor: 1 });
+  await page.goto(url);
+  return page;
+}
+
 t.test('headless Chromium shows the figures, the chart and the step split', async (t) => {
   const { playwright, missing } = loadPlaywright();
   if (!playwright) return t.skip(missing);
@@ -176,7 +182,7 @@ t.test('headless Chromium shows the figures, the chart and the step split', asyn
 
   const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
   const job = startJob(stopFile);
-  t.teardown(() => job.child.kill('SIGKILL'));
+  t.teardown(() => job.kill('SIGKILL'));
   const url = await job.url;
   const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
   t.teardown(() => browser.close());
@@ -238,7 +244,7 @@ t.test('headless Chromium shows the figures, the chart and the step split', asyn
 t.test('4 ranks as 2 pipeline stages x 2 replicas: per-stage utilization in /stats.json and the Pipeline panel', async (t) => {
   const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
   const job = startJob(stopFile, [], { np: 4, mode: 'pipeline' });
-  t.teardown(() => job.child.kill('SIGKILL'));
+  t.teardown(() => job.kill('SIGKILL'));
   const url = await job.url;
   let stats;
   for (let i = 0; i < 120; i++) {
@@ -255,14 +261,8 @@ t.test('4 ranks as 2 pipeline stages x 2 replicas: per-stage utilization in /sta
   t.same(p.byStage.map((s) => s.weightBytes), [1000, 2000]);
   t.same(p.byStage.map((s) => s.peakStashBytes), [300, 400], 'the largest stash of any replica');
 
-  const { playwright, missing } = loadPlaywright();
-  if (!playwright) t.skip(`the page: ${missing}`);
-  else if (!fs.existsSync(CHROMIUM)) t.skip(`the page: ${CHROMIUM} not found (apt-get install chromium, or set HORA_CHROMIUM)`);
-  else {
-    const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
-    t.teardown(() => browser.close());
-    const page = await browser.newPage({ viewport: { width: 1100, height: 1600 }, deviceScaleFactor: 1 });
-    await page.goto(url);
+  const page = await openPage(t, url, 1600);
+  if (page) {
     await page.waitForFunction(() => document.querySelectorAll('#pipeline tbody tr').length === 2, null, { timeout: 30000, polling: 250 });
     t.ok(await page.isVisible('#pipeline-panel'), 'the Pipeline panel shows');
     const rows = await page.$$eval('#pipeline tbody tr', (trs) => trs.map((tr) => Object.fromEntries(
@@ -282,7 +282,7 @@ t.test('4 ranks as 2 pipeline stages x 2 replicas: per-stage utilization in /sta
 t.test('send and recv in the figures: messages/s per rank, their kinds without a bandwidth, and the step split\'s legend', async (t) => {
   const stopFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dash-')), 'stop');
   const job = startJob(stopFile, [], { mode: 'messages' });
-  t.teardown(() => job.child.kill('SIGKILL'));
+  t.teardown(() => job.kill('SIGKILL'));
   const url = await job.url;
   let stats;
   for (let i = 0; i < 80; i++) {
@@ -299,14 +299,8 @@ t.test('send and recv in the figures: messages/s per rank, their kinds without a
   }
   t.ok(stats.steps.commShare > 0, `waiting for messages counts as communication: ${stats.steps.commShare}`);
 
-  const { playwright, missing } = loadPlaywright();
-  if (!playwright) t.skip(`the page: ${missing}`);
-  else if (!fs.existsSync(CHROMIUM)) t.skip(`the page: ${CHROMIUM} not found (apt-get install chromium, or set HORA_CHROMIUM)`);
-  else {
-    const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true });
-    t.teardown(() => browser.close());
-    const page = await browser.newPage({ viewport: { width: 1100, height: 1400 }, deviceScaleFactor: 1 });
-    await page.goto(url);
+  const page = await openPage(t, url, 1400);
+  if (page) {
     await page.waitForFunction(() => {
       const rates = [...document.querySelectorAll('#ranks tbody tr td[data-field=messagesPerS]')].map((td) => parseFloat(td.textContent));
       return rates.length === 2 && rates.every((r) => r > 0) && document.querySelector('#kinds tr[data-kind=recv]');

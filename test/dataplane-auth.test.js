@@ -12,7 +12,7 @@ const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
+const { startProcess } = require('./support/spawn');
 const { HORA, NODE, ROOT } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'dataplane-auth-worker.js');
@@ -73,28 +73,27 @@ async function until(cond, timeoutMs, what) {
   }
 }
 
-t.test('rogue connections during init are dropped and logged; the job completes', async (t) => {
-  const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dpauth-'));
+// The worker job over TCP, with INFO logs and a result folder of its own (removed at the test's end).
+function startJob(t, prefix) {
+  const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
   t.teardown(() => fs.rmSync(resultDir, { recursive: true, force: true }));
-  const child = spawn(NODE, [HORA, 'run', '-np', String(NP), '--', NODE, WORKER], {
+  const job = startProcess(NODE, [HORA, 'run', '-np', String(NP), '--', NODE, WORKER], {
     cwd: ROOT,
     env: { ...process.env, HORA_TIMEOUT_S: '60', HORA_DEBUG: 'INFO', HORA_TRANSPORT: 'tcp', HORA_TEST_RESULT_DIR: resultDir },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    timeoutMs: 120000,
   });
-  let output = '';
-  child.stdout.on('data', (d) => (output += d));
-  child.stderr.on('data', (d) => (output += d));
-  const killer = setTimeout(() => child.kill('SIGKILL'), 120000);
-  const exited = new Promise((resolve) => child.on('close', (code, signal) => {
-    clearTimeout(killer);
-    resolve({ code, signal });
-  }));
+  return { resultDir, job };
+}
+
+t.test('rogue connections during init are dropped and logged; the job completes', async (t) => {
+  const { resultDir, job } = startJob(t, 'hora-dpauth-');
+  const exited = job.done;
   const started = Date.now();
 
   const jobIdFile = path.join(resultDir, 'job-id');
-  await until(() => /rank 0 hora INFO data plane listening on [\d.]+:\d+/.test(output) && fs.existsSync(jobIdFile), 30000,
+  await until(() => /rank 0 hora INFO data plane listening on [\d.]+:\d+/.test(job.output) && fs.existsSync(jobIdFile), 30000,
     "rank 0's data port and the job id");
-  const port = Number(/rank 0 hora INFO data plane listening on [\d.]+:(\d+)/.exec(output)[1]);
+  const port = Number(/rank 0 hora INFO data plane listening on [\d.]+:(\d+)/.exec(job.output)[1]);
   const jobTag = jobTagOf(fs.readFileSync(jobIdFile, 'utf8'));
 
   // Rank 0 is waiting in init for the last rank, so these queue at its listener until the mesh forms.
@@ -121,7 +120,7 @@ t.test('rogue connections during init are dropped and logged; the job completes'
 
   const { code, signal } = await exited;
   const seconds = (Date.now() - started) / 1000;
-  const tailOf = () => output.slice(-6000);
+  const tailOf = () => job.output.slice(-6000);
   t.equal(signal, null, 'the job was not killed', { output: tailOf() });
   t.equal(code, 0, 'hora run exits 0', { output: tailOf() });
   t.ok(seconds < 60, `the job took ${seconds.toFixed(1)} s, far from its 60 s deadline`);
@@ -147,14 +146,14 @@ t.test('rogue connections during init are dropped and logged; the job completes'
     }
   }
 
-  const warns = output.split('\n').filter((l) => /rank 0 hora WARN dropped data-plane connection from 127\.0\.0\.1:\d+: /.test(l));
+  const warns = job.output.split('\n').filter((l) => /rank 0 hora WARN dropped data-plane connection from 127\.0\.0\.1:\d+: /.test(l));
   t.ok(warns.some((l) => /wrong magic/.test(l)), 'rank 0 logs the random bytes', { warns });
   t.equal(warns.filter((l) => /claims rank 1 but its proof does not verify/.test(l)).length, forgers.length,
     'rank 0 logs each Hello with a wrong proof', { warns });
   t.ok(warns.some((l) => /still unauthenticated when the mesh was complete|no complete handshake/.test(l)),
     'rank 0 logs the silent connections', { warns });
   t.equal(warns.length, silent.length + noisy.length + forgers.length, 'one WARN line per rogue connection', { warns });
-  t.notMatch(output, /rank [12] hora WARN dropped/, 'ranks 1 and 2 saw no rogue connection');
+  t.notMatch(job.output, /rank [12] hora WARN dropped/, 'ranks 1 and 2 saw no rogue connection');
 });
 
 // docs/security.md: a burst of strangers held on a rank's data port before its handshake loop starts must
@@ -191,23 +190,10 @@ t.test(`${FLOOD} connections held on rank 0's data port before its loop starts d
     : !(somaxconn >= FLOOD + NP) ? `net.core.somaxconn is ${somaxconn}: the kernel caps every listen backlog below ${FLOOD + NP}` : false,
 }, async (t) => {
   for (let run = 1; run <= 3; run++) {
-    const resultDir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-dpflood-'));
-    t.teardown(() => fs.rmSync(resultDir, { recursive: true, force: true }));
-    const child = spawn(NODE, [HORA, 'run', '-np', String(NP), '--', NODE, WORKER], {
-      cwd: ROOT,
-      env: { ...process.env, HORA_TIMEOUT_S: '60', HORA_DEBUG: 'INFO', HORA_TRANSPORT: 'tcp', HORA_TEST_RESULT_DIR: resultDir },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (d) => (output += d));
-    child.stderr.on('data', (d) => (output += d));
-    const killer = setTimeout(() => child.kill('SIGKILL'), 120000);
-    const exited = new Promise((resolve) => child.on('close', (code, signal) => {
-      clearTimeout(killer);
-      resolve({ code, signal });
-    }));
-    await until(() => /rank 0 hora INFO data plane listening on [\d.]+:\d+/.test(output), 30000, "rank 0's data port");
-    const port = Number(/rank 0 hora INFO data plane listening on [\d.]+:(\d+)/.exec(output)[1]);
+    const { resultDir, job } = startJob(t, 'hora-dpflood-');
+    const exited = job.done;
+    await until(() => /rank 0 hora INFO data plane listening on [\d.]+:\d+/.test(job.output), 30000, "rank 0's data port");
+    const port = Number(/rank 0 hora INFO data plane listening on [\d.]+:(\d+)/.exec(job.output)[1]);
 
     // Rank 0 waits in init for the last rank: its loop has not started, so these wait in its accept queue.
     const sockets = [];
@@ -229,9 +215,9 @@ t.test(`${FLOOD} connections held on rank 0's data port before its loop starts d
     fs.writeFileSync(path.join(resultDir, 'gate-after-init'), '');
 
     const { code, signal } = await exited;
-    t.equal(code, 0, `run ${run}: hora run exits 0`, { signal, output: output.slice(-4000) });
-    const times = [...output.matchAll(/rank (\d) hora INFO connected to 2 peers in ([\d.]+) ms/g)].map((m) => [Number(m[1]), Number(m[2])]);
-    t.equal(times.length, NP, `run ${run}: every rank connected`, { output: output.slice(-4000) });
+    t.equal(code, 0, `run ${run}: hora run exits 0`, { signal, output: job.output.slice(-4000) });
+    const times = [...job.output.matchAll(/rank (\d) hora INFO connected to 2 peers in ([\d.]+) ms/g)].map((m) => [Number(m[1]), Number(m[2])]);
+    t.equal(times.length, NP, `run ${run}: every rank connected`, { output: job.output.slice(-4000) });
     for (const [rank, ms] of times) {
       t.ok(ms < RETRY_FREE_MS, `run ${run}: rank ${rank} connected its mesh in ${ms} ms, well under a SYN retry`);
     }

@@ -42,10 +42,11 @@ const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn, spawnSync } = require('node:child_process');
+const { spawnSync } = require('node:child_process');
+const { spawnAndCollect } = require('./support/spawn');
 const { ROOT, HORA, NODE } = require('./support/hora-job');
 
-const { parseRunArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'run.js'));
+const { parseRunArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'run-args.js'));
 const { parseRendezvousArgs } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'rendezvous.js'));
 const bench = require(path.join(ROOT, 'dist', 'ts', 'cli', 'bench.js'));
 
@@ -286,18 +287,8 @@ function runCommand(line, { cwd, bin, timeoutMs = 240000, extraEnv = {} }) {
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('HORA_')) env[k] = v;
   Object.assign(env, extraEnv);
   env.PATH = [bin, path.dirname(NODE), process.env.PATH].join(path.delimiter);
-  return new Promise((resolve) => {
-    const child = spawn('bash', ['-c', line.replace(/\bnpx hora\b/g, 'hora')], { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '', stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    let timedOut = false;
-    const timer = setTimeout(() => { timedOut = true; try { process.kill(-child.pid, 'SIGKILL'); } catch { /* gone */ } }, timeoutMs);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr, timedOut });
-    });
-  });
+  // Its own process group, so that the timeout ends whatever the line started too.
+  return spawnAndCollect('bash', ['-c', line.replace(/\bnpx hora\b/g, 'hora')], { cwd, env, detached: true, timeoutMs });
 }
 
 const tail = (r, n = 2500) => {

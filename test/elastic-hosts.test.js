@@ -33,22 +33,37 @@ t.teardown(async () => {
 // Elastic workers still running in host i.
 const workersIn = (i) => c.processes(i).filter((p) => p.cmdline.includes(WORKER));
 
+// `hora run` of the elastic worker on both hosts, 2 slots each, --min-np 2, with `steps` steps of 20 ms;
+// `act` runs once, when rank 0 on the first host prints step `at` in the world of 4.
+function runElastic(launcherArgs, steps, env, at, act) {
+  const [h0, h1] = c.hosts;
+  const atStep = new RegExp(`^\\[0@${esc(h0)}\\] step ${at} size 4 `);
+  let acted = false;
+  return hora([...launcherArgs, '-H', `${h0}:2,${h1}:2`, '--min-np', '2', '--ssh-opts', `-F ${c.sshConfig}`,
+    '-x', 'ELASTIC_STEPS', '-x', 'ELASTIC_STEP_MS', '-x', 'ELASTIC_TAG', NODE, WORKER],
+  { ELASTIC_STEPS: String(steps), ELASTIC_STEP_MS: '20', ...env }, {
+    timeoutMs: 150000,
+    onLine: (line) => {
+      if (acted || !atStep.test(line)) return;
+      acted = true;
+      act();
+    },
+  });
+}
+
+// Takes the second host's link down (the teardown brings it up again); true once done.
+function cutLink(t) {
+  const ip = spawnSync('ip', ['-n', `${NAME}1`, 'link', 'set', 'eth0', 'down'], { encoding: 'utf8' });
+  t.equal(ip.status, 0, `the link of ${c.hosts[1]} is cut ${ip.stderr}`);
+  return true;
+}
+
 t.test("a host's link cut mid-training: its workers leave, the host is blacklisted, the other host goes on", async (t) => {
   const steps = 400;
   const [h0, h1] = c.hosts;
-  let cutAt;
-  const r = await hora(['run', '-H', `${h0}:2,${h1}:2`, '--min-np', '2', '--ssh-opts', `-F ${c.sshConfig}`,
-    '-x', 'ELASTIC_STEPS', '-x', 'ELASTIC_STEP_MS', '-x', 'ELASTIC_TAG', NODE, WORKER],
-  { ELASTIC_STEPS: String(steps), ELASTIC_STEP_MS: '20', HORA_DEBUG: 'INFO' }, {
-    timeoutMs: 150000,
-    onLine: (line) => {
-      if (cutAt !== undefined || !new RegExp(`^\\[0@${esc(h0)}\\] step 30 size 4 `).test(line)) return;
-      cutAt = Date.now();
-      const ip = spawnSync('ip', ['-n', `${NAME}1`, 'link', 'set', 'eth0', 'down'], { encoding: 'utf8' });
-      t.equal(ip.status, 0, `the link of ${h1} is cut ${ip.stderr}`);
-    },
-  });
-  t.ok(cutAt, 'the link was cut mid-training');
+  let cut = false;
+  const r = await runElastic(['run'], steps, { HORA_DEBUG: 'INFO' }, 30, () => { cut = cutLink(t); });
+  t.ok(cut, 'the link was cut mid-training');
   checkFinished(t, r, 2, { steps, expected: expectedChecksum(steps) });
   t.same(r.results.map((x) => x.workerId).sort(), [0, 1], `the workers of ${h0} finish`);
   for (const x of r.results) {
@@ -94,21 +109,11 @@ t.test("a host cut off for good: the survivors finish, and hora run exits 0 thou
   spawnSync('ip', ['-n', `${NAME}1`, 'link', 'set', 'eth0', 'up']);
   const steps = 60;
   const [h0, h1] = c.hosts;
-  let cutAt;
+  let cut = false;
   // HORA_ELASTIC_SETTLE_S at its default: the survivors re-form 4 + 10 s after the cut and need well
   // under a second for their last steps, while ssh to the cut-off host is killed 2 s after the worker.
-  const r = await hora(['run', '-np', '4', '-H', `${h0}:2,${h1}:2`, '--min-np', '2', '--ssh-opts', `-F ${c.sshConfig}`,
-    '-x', 'ELASTIC_STEPS', '-x', 'ELASTIC_STEP_MS', '-x', 'ELASTIC_TAG', NODE, WORKER],
-  { ELASTIC_STEPS: String(steps), ELASTIC_STEP_MS: '20', HORA_ELASTIC_SETTLE_S: '10' }, {
-    timeoutMs: 150000,
-    onLine: (line) => {
-      if (cutAt !== undefined || !new RegExp(`^\\[0@${esc(h0)}\\] step 50 size 4 `).test(line)) return;
-      cutAt = Date.now();
-      const ip = spawnSync('ip', ['-n', `${NAME}1`, 'link', 'set', 'eth0', 'down'], { encoding: 'utf8' });
-      t.equal(ip.status, 0, `the link of ${h1} is cut ${ip.stderr}`);
-    },
-  });
-  t.ok(cutAt, 'the link was cut mid-training');
+  const r = await runElastic(['run', '-np', '4'], steps, { HORA_ELASTIC_SETTLE_S: '10' }, 50, () => { cut = cutLink(t); });
+  t.ok(cut, 'the link was cut mid-training');
   checkFinished(t, r, 2, { steps, expected: expectedChecksum(steps) });
   t.same(r.results.map((x) => x.workerId).sort(), [0, 1], `the workers of ${h0} finish`);
   checkLeftOut(t, r);
@@ -123,18 +128,12 @@ t.test('a stopped host (every process in it SIGSTOPped): the survivors finish, a
   const steps = 60;
   const [h0, h1] = c.hosts;
   let stopped;
-  const r = await hora(['run', '-np', '4', '-H', `${h0}:2,${h1}:2`, '--min-np', '2', '--ssh-opts', `-F ${c.sshConfig}`,
-    '-x', 'ELASTIC_STEPS', '-x', 'ELASTIC_STEP_MS', '-x', 'ELASTIC_TAG', NODE, WORKER],
-  { ELASTIC_STEPS: String(steps), ELASTIC_STEP_MS: '20', HORA_ELASTIC_SETTLE_S: '4', HORA_TIMEOUT_S: '3' }, {
-    timeoutMs: 150000,
-    onLine: (line) => {
-      if (stopped !== undefined || !new RegExp(`^\\[0@${esc(h0)}\\] step 50 size 4 `).test(line)) return;
-      // Its sshd and sessions too: the launcher's kill cannot reach the workers, as on a frozen machine.
-      stopped = c.processes(1).map((p) => p.pid);
-      for (const pid of stopped) {
-        try { process.kill(pid, 'SIGSTOP'); } catch { /* exited meanwhile */ }
-      }
-    },
+  const r = await runElastic(['run', '-np', '4'], steps, { HORA_ELASTIC_SETTLE_S: '4', HORA_TIMEOUT_S: '3' }, 50, () => {
+    // Its sshd and sessions too: the launcher's kill cannot reach the workers, as on a frozen machine.
+    stopped = c.processes(1).map((p) => p.pid);
+    for (const pid of stopped) {
+      try { process.kill(pid, 'SIGSTOP'); } catch { /* exited meanwhile */ }
+    }
   });
   t.ok(stopped && stopped.length > 0, `${h1} was stopped mid-training`);
   checkFinished(t, r, 2, { steps, expected: expectedChecksum(steps) });

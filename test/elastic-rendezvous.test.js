@@ -3,27 +3,15 @@
 // Here the test plays the Job controller: it starts each "pod" (a worker process with its own host id, so
 // ranks talk over TCP as pods do) and restarts one that died.
 const t = require('tap');
-const { spawn } = require('node:child_process');
-const { freePort } = require('./support/hora-job');
+const { freePort, startProcess } = require('./support/hora-job');
 const { HORA, WORKER, NODE, expectedChecksum, workersAlive } = require('./support/elastic-job');
 
 const STEPS = 400;
 const EXPECTED = expectedChecksum(STEPS);
 const SECRET = 'a-test-secret-for-the-rendezvous-service';
 
-/** Starts a process; `done` resolves with {code, signal, stdout, stderr}. */
-function start(args, env, timeoutMs = 120000) {
-  const child = spawn(NODE, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const out = { stdout: '', stderr: '' };
-  child.stdout.on('data', (d) => (out.stdout += d));
-  child.stderr.on('data', (d) => (out.stderr += d));
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  const done = new Promise((resolve) => child.on('close', (code, signal) => {
-    clearTimeout(timer);
-    resolve({ code, signal, ...out });
-  }));
-  return { child, out, done };
-}
+/** Starts `node args...` with env added to this environment (support/spawn.js's handle). */
+const start = (args, env, timeoutMs = 120000) => startProcess(NODE, args, { env: { ...process.env, ...env }, timeoutMs });
 
 const result = (stdout) => {
   const m = /^result (.*)$/m.exec(stdout);
@@ -37,8 +25,7 @@ async function job(serviceArgs) {
   const tag = `${process.pid}-rv${++jobs}`;
   const service = start([HORA, 'rendezvous', '--port', String(port), ...serviceArgs], { HORA_SECRET: SECRET, HORA_ELASTIC_SETTLE_S: '2' });
   // Wait until it listens, as a Service's readiness probe would.
-  const deadline = Date.now() + 20000;
-  while (!/listening on/.test(service.out.stderr) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  await service.waitFor(() => /listening on/.test(service.stderr), 20000);
   const pod = (ordinal, extra = {}) => start([WORKER], {
     HORA_ELASTIC: '1', HORA_RENDEZVOUS_ADDR: '127.0.0.1', HORA_RENDEZVOUS_PORT: String(port), HORA_SECRET: SECRET,
     HORA_HOST_ID: `pod-${ordinal}`, HORA_WORKER_ID: String(ordinal), HORA_ELASTIC_SETTLE_S: '2',
@@ -49,8 +36,8 @@ async function job(serviceArgs) {
 
 t.test('a pod killed mid-training: the others go on, and the pod restarted by its Job rejoins at the next commit', async (t) => {
   const { service, pod, tag } = await job(['--min-np', '2', '--max-np', '3', '-np', '3']);
-  if (!t.match(service.out.stderr, /hora rendezvous: listening on 0\.0\.0\.0:\d+; the first world waits for 3 worker\(s\) \(--min-np 2\)/)) {
-    return service.child.kill('SIGKILL');
+  if (!t.match(service.stderr, /hora rendezvous: listening on 0\.0\.0\.0:\d+; the first world waits for 3 worker\(s\) \(--min-np 2\)/)) {
+    return service.kill('SIGKILL');
   }
   const pods = [0, 1, 2].map((i) => pod(i, { ELASTIC_KILL: '1:23:SIGKILL' }));
   const killed = await pods[1].done;
@@ -77,12 +64,11 @@ t.test('a pod killed mid-training: the others go on, and the pod restarted by it
 
 t.test('the service is a single point of failure: when it dies, every pod exits', async (t) => {
   const { service, pod, tag } = await job(['--min-np', '2']);
-  if (!t.match(service.out.stderr, /listening on/, 'the service is up')) return service.child.kill('SIGKILL');
+  if (!t.match(service.stderr, /listening on/, 'the service is up')) return service.kill('SIGKILL');
   const pods = [0, 1].map((i) => pod(i, { ELASTIC_STEPS: '100000' }));
-  const deadline = Date.now() + 30000;
-  while (!/step 20 /.test(pods[0].out.stdout) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  t.match(pods[0].out.stdout, /step 20 /, 'training started');
-  service.child.kill('SIGKILL');
+  await pods[0].waitFor(() => /step 20 /.test(pods[0].stdout), 30000);
+  t.match(pods[0].stdout, /step 20 /, 'training started');
+  service.kill('SIGKILL');
   const ends = await Promise.all(pods.map((p) => p.done));
   for (const e of ends) {
     t.equal(e.code, 1, 'the pod exits with status 1');

@@ -140,3 +140,21 @@ t.test('sync with a root outside the world', async (t) => {
     t.match(res.message, /argument 'root' must be a rank, 0 <= root < 2; received number 2/);
   }
 });
+
+t.test('hora.elastic.run outside an elastic job: runs fn once; a nested run is refused; a run after it ends runs', async (t) => {
+  await hora.init();
+  t.teardown(() => hora.shutdown());
+  const s = new hora.elastic.State({ step: 0 });
+  let nested;
+  const first = await hora.elastic.run(s, async (state) => {
+    state.step = 1;
+    nested = await hora.elastic.run(s, () => 'nested').then(() => null, (e) => e);
+    return 'first';
+  });
+  t.equal(first, 'first', 'run resolves with what fn returns');
+  t.equal(nested && nested.code, 'ERR_INVALID_ARGUMENT', 'a run inside a run is refused');
+  t.match(nested && nested.message, /hora\.elastic\.run: already running in this process; runs do not nest/);
+  const failed = await hora.elastic.run(s, () => { throw new Error('fn threw'); }).then(() => null, (e) => e);
+  t.match(failed && failed.message, /fn threw/, "fn's own error comes out of run");
+  t.equal(await hora.elastic.run(s, () => 'again'), 'again', 'a run after one has ended (even by a throw) runs');
+});

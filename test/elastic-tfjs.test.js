@@ -4,7 +4,7 @@
 // interrupted and resumed from the committed epoch and batch, bad options, tensor leaks.
 const t = require('tap');
 const path = require('node:path');
-const { runScenario, shmLeft, processesAlive } = require('./support/hora-job');
+const { runScenario, shmLeft, processesAlive, spawnAndCollect } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'elastic-tfjs-worker.js');
 
@@ -99,32 +99,20 @@ t.test('bad arguments: ERR_INVALID_ARGUMENT naming the argument', async (t) => {
 
 // --- An elastic job (hora run --min-np) that loses a worker in the middle of model.fit. ---
 
-const { spawn } = require('node:child_process');
-
 const FIT_WORKER = path.join(__dirname, 'workers', 'elastic-tfjs-fit-worker.js');
 const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
 
 const workersAlive = (tag) => processesAlive(FIT_WORKER, `ELASTIC_TFJS_TAG=${tag}`);
 
-function elasticJob(args, env, timeoutMs = 240000) {
+async function elasticJob(args, env, timeoutMs = 240000) {
   const tag = `${process.pid}-${Date.now()}`;
   const shmBefore = new Set(shmLeft());
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [HORA, 'run', ...args, process.execPath, FIT_WORKER], {
-      env: { ...process.env, HORA_ELASTIC_SETTLE_S: '2', ELASTIC_TFJS_TAG: tag, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', async (code) => {
-      clearTimeout(timer);
-      await new Promise((r) => setTimeout(r, 300));
-      const results = stdout.split('\n').map((l) => /^\[(\d+)\] result (.*)$/.exec(l)).filter(Boolean).map((m) => JSON.parse(m[2]));
-      resolve({ code, stdout, stderr, results, orphans: workersAlive(tag), leaked: shmLeft().filter((n) => !shmBefore.has(n)) });
-    });
+  const { code, stdout, stderr, timedOut } = await spawnAndCollect(process.execPath, [HORA, 'run', ...args, process.execPath, FIT_WORKER], {
+    env: { ...process.env, HORA_ELASTIC_SETTLE_S: '2', ELASTIC_TFJS_TAG: tag, ...env }, timeoutMs,
   });
+  await new Promise((r) => setTimeout(r, 300));
+  const results = stdout.split('\n').map((l) => /^\[(\d+)\] result (.*)$/.exec(l)).filter(Boolean).map((m) => JSON.parse(m[2]));
+  return { code, stdout, stderr, timedOut, results, orphans: workersAlive(tag), leaked: shmLeft().filter((n) => !shmBefore.has(n)) };
 }
 
 const floats = (b64) => new Float32Array(Uint8Array.from(Buffer.from(b64, 'base64')).buffer);

@@ -4,8 +4,7 @@
 // must end with the weights of a run without failures, bit for bit (support/elastic-job.js).
 const t = require('tap');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
-const { shmLeft } = require('./support/hora-job');
+const { shmLeft, startProcess } = require('./support/hora-job');
 const { HORA, WORKER, NODE, STEPS, workersAlive, hora, checkClean, checkFinished } = require('./support/elastic-job');
 
 // Milliseconds from the signal to the first step completed at the smaller size.
@@ -156,13 +155,10 @@ t.test('in an elastic job a collective outside hora.elastic.run is a clear error
 t.test('when the launcher dies, the elastic workers leave too', async (t) => {
   const tag = `${process.pid}-launcher`;
   const shmBefore = new Set(shmLeft());
-  const child = spawn(NODE, [HORA, 'run', '-np', '3', '--min-np', '2', NODE, WORKER],
-    { env: { ...process.env, ELASTIC_STEPS: '100000', ELASTIC_TAG: tag }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  const deadline = Date.now() + 60000;
-  while (!/step 10 /.test(stdout) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  t.match(stdout, /step 10 /, 'training started');
+  const child = startProcess(NODE, [HORA, 'run', '-np', '3', '--min-np', '2', NODE, WORKER],
+    { env: { ...process.env, ELASTIC_STEPS: '100000', ELASTIC_TAG: tag } });
+  await child.waitFor(() => /step 10 /.test(child.stdout), 60000);
+  t.match(child.stdout, /step 10 /, 'training started');
   child.kill('SIGKILL');
   const gone = Date.now() + 15000;
   while (workersAlive(tag).length > 0 && Date.now() < gone) await new Promise((r) => setTimeout(r, 200));

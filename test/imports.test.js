@@ -1,6 +1,6 @@
 'use strict';
 // No circles among the modules of ts/ and adapters/: the import graph of the .ts sources is a tree of
-// layers (ARCHITECTURE "ts/cli/ ... no circles"). Every relative import counts: `import ... from`,
+// layers (docs/internals.md). Every relative import counts: `import ... from`,
 // `import type`, `export ... from`, `import('./x')` (also as a type) and `require('./x')`.
 
 const t = require('tap');
@@ -8,23 +8,13 @@ const fs = require('node:fs');
 const path = require('node:path');
 const ts = require('typescript');
 
-const ROOT = path.join(__dirname, '..');
+const { ROOT, tsSources } = require('./support/sources');
 const FOLDERS = ['ts', 'adapters'];
 
 // Circles allowed for now, each as the sorted list of its files. ONLY for a circle that another change
 // removes: empty this list once that change is in. A listed circle that is gone fails the test, so that
 // the list never outlives its reason.
 const KNOWN_CYCLES_ALLOWED_FOR_NOW = [];
-
-function sources(folder) {
-  const out = [];
-  for (const entry of fs.readdirSync(path.join(ROOT, folder), { withFileTypes: true })) {
-    const rel = `${folder}/${entry.name}`;
-    if (entry.isDirectory()) out.push(...sources(rel));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) out.push(rel);
-  }
-  return out;
-}
 
 /** The file a relative specifier names, as a path from the root, or undefined when it is not a .ts source. */
 function resolve(from, spec, known) {
@@ -37,7 +27,7 @@ function resolve(from, spec, known) {
 
 /** file -> the files it imports, relative imports only. */
 function importGraph() {
-  const files = FOLDERS.flatMap(sources);
+  const files = FOLDERS.flatMap(tsSources);
   const known = new Set(files);
   const graph = new Map();
   for (const file of files) {

@@ -3,27 +3,17 @@
 const t = require('tap');
 const fs = require('node:fs');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
+const { startProcess, spawnAndCollect } = require('./support/spawn');
 
 const dist = path.join(__dirname, '..', 'dist', 'ts');
 const HORA = path.join(dist, 'cli', 'main.js');
 const NODE = process.execPath;
 
-// Runs `hora ...args`; resolves {code, signal, stdout, stderr}. onSpawn(child) may signal it.
+// Runs `hora ...args`; resolves {code, signal, stdout, stderr}. onSpawn(job) may signal it (support/spawn.js's handle).
 function hora(args, { env = {}, timeoutMs = 30000, onSpawn } = {}) {
-  return new Promise((resolve) => {
-    const child = spawn(NODE, [HORA, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    if (onSpawn) onSpawn(child, () => stdout);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
+  const job = startProcess(NODE, [HORA, ...args], { env: { ...process.env, ...env }, timeoutMs });
+  if (onSpawn) onSpawn(job);
+  return job.done;
 }
 
 function isAlive(pid) {
@@ -127,9 +117,9 @@ t.test('registered workers receive Abort when another fails', async (t) => {
 t.test('SIGTERM to the launcher is forwarded; it exits 143', async (t) => {
   const script = 'process.on("SIGTERM", () => { console.log("worker got SIGTERM"); process.exit(0); }); console.log("ready"); setInterval(() => {}, 1000);';
   const r = await hora(['run', '-np', '2', NODE, '-e', script], {
-    onSpawn: async (child, stdout) => {
-      while ((stdout().match(/ready/g) || []).length < 2) await sleep(20);
-      child.kill('SIGTERM');
+    onSpawn: async (job) => {
+      while ((job.stdout.match(/ready/g) || []).length < 2) await sleep(20);
+      job.kill('SIGTERM');
     },
   });
   t.equal(r.code, 143);
@@ -148,7 +138,7 @@ t.test('leftover /dev/shm/hora-<job>* files are removed', { skip: !fs.existsSync
 t.test('a reader that closes the launcher\'s stdout does not block the workers', async (t) => {
   const r = await hora(['run', '-np', '2', NODE, '-e', 'for (let i = 0; i < 200000; i++) console.log(i)'], {
     timeoutMs: 20000,
-    onSpawn: (child) => child.stdout.once('data', () => child.stdout.destroy()),
+    onSpawn: (job) => job.child.stdout.once('data', () => job.child.stdout.destroy()),
   });
   t.same([r.code, r.signal], [0, null]);
 });
@@ -257,7 +247,7 @@ t.test('help, version and env', async (t) => {
 // ---------------------------------------------------------------------------
 // Launching over ssh: the parts that need no remote host (test/cluster-launcher.test.js runs real ones).
 
-const run = require(path.join(dist, 'cli', 'run.js'));
+const run = { ...require(path.join(dist, 'cli', 'hosts.js')), ...require(path.join(dist, 'cli', 'worker-output.js')) };
 const ssh = require(path.join(dist, 'cli', 'ssh.js'));
 const os = require('node:os');
 
@@ -304,7 +294,7 @@ t.test('--ssh-opts is split like a shell would', async (t) => {
 
 t.test('shellQuote: a POSIX shell gets every word back unchanged', async (t) => {
   const words = ['plain', 'with space', "it's", '"dq"', '$HOME', '`cmd`', 'a\nb', '*', '', 'back\\slash', '-e'];
-  const r = require('node:child_process').spawnSync('/bin/sh', ['-c', `printf '%s\\0' ${words.map(ssh.shellQuote).join(' ')}`], { encoding: 'utf8' });
+  const r = await spawnAndCollect('/bin/sh', ['-c', `printf '%s\\0' ${words.map(ssh.shellQuote).join(' ')}`]);
   t.same(r.stdout.split('\0').slice(0, -1), words);
 });
 
@@ -328,16 +318,9 @@ t.test('remote workers get the launcher\'s HORA_* variables; an HORA_IFACE addre
 // Runs a remote command line through a local shell, as sshd would; stdin is the control channel, its
 // first line the worker's environment (env; null writes nothing).
 function runRemoteLine(line, env = {}) {
-  const child = spawn('/bin/sh', ['-c', line], { stdio: ['pipe', 'pipe', 'pipe'] });
-  if (env !== null) child.stdin.write(ssh.envLine(env));
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  const done = new Promise((resolve) => child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr })));
-  const timer = setTimeout(() => child.kill('SIGKILL'), 20000);
-  done.then(() => clearTimeout(timer));
-  return { child, done, stdout: () => stdout };
+  const job = startProcess('/bin/sh', ['-c', line], { stdin: 'pipe', timeoutMs: 20000 });
+  if (env !== null) job.child.stdin.write(ssh.envLine(env));
+  return job;
 }
 
 t.test('remote command line: cwd, variables and arguments arrive intact; the exit status comes back', async (t) => {
@@ -363,12 +346,12 @@ t.test('remote wrapper: a line on stdin signals the worker\'s group; end of inpu
     process.on("SIGTERM", () => { if (++terms > 1) process.exit(0); console.log("ignoring SIGTERM"); });
     setInterval(() => {}, 1000);`;
   const job = runRemoteLine(ssh.remoteCommandLine('/', NODE, ['-e', script]));
-  while (!/pids \d+ \d+/.test(job.stdout())) await sleep(20);
-  const pids = job.stdout().match(/pids (\d+) (\d+)/).slice(1).map(Number);
+  while (!/pids \d+ \d+/.test(job.stdout)) await sleep(20);
+  const pids = job.stdout.match(/pids (\d+) (\d+)/).slice(1).map(Number);
   job.child.stdin.write('SIGUSR2\n');
-  while (!/got SIGUSR2/.test(job.stdout())) await sleep(20);
+  while (!/got SIGUSR2/.test(job.stdout)) await sleep(20);
   job.child.stdin.write('SIGTERM\n');
-  while (!/ignoring SIGTERM/.test(job.stdout())) await sleep(20);
+  while (!/ignoring SIGTERM/.test(job.stdout)) await sleep(20);
   const ended = Date.now();
   job.child.stdin.end(); // as when the launcher or ssh goes away
   const r = await job.done;
@@ -553,14 +536,7 @@ t.test('--bind-to core: each local rank on its core, round-robin past the last c
   const two = cores.slice(0, 2);
   const launcher = two.flat().sort((a, b) => a - b);
   const np = two.length + 1;
-  const r = await new Promise((resolve) => {
-    const child = spawn('taskset', ['-c', list(launcher), NODE, HORA, 'run', '-np', String(np), '--bind-to', 'core', NODE, '-e', STATUS_CPUS], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  const r = await spawnAndCollect('taskset', ['-c', list(launcher), NODE, HORA, 'run', '-np', String(np), '--bind-to', 'core', NODE, '-e', STATUS_CPUS]);
   t.equal(r.code, 0, r.stderr);
   const bound = r.stdout.split('\n').filter(Boolean).map((l) => l.split(' ')).sort((a, b) => Number(a[1]) - Number(b[1]));
   t.equal(bound.length, np);

@@ -5,7 +5,7 @@ const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { spawnSync } = require('node:child_process');
+const { spawnAndCollect } = require('./support/spawn');
 const { checkLayers, format, KNOWN_UPWARD } = require('../scripts/check-layers.js');
 
 const ROOT = path.join(__dirname, '..');
@@ -13,8 +13,8 @@ const ROOT = path.join(__dirname, '..');
 t.test('every include in native/src and native/binding points down the layers', async (t) => {
   const problems = checkLayers(ROOT).map(format);
   t.same(problems, [], 'no include points up, and every known upward include of KNOWN_UPWARD is still there');
-  const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts/check-layers.js')], { encoding: 'utf8' });
-  t.equal(r.status, 0, 'node scripts/check-layers.js exits 0', { stderr: r.stderr });
+  const r = await spawnAndCollect(process.execPath, [path.join(ROOT, 'scripts/check-layers.js')]);
+  t.equal(r.code, 0, 'node scripts/check-layers.js exits 0', { stderr: r.stderr });
 });
 
 // A tree laid out like native/, with the files given as {path: text}.
@@ -39,8 +39,8 @@ t.test('an upward include fails, naming the file, the line and both layers', asy
   t.same(checkLayers(dir, []).map(format), [
     'native/src/transport/context.h:4: transport includes algorithms/topology.h, a higher layer (algorithms)',
   ]);
-  const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts/check-layers.js'), dir], { encoding: 'utf8' });
-  t.equal(r.status, 1, 'the script exits 1');
+  const r = await spawnAndCollect(process.execPath, [path.join(ROOT, 'scripts/check-layers.js'), dir]);
+  t.equal(r.code, 1, 'the script exits 1');
   t.match(r.stderr, 'native/src/transport/context.h:4: transport includes algorithms/topology.h');
 });
 

@@ -6,7 +6,8 @@ const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn, spawnSync } = require('node:child_process');
+const { spawnSync } = require('node:child_process');
+const { spawnAndCollect } = require('./support/spawn');
 
 const ROOT = path.join(__dirname, '..');
 
@@ -24,19 +25,9 @@ const TESTS = [
   { name: 'cuda_elements_test', minOk: 44, timeoutMs: 60000 },
 ];
 
-// Resolves {code, signal, output} with stdout and stderr interleaved as they arrived.
+// Resolves {code, signal, output, ...} with stdout and stderr interleaved as they arrived.
 function run(cmd, args, { timeoutMs, env = {} }) {
-  return new Promise((resolve) => {
-    const child = spawn(cmd, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (d) => (output += d));
-    child.stderr.on('data', (d) => (output += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, output });
-    });
-  });
+  return spawnAndCollect(cmd, args, { cwd: ROOT, env: { ...process.env, ...env }, timeoutMs });
 }
 
 const cxx = process.env.CXX || 'g++';

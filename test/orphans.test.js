@@ -3,8 +3,7 @@
 // notices that its control connection to the launcher closed and exits.
 const t = require('tap');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
-const { HORA, NODE, ROOT } = require('./support/hora-job');
+const { HORA, NODE, ROOT, startProcess } = require('./support/hora-job');
 
 const alive = (pid) => {
   try {
@@ -16,21 +15,10 @@ const alive = (pid) => {
 };
 
 t.test('hora run SIGKILLed: its idle workers exit within seconds', async (t) => {
-  const launcher = spawn(NODE, [HORA, 'run', '-np', '3', '--', NODE, path.join(__dirname, 'workers', 'idle-worker.js')],
-    { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  const pids = new Set();
-  let out = '';
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`workers did not start: ${out}`)), 30000);
-    launcher.stdout.on('data', (d) => {
-      out += d;
-      for (const m of String(d).matchAll(/ready pid (\d+)/g)) pids.add(Number(m[1]));
-      if (pids.size === 3) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-  });
+  const launcher = startProcess(NODE, [HORA, 'run', '-np', '3', '--', NODE, path.join(__dirname, 'workers', 'idle-worker.js')], { cwd: ROOT });
+  const readyPids = () => new Set([...launcher.stdout.matchAll(/ready pid (\d+)/g)].map((m) => Number(m[1])));
+  if (!(await launcher.waitFor(() => readyPids().size === 3, 30000))) throw new Error(`workers did not start: ${launcher.stdout}`);
+  const pids = readyPids();
   launcher.kill('SIGKILL');
   const killedAt = Date.now();
   while ([...pids].some(alive) && Date.now() - killedAt < 10000) await new Promise((r) => setTimeout(r, 100));

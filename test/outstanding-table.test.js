@@ -1,5 +1,5 @@
 'use strict';
-// The Dispatcher's table of outstanding works (ts/work.ts, OutstandingTable): works settle in any order,
+// The Dispatcher's table of outstanding works (ts/outstanding.ts, OutstandingTable; ts/work.ts re-exports it): works settle in any order,
 // ids jump, the table grows past its first size, and iteration stays oldest first, as the Map it replaced
 // kept them. Checked against a Map driven by the same random steps.
 const t = require('tap');

@@ -5,7 +5,7 @@ const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { spawnSync } = require('node:child_process');
+const { spawnAndCollect } = require('./support/spawn');
 
 const ROOT = path.resolve(__dirname, '..');
 const { findPackageRoot } = require(path.join(ROOT, 'dist', 'ts', 'package-root.js'));
@@ -31,7 +31,7 @@ t.test('the nearest package.json at or above the start that names the package', 
 t.test('hora finds itself: the loader, hora --version', async (t) => {
   t.equal(findPackageRoot(path.join(ROOT, 'dist', 'ts', 'cli'), 'hora'), ROOT);
   const { version } = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
-  const r = spawnSync(process.execPath, [path.join(ROOT, 'dist', 'ts', 'cli', 'main.js'), '--version'], { encoding: 'utf8' });
+  const r = await spawnAndCollect(process.execPath, [path.join(ROOT, 'dist', 'ts', 'cli', 'main.js'), '--version']);
   t.equal(r.stdout.trim(), version);
   const { packageVersion } = require(path.join(ROOT, 'dist', 'ts', 'cli', 'main.js'));
   t.equal(packageVersion(os.tmpdir()), 'unknown', 'no hora package.json above: unknown');

@@ -5,20 +5,17 @@ const t = require('tap');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { spawnSync } = require('child_process');
+const { spawnAndCollect } = require('./support/spawn');
 
 const root = path.resolve(__dirname, '..');
 const loaderJs = path.join(root, 'dist', 'ts', 'loader.js');
 
 // Runs loadNative() in a fresh process so the module cache holds nothing.
-function loadWith(env) {
+async function loadWith(env) {
   const code =
     'try { require(' + JSON.stringify(loaderJs) + ').loadNative(); console.log("loaded"); }' +
     ' catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message })); }';
-  const r = spawnSync(process.execPath, ['-e', code], {
-    env: { ...process.env, ...env },
-    encoding: 'utf8',
-  });
+  const r = await spawnAndCollect(process.execPath, ['-e', code], { env: { ...process.env, ...env } });
   const out = r.stdout.trim();
   return out === 'loaded' ? { loaded: true } : JSON.parse(out);
 }
@@ -26,7 +23,7 @@ function loadWith(env) {
 t.test('loader', { skip: !fs.existsSync(loaderJs) && 'dist/ts/loader.js missing: run npm run build:ts' }, async (t) => {
   t.test('names a missing HORA_ADDON path and the fixes', async (t) => {
     const missing = path.join(os.tmpdir(), 'hora-no-such-dir', 'hora.node');
-    const err = loadWith({ HORA_ADDON: missing });
+    const err = await loadWith({ HORA_ADDON: missing });
     t.equal(err.code, 'ERR_INTERNAL');
     t.match(err.message, missing + ': not found');
     t.match(err.message, 'npx node-gyp rebuild');
@@ -39,20 +36,15 @@ t.test('loader', { skip: !fs.existsSync(loaderJs) && 'dist/ts/loader.js missing:
     t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
     const bogus = path.join(dir, 'hora.node');
     fs.writeFileSync(bogus, 'not a shared object\n');
-    const err = loadWith({ HORA_ADDON: bogus });
+    const err = await loadWith({ HORA_ADDON: bogus });
     t.equal(err.code, 'ERR_INTERNAL');
     t.match(err.message, new RegExp(bogus.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') + ': .*(ELF|invalid|too short)', 'i'));
   });
 });
 
 t.test('tarball installs and loads without a compiler', async (t) => {
-  const r = spawnSync('bash', [path.join(root, 'scripts', 'pack-test.sh')], {
-    cwd: root,
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'pipe'],
-    timeout: 540e3,
-  });
+  const r = await spawnAndCollect('bash', [path.join(root, 'scripts', 'pack-test.sh')], { cwd: root, detached: true, timeoutMs: 540e3 });
   const log = r.stdout + r.stderr;
-  t.equal(r.status, 0, 'scripts/pack-test.sh exits 0', { log: r.status === 0 ? undefined : log.slice(-6000) });
+  t.equal(r.code, 0, 'scripts/pack-test.sh exits 0', { log: r.code === 0 ? undefined : log.slice(-6000) });
   t.match(r.stdout, 'pack-test: require/import ok');
 });

@@ -5,12 +5,11 @@
 const t = require('tap');
 const net = require('node:net');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
 
 const dist = path.join(__dirname, '..', 'dist', 'ts');
 const { register } = require(path.join(dist, 'control', 'client.js'));
 const config = require(path.join(dist, 'config.js'));
-const { HORA, NODE, ROOT, freePort } = require('./support/hora-job');
+const { HORA, NODE, ROOT, freePort, spawnAndCollect } = require('./support/hora-job');
 
 // A loopback port where nothing listens: bound by the kernel, then closed.
 const closedPort = freePort;
@@ -29,7 +28,7 @@ function cleanEnv(extra) {
 
 // Runs hora.init() in a child with env; resolves its stderr lines with the milliseconds since init() was
 // called (node's own start-up is not counted), and how init ended.
-function initIn(env, killAfterMs = 60000) {
+async function initIn(env, killAfterMs = 60000) {
   const script = `
     const t0 = Date.now();
     const lines = [];
@@ -45,24 +44,12 @@ function initIn(env, killAfterMs = 60000) {
       process.stdout.write(JSON.stringify({ ...outcome, ms: Date.now() - t0, lines }));
       process.exit(0);
     });`;
-  return new Promise((resolve) => {
-    const child = spawn(NODE, ['-e', script], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), killAfterMs);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      let result;
-      try {
-        result = JSON.parse(stdout);
-      } catch {
-        result = { ok: false, code: `no result (exit ${code ?? signal})`, message: stderr, lines: [], ms: NaN };
-      }
-      resolve(result);
-    });
-  });
+  const { code, signal, stdout, stderr } = await spawnAndCollect(NODE, ['-e', script], { env, timeoutMs: killAfterMs });
+  try {
+    return JSON.parse(stdout);
+  } catch {
+    return { ok: false, code: `no result (exit ${code ?? signal})`, message: stderr, lines: [], ms: NaN };
+  }
 }
 
 t.test('hora run worker, nothing listening: WARN within 5 s, ERR_PEER_LOST at HORA_CONNECT_TIMEOUT_S', async (t) => {
@@ -188,12 +175,7 @@ t.test('what chose the rendezvous address, under each launcher', async (t) => {
 });
 
 t.test('hora env documents HORA_CONNECT_TIMEOUT_S', async (t) => {
-  const out = await new Promise((resolve) => {
-    const child = spawn(NODE, [HORA, 'env'], { cwd: ROOT, env: cleanEnv({}), stdio: ['ignore', 'pipe', 'inherit'] });
-    let text = '';
-    child.stdout.on('data', (d) => (text += d));
-    child.on('close', () => resolve(text));
-  });
+  const { stdout: out } = await spawnAndCollect(NODE, [HORA, 'env'], { cwd: ROOT, env: cleanEnv({}), stderr: 'inherit' });
   t.match(out, /HORA_CONNECT_TIMEOUT_S/);
   t.match(out, new RegExp(esc('Seconds a worker keeps trying to reach the rendezvous server')));
 });

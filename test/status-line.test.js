@@ -2,9 +2,8 @@
 // The launcher's status line: drawn below the output on a terminal, never on a pipe.
 const t = require('tap');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
 const { StatusLine, formatStatus, formatBytes } = require('../dist/ts/cli/status-line.js');
-const { HORA, NODE, ROOT, runProcess } = require('./support/hora-job');
+const { HORA, NODE, ROOT, runProcess, spawnAndCollect } = require('./support/hora-job');
 
 const ERASE = '\r\x1b[2K';
 
@@ -70,13 +69,8 @@ t.test('hora run on a pipe prints no status line', async (t) => {
 t.test('hora run on a terminal keeps the status line below the workers\' output', async (t) => {
   // script(1) gives the launcher a pseudo-terminal as stdout.
   const cmd = `${NODE} ${HORA} run -np 2 -- ${NODE} -e 'console.log("hi"); setTimeout(() => console.log("bye"), 1500)'`;
-  const r = await new Promise((resolve) => {
-    const child = spawn('script', ['-qec', cmd, '/dev/null'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.on('error', (e) => resolve({ skip: e.message }));
-    child.on('close', (code) => resolve({ code, out }));
-  });
+  const ran = await spawnAndCollect('script', ['-qec', cmd, '/dev/null'], { cwd: ROOT });
+  const r = ran.error ? { skip: ran.error.message } : { code: ran.code, out: ran.stdout };
   if (r.skip) return t.skip(`script(1) is not available: ${r.skip}`);
   t.equal(r.code, 0, r.out);
   t.match(r.out, /hora: ranks up \d\/2 \| [\d.]+ collectives\/s \| [\d.]+ [kMG]?B\/s/, 'the status line was drawn');

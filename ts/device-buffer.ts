@@ -1,7 +1,7 @@
 /**
  * DeviceBuffer: CUDA device memory that every collective accepts in place of a typed array, and the
  * checks around it. The public surface is ts/cuda.ts (hora.cuda); the functions marked internal here
- * are for the collectives in ts/hora.ts.
+ * are for the collectives in ts/collectives.ts.
  *
  * A buffer's pointer is only handed to native code after the buffer has been checked to be live, and a
  * buffer lent to an outstanding collective cannot be freed until that collective settles: a use after
@@ -370,7 +370,7 @@ function allocOn(where: string, dtype: DType, count: number, device: number, str
 }
 
 // ---------------------------------------------------------------------------------------------------
-// For the collectives (ts/hora.ts).
+// For the collectives (ts/collectives.ts).
 
 /**
  * @internal The pointer of x given to a collective as argument 'x', checked: a buffer made by hora and not

@@ -1,5 +1,5 @@
 /**
- * The contract between the TypeScript layer and the native addon (native/binding/addon.cc).
+ * The contract between the TypeScript layer and the native addon (native/binding/).
  *
  * The JS side validates every argument and owns promises; the addon is a flat set of calls on a
  * Communicator object. A collective is submitted as a plain item; the addon keeps a pointer into the
@@ -175,6 +175,8 @@ export interface NativeCommOptions {
   costCross?: { alpha: number; beta: number };
   /** Record phase times of every collective and return them in NativeResult.times (HORA_TIMELINE). */
   timeline?: boolean;
+  /** CUDA builds: the IPC path's staging slots even when every rank shares one GPU (HORA_IPC_SLOTS). */
+  ipcSlots?: boolean;
   /**
    * A world of an elastic job: a failure does not hang up the connections but tells the peers on their
    * notice sockets, so that the next world can take over those between survivors.

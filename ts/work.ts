@@ -16,13 +16,19 @@
  * order within one synchronous run get the right results. Its cut by size is left to the end of the run,
  * where it is the same on every rank whatever the order (see submit()).
  */
-import { CallSite, describeValue, HoraError } from './errors';
+import { invalidItem, orderByName } from './batch-order';
+import { CallSite, HoraError } from './errors';
 import { callName, cannotBeTaken, changedArray, copyBack, copyIn, Lend, Stages } from './lend';
-import { itemBytes, KIND_NAMES, NativeAlgorithm, NativeDType, NativeKind, NativeOp, packCode } from './native';
+import { itemBytes, NativeKind, packCode } from './native';
+import { OutstandingTable } from './outstanding';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
 import type { TimelineWriter } from './timeline';
 import type { CallSites } from './config';
+
+// The batch's order and placeholders (batch-order.ts) and the table of outstanding works (outstanding.ts)
+// are files of their own; this module keeps exporting them.
+export { invalidItem, orderByName, OutstandingTable };
 
 type Finish<T> = (r: NativeResult) => T;
 
@@ -161,48 +167,6 @@ function isMessage(item: NativeItem): boolean {
   return item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
 }
 
-/**
- * Orders a batch whose collectives are all named (sort), in place, by name (then process group): every
- * rank then submits the same named collectives in the same order, whatever order its program called them
- * in. Messages are not collectives and keep their places. The comparison is of UTF-16 code units, the same
- * on every rank whatever its locale; the sort is stable.
- *
- * Sorted or not, a name given twice in one group is refused as Horovod refuses it: the second of the two
- * (in the batch's order) becomes an invalid call at its place, so that every rank fails that place with
- * ERR_INVALID_ARGUMENT and the ranks stay in step.
- * @internal
- */
-export function orderByName(items: NativeItem[], sort = true): void {
-  const places: number[] = [];
-  const collectives: NativeItem[] = [];
-  for (let i = 0; i < items.length; i++) {
-    if (items[i].kind === NativeKind.Send || items[i].kind === NativeKind.Recv) continue;
-    places.push(i);
-    collectives.push(items[i]);
-  }
-  const key = (item: NativeItem) => `${item.group ?? 0}:${item.name}`;
-  const seen = sort ? null : new Set<string>();
-  if (sort) collectives.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : (a.group ?? 0) - (b.group ?? 0)));
-  for (let k = 0; k < collectives.length; k++) {
-    let item = collectives[k];
-    if (item.name !== '') {
-      const before = collectives[k - 1];
-      const again = seen === null ? k > 0 && before.name === item.name && (before.group ?? 0) === (item.group ?? 0) : seen.has(key(item));
-      if (again) item = duplicateOf(item);
-      else seen?.add(key(item));
-    }
-    items[places[k]] = item;
-  }
-}
-
-/** The invalid call that stands at a duplicate's place (see orderByName). */
-function duplicateOf(item: NativeItem): NativeItem {
-  const call = (item.group ? 'group.' : '') + (item.kind < NativeKind.Invalid ? KIND_NAMES[item.kind].api : 'collective');
-  const reason = `hora.${call}: argument 'options.name' must differ from the names of the other collectives called in the ` +
-    `same synchronous run of JavaScript (one batch); received ${describeValue(item.name)} a second time`;
-  return { ...invalidItem(reason, item.group, item.name), id: item.id };
-}
-
 /** A host collective of the world that submitOne() and runOne() take as positional arguments. */
 function isLoneCollective(item: NativeItem): boolean {
   return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
@@ -230,14 +194,6 @@ interface Outstanding {
   item: Omit<NativeItem, 'id'> | null;
 }
 
-/** The placeholder that keeps the ranks in step when a collective of this rank cannot run (see hora.failPeers). */
-export function invalidItem(reason: string, group = 0, name = ''): Omit<NativeItem, 'id'> {
-  return {
-    kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
-    name, data: null, out: null, invalidReason: reason, group,
-  };
-}
-
 /** An error the binding threw, as the HoraError of the works it was to take. */
 function refusal(call: string, e: unknown, rank: number): HoraError {
   const err = e as { code?: unknown; message?: unknown } | null;
@@ -247,65 +203,9 @@ function refusal(call: string, e: unknown, rank: number): HoraError {
   return new HoraError(code, `${call}: the native binding refused the call: ${message}`, rank);
 }
 
-/**
- * The works submitted and not yet settled, by id, oldest first. Ids are handed out in increasing order and
- * works mostly settle in that order, so a ring of slots indexed by id holds them. A Map did the same, but
- * V8 re-allocates a small Map's table as it empties and refills: with one work at a time (a loop of
- * wait()), a new table on almost every call, a third of the garbage that each small collective left.
- */
-export class OutstandingTable {
-  private slots: Array<Outstanding | undefined> = new Array(16).fill(undefined);
-  /** Every live id is in [lo, hi). */
-  private lo = 0;
-  private hi = 0;
-  size = 0;
-
-  /** Adds o; its id is above every id added before. */
-  add(o: Outstanding): void {
-    if (this.size === 0) this.lo = o.id;
-    if (o.id - this.lo >= this.slots.length) this.grow(o.id - this.lo + 1);
-    this.slots[o.id & (this.slots.length - 1)] = o;
-    this.size++;
-    this.hi = o.id + 1;
-  }
-
-  get(id: number): Outstanding | undefined {
-    if (id < this.lo || id >= this.hi) return undefined;
-    const o = this.slots[id & (this.slots.length - 1)];
-    return o !== undefined && o.id === id ? o : undefined;
-  }
-
-  /** Removes and returns the work of this id, if it is here. */
-  take(id: number): Outstanding | undefined {
-    const o = this.get(id);
-    if (o === undefined) return undefined;
-    const mask = this.slots.length - 1;
-    this.slots[id & mask] = undefined;
-    this.size--;
-    while (this.lo < this.hi && this.slots[this.lo & mask] === undefined) this.lo++;
-    return o;
-  }
-
-  *values(): IterableIterator<Outstanding> {
-    const mask = this.slots.length - 1;
-    for (let id = this.lo; id < this.hi; id++) {
-      const o = this.slots[id & mask];
-      if (o !== undefined && o.id === id) yield o;
-    }
-  }
-
-  private grow(span: number): void {
-    let capacity = this.slots.length;
-    while (capacity < span * 2) capacity *= 2;
-    const slots: Array<Outstanding | undefined> = new Array(capacity).fill(undefined);
-    for (const o of this.values()) slots[o.id & (capacity - 1)] = o;
-    this.slots = slots;
-  }
-}
-
 export class Dispatcher implements WorkDriver {
   private nextId = 1;
-  private outstanding = new OutstandingTable();
+  private outstanding = new OutstandingTable<Outstanding>();
   // What is submitted but not yet handed to the engine, in order: the first item (its id beside it), and
   // the rest. A lone item (the usual call, and every call of a wait() loop) takes no array, and no id
   // property added to its object (a property added to an object literal takes an allocation of its own).

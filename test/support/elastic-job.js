@@ -4,8 +4,7 @@
 // weights of a run without failures, bit for bit (EXPECTED).
 const crypto = require('node:crypto');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
-const { shmLeft, processesAlive } = require('./hora-job');
+const { shmLeft, processesAlive, spawnAndCollect } = require('./hora-job');
 
 const HORA = path.join(__dirname, '..', '..', 'dist', 'ts', 'cli', 'main.js');
 const WORKER = path.join(__dirname, '..', 'workers', 'elastic-worker.js');
@@ -31,35 +30,19 @@ let runs = 0;
  * Runs `hora ...args`; resolves with {code, signal, stdout, stderr, results (the workers' "result" lines),
  * orphans, leaked}. onLine(line, child) sees each line of the launcher's stdout and stderr as it comes.
  */
-function hora(args, env = {}, { timeoutMs = 90000, onLine } = {}) {
+async function hora(args, env = {}, { timeoutMs = 90000, onLine } = {}) {
   const tag = `${process.pid}-${++runs}`;
   const shmBefore = new Set(shmLeft());
-  return new Promise((resolve) => {
-    const child = spawn(NODE, [HORA, ...args], {
-      env: { ...process.env, HORA_ELASTIC_SETTLE_S: '2', ELASTIC_STEPS: String(STEPS), ELASTIC_TAG: tag, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    const lines = (text) => {
-      if (onLine) for (const line of text.split('\n')) if (line) onLine(line, child);
-    };
-    child.stdout.on('data', (d) => {
-      stdout += d;
-      lines(String(d));
-    });
-    child.stderr.on('data', (d) => {
-      stderr += d;
-      lines(String(d));
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', async (code, signal) => {
-      clearTimeout(timer);
-      await new Promise((r) => setTimeout(r, 300));
-      const results = stdout.split('\n').map((l) => /^\[(\d+)(?:@\S+)?\] result (.*)$/.exec(l)).filter(Boolean).map((m) => JSON.parse(m[2]));
-      resolve({ code, signal, stdout, stderr, results, orphans: workersAlive(tag), leaked: shmLeft().filter((n) => !shmBefore.has(n)) });
-    });
+  const lines = (text, handle) => {
+    if (onLine) for (const line of text.split('\n')) if (line) onLine(line, handle.child);
+  };
+  const { code, signal, stdout, stderr, timedOut } = await spawnAndCollect(NODE, [HORA, ...args], {
+    env: { ...process.env, HORA_ELASTIC_SETTLE_S: '2', ELASTIC_STEPS: String(STEPS), ELASTIC_TAG: tag, ...env },
+    timeoutMs, onStdout: lines, onStderr: lines,
   });
+  await new Promise((r) => setTimeout(r, 300));
+  const results = stdout.split('\n').map((l) => /^\[(\d+)(?:@\S+)?\] result (.*)$/.exec(l)).filter(Boolean).map((m) => JSON.parse(m[2]));
+  return { code, signal, stdout, stderr, timedOut, results, orphans: workersAlive(tag), leaked: shmLeft().filter((n) => !shmBefore.has(n)) };
 }
 
 function checkClean(t, r) {

@@ -7,7 +7,7 @@ const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
+const { startProcess, spawnAndCollect, timeoutNote } = require('./spawn');
 
 const ROOT = path.join(__dirname, '..', '..');
 const HORA = path.join(ROOT, 'dist', 'ts', 'cli', 'main.js');
@@ -20,18 +20,7 @@ const NODE = process.execPath;
  */
 // Runs `node args...` in cwd and collects its output; SIGKILLs it after timeoutMs so a hang fails the test.
 function runProcess(args, env, timeoutMs = 60000, cwd = ROOT) {
-  return new Promise((resolve) => {
-    const child = spawn(NODE, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
+  return spawnAndCollect(NODE, args, { env, cwd, timeoutMs });
 }
 
 async function runJob(np, script, { env = {}, args = [], timeoutMs = 120000, resultVar = 'HORA_TEST_RESULT_DIR', launcherArgs = [], cwd = ROOT } = {}) {
@@ -51,7 +40,7 @@ async function runJob(np, script, { env = {}, args = [], timeoutMs = 120000, res
 
 /** The last `n` characters of a job's output, for assertion messages. */
 function tail(job, n = 3000) {
-  const text = `${job.stdout}\n--- stderr ---\n${job.stderr}`;
+  const text = `${job.stdout}\n--- stderr ---\n${job.stderr}${timeoutNote(job)}`;
   return text.length > n ? text.slice(-n) : text;
 }
 
@@ -117,4 +106,4 @@ function processesAlive(script, marker) {
   });
 }
 
-module.exports = { runJob, runProcess, runScenario, tail, freePort, cleanEnv, shmLeft, processesAlive, ROOT, HORA, NODE };
+module.exports = { startProcess, spawnAndCollect, runJob, runProcess, runScenario, tail, freePort, cleanEnv, shmLeft, processesAlive, ROOT, HORA, NODE };

@@ -7,7 +7,7 @@
 import * as crypto from 'node:crypto';
 import { HoraConfigError, makeLogger, readSettings, ELASTIC_SERVICE_PORT } from '../config';
 import { RendezvousServer } from '../control/server';
-import { countFlag, parseCommand, UsageError } from './run';
+import { countFlag, parseCommand, UsageError } from './flags';
 
 export const RENDEZVOUS_USAGE = `Usage: hora rendezvous --min-np A [options]
 

@@ -1,12 +1,22 @@
 // The spawning contract of `hora run`: what a worker is asked to be (WorkerSpec), what the launcher holds
 // while it runs (WorkerHandle), and the Spawner that turns one into the other. LocalSpawner starts workers
-// on this machine; SshSpawner (ssh.ts) on other hosts; run.ts picks one per -H entry (HostSpawner) and
-// supervises what they start. Both spawners depend on this file and on nothing of run.ts.
+// on this machine; SshSpawner (ssh.ts) on other hosts; HostSpawner (host-spawner.ts) picks one per -H entry,
+// and supervise.ts supervises what they start. The spawners depend on this file and on nothing of `hora
+// run`'s arguments or supervision. LaunchError is what a spawner or the launcher throws when the job
+// cannot start.
 
 import * as child_process from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { trackChild } from './child';
 import { BindRequest, bindingFor, cpuList, readCores } from './bind';
+
+/** A launch that cannot start (no address for the rendezvous server): message, exit status 1. */
+export class LaunchError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'LaunchError';
+  }
+}
 
 /** Where workers may run: one -H entry or hostfile line. */
 export interface HostSlots {

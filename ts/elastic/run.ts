@@ -4,7 +4,7 @@
  * How it works: run() syncs the state from rank 0 and calls fn(state). When a worker is lost the launcher
  * ends the world; the collective outstanding here then fails at once with ERR_PEER_LOST (a stopped worker
  * shows as ERR_TIMEOUT). run() catches it, restores the state to its last commit, joins the next world
- * (hora.ts, reformElasticWorld), syncs the state from the new rank 0 (the oldest surviving worker), runs the
+ * (./world.ts, reformElasticWorld), syncs the state from the new rank 0 (the oldest surviving worker), runs the
  * reset callbacks and calls fn again. No committed step is lost and none is applied twice.
  *
  * New workers join at a commit. The launcher announces a waiting worker to every rank; as the announcement
@@ -15,8 +15,9 @@
 import type { RendezvousConnection } from '../control/client';
 import { ElasticEvent } from '../control/messages';
 import { HoraError, describeValue } from '../errors';
-import { allreduce, current, elasticState, reformElasticWorld, setElasticRunning } from '../hora';
+import { allreduce, current } from '../hora';
 import { setCommitHook, State } from './state';
+import { elasticState, isElasticRunning, reformElasticWorld, setElasticRunning } from './world';
 
 /** Thrown from commit() when every rank agreed to take in new workers; caught by run(). */
 class GrowSignal extends Error {
@@ -25,8 +26,6 @@ class GrowSignal extends Error {
     this.name = 'GrowSignal';
   }
 }
-
-let running = false;
 
 /**
  * Runs `fn(state)` and resolves with what it returns. In an elastic job (hora run --min-np), when a worker
@@ -43,9 +42,8 @@ export async function run<T>(state: State, fn: (state: State) => T | Promise<T>)
     throw new HoraError('ERR_INVALID_ARGUMENT', `hora.elastic.run: argument 'fn' must be a function; received ${describeValue(fn)}`);
   }
   current('elastic.run');
-  if (running) throw new HoraError('ERR_INVALID_ARGUMENT', 'hora.elastic.run: already running in this process; runs do not nest');
+  if (isElasticRunning()) throw new HoraError('ERR_INVALID_ARGUMENT', 'hora.elastic.run: already running in this process; runs do not nest');
   const elastic = elasticState();
-  running = true;
   setElasticRunning(true);
   try {
     if (!elastic) {
@@ -54,7 +52,6 @@ export async function run<T>(state: State, fn: (state: State) => T | Promise<T>)
     }
     return await runElastic(state, fn, elastic.control);
   } finally {
-    running = false;
     setElasticRunning(false);
     setCommitHook(null);
   }

@@ -7,7 +7,7 @@ namespace cuda {
 
 struct DeviceCollectives::State {};
 
-DeviceCollectives::DeviceCollectives(Context&, TransportChoice) {}
+DeviceCollectives::DeviceCollectives(Context&, TransportChoice, bool) {}
 DeviceCollectives::~DeviceCollectives() = default;
 
 Status DeviceCollectives::run(Work&) {
@@ -104,6 +104,7 @@ nccl::RedOp ncclOp(ReduceOp op) {
 struct DeviceCollectives::State {
   Context& ctx;
   TransportChoice transport;
+  bool ipcSlots;  // HORA_IPC_SLOTS
   Path path = Path::kUnset;
   Status broken;   // why setting up the path failed: every later device collective fails with it
   int device = -1;  // the GPU this rank's collectives run on (fixed at the first one)
@@ -127,7 +128,7 @@ struct DeviceCollectives::State {
   bool hierarchical = false;
   Ring crossRing{};           // the ranks with this rank's local rank, one per host, in host order
 
-  State(Context& c, TransportChoice t) : ctx(c), transport(t) {}
+  State(Context& c, TransportChoice t, bool slots) : ctx(c), transport(t), ipcSlots(slots) {}
   ~State();
 
   Status setUp(int dev);
@@ -248,7 +249,7 @@ Status DeviceCollectives::State::choosePath(const SetupInfo& mine) {
     ipc.reset(new IpcPath(ctx));
     bool oneGpu = true;
     for (int q = 0; q < p; ++q) oneGpu = oneGpu && memcmp(all[q].uuid, all[0].uuid, sizeof(all[q].uuid)) == 0;
-    HORA_RETURN_IF_ERROR(ipc->setUp(device, oneGpu));
+    HORA_RETURN_IF_ERROR(ipc->setUp(device, oneGpu && !ipcSlots));
   } else {
     path = Path::kStaged;
   }
@@ -532,8 +533,8 @@ Status DeviceCollectives::State::viaNccl(Work& w) {
   return Status::ok();
 }
 
-DeviceCollectives::DeviceCollectives(Context& ctx, TransportChoice transport)
-    : state_(new State(ctx, transport)) {}
+DeviceCollectives::DeviceCollectives(Context& ctx, TransportChoice transport, bool ipcSlots)
+    : state_(new State(ctx, transport, ipcSlots)) {}
 
 DeviceCollectives::~DeviceCollectives() = default;
 

@@ -25,7 +25,8 @@ namespace cuda {
 
 class DeviceCollectives {
  public:
-  DeviceCollectives(Context& ctx, TransportChoice transport);
+  // ipcSlots: the IPC path's staging slots even when every rank shares one GPU (HORA_IPC_SLOTS).
+  DeviceCollectives(Context& ctx, TransportChoice transport, bool ipcSlots);
   ~DeviceCollectives();
   DeviceCollectives(const DeviceCollectives&) = delete;
   DeviceCollectives& operator=(const DeviceCollectives&) = delete;

@@ -4,8 +4,6 @@
 #include "cuda/ipc.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -37,16 +35,6 @@ struct Share {
   int32_t pad;
 };
 
-// Checked by ts/config.ts at init().
-bool slotsForced() {
-  const char* v = std::getenv("HORA_IPC_SLOTS");
-  std::string t;
-  for (const char* c = v; c != nullptr && *c != '\0'; ++c) {
-    if (!isspace(static_cast<unsigned char>(*c))) t += static_cast<char>(tolower(static_cast<unsigned char>(*c)));
-  }
-  return t == "1" || t == "true";
-}
-
 }  // namespace
 
 IpcPath::~IpcPath() {
@@ -76,7 +64,7 @@ IpcPath::~IpcPath() {
 Status IpcPath::setUp(int device, bool oneGpu) {
   const int p = ctx_.size(), r = ctx_.rank();
   device_ = device;
-  oneGpu_ = oneGpu && !slotsForced();
+  oneGpu_ = oneGpu;
   if (oneGpu_) {
     mappings_.assign(p, {});
     auto create = [&]() -> Status {

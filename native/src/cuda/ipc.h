@@ -68,8 +68,8 @@ class IpcPath {
   IpcPath(const IpcPath&) = delete;
   IpcPath& operator=(const IpcPath&) = delete;
 
-  // Collective: the algorithm (oneGpu: every rank's GPU is the same device; HORA_IPC_SLOTS=1 takes the
-  // slots anyway, for tests), and for the slots this rank's slots and events, their handles exchanged,
+  // Collective: the algorithm (oneGpu: rank 0 does the GPU work, for ranks that share one device; false
+  // takes the slots, also on one GPU when HORA_IPC_SLOTS=1 asks, for tests), and for the slots this rank's slots and events, their handles exchanged,
   // the peers' opened. Every rank returns the same error if any rank fails.
   Status setUp(int device, bool oneGpu);
   // Runs an allreduce, broadcast, allgather (w.gatheredDevice allocated, w.gatheredCounts known) or

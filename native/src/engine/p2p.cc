@@ -1,17 +1,16 @@
 #include "engine/p2p.h"
 
-#include <errno.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 
 #include "engine/group.h"
+#include "transport/liveness.h"
+#include "transport/wait.h"
 
 namespace hora {
 namespace {
@@ -21,14 +20,6 @@ using p2p::FrameType;
 
 // Payloads up to this size are copied behind their header so that the frame goes out in one piece.
 constexpr size_t kInlineBytes = 16 * 1024;
-// How often a channel that something waits on is checked for a peer that is gone.
-constexpr int kLivenessMs = 50;
-// Idle waits: spin first (a reply in a ping-pong comes within microseconds), then yield, then sleep.
-constexpr int64_t kSpinMicros = 50;
-constexpr int64_t kYieldMicros = 1000;
-constexpr int kMaxNapMicros = 1000;
-// The longest single sleep while only TCP channels are pending (deadlines are checked in between).
-constexpr int kPollCapMs = 100;
 // At most this many CTSs wait to go out together while a window of large messages is read.
 constexpr size_t kControlBatch = 8;
 // A run of queued frames written in one call (writeDataTogether): at most this many, of about this many bytes.
@@ -595,29 +586,15 @@ void PointToPoint::onPayloadDone(Channel& c) {
 // rank waits to send into a full buffer, so both are checked.
 void PointToPoint::checkLiveness(Channel& c, Clock::time_point now) {
   if (now < c.nextLivenessCheck) return;
-  c.nextLivenessCheck = now + std::chrono::milliseconds(kLivenessMs);
-  const int peer = c.pair->peer();
-  // The peer's collective failed in an elastic world: it said so on its notice socket (Context::notifyPeers()).
-  Pair* collectives = ctx_.pair(peer);
-  pollfd notice{collectives != nullptr ? collectives->noticeFd() : -1, POLLIN, 0};
-  char said = 0;
-  if (notice.fd >= 0 && poll(&notice, 1, 0) > 0 && recv(notice.fd, &said, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
-    readFrames(c);
-    if (c.dead.isOk()) breakChannel(c, Status(Code::kPeerLost, "rank " + std::to_string(peer) + " ended its work after a failure of its own", peer));
-    return;
-  }
-  pollfd pf{c.pair->livenessFd(), POLLIN | POLLRDHUP, 0};
-  if (pf.fd < 0 || poll(&pf, 1, 0) <= 0) return;
-  char byte;
-  ssize_t r = recv(pf.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  const bool gone = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (pf.revents & (POLLHUP | POLLERR));
-  if (!gone) return;
+  c.nextLivenessCheck = now + std::chrono::milliseconds(waits::kMessageLivenessMs);
+  // The peer's collective failed in an elastic world: it said so on the notice socket of its collectives'
+  // pair (Context::notifyPeers()); the channel has none of its own.
+  Pair* collectives = ctx_.pair(c.pair->peer());
+  Status lost = checkPeer(*c.pair, collectives != nullptr ? collectives->noticeFd() : -1, ctx_.rank(), Waiter::kMessage);
+  if (lost.isOk()) return;
   // What the peer wrote before it went is still readable: take it first.
   readFrames(c);
-  if (!c.dead.isOk()) return;
-  breakChannel(c, Status(Code::kPeerLost, "rank " + std::to_string(peer) + " is gone (its connection to rank " +
-                                              std::to_string(ctx_.rank()) + " closed)",
-                         peer));
+  if (c.dead.isOk()) breakChannel(c, lost);
 }
 
 void PointToPoint::checkDeadlines(Clock::time_point now) {
@@ -739,10 +716,8 @@ void PointToPoint::failAll(const Status& st) {
 }
 
 void PointToPoint::waitForTraffic(int64_t idleMicros) {
-  if (idleMicros < kSpinMicros) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+  if (idleMicros < waits::kSpinMicros) {
+    waits::cpuRelax();
     return;
   }
   std::vector<pollfd> fds;
@@ -766,9 +741,9 @@ void PointToPoint::waitForTraffic(int64_t idleMicros) {
       fds.push_back({fd, events, 0});
     }
   }
-  int timeoutMs = kPollCapMs;
+  int timeoutMs = waits::kMessagePollCapMs;
   if (spinning) {
-    if (idleMicros < kYieldMicros) {
+    if (idleMicros < waits::kMessageYieldMicros) {
       sched_yield();
       return;
     }
@@ -777,10 +752,7 @@ void PointToPoint::waitForTraffic(int64_t idleMicros) {
   int r = poll(fds.data(), fds.size(), timeoutMs);
   if (r > 0 && (fds[0].revents & POLLIN)) drainWake();
   if (spinning && r <= 0) {
-    int nap = static_cast<int>((idleMicros - kYieldMicros) / 8);
-    nap = nap < 20 ? 20 : (nap > kMaxNapMicros ? kMaxNapMicros : nap);
-    timespec ts{0, nap * 1000L};
-    nanosleep(&ts, nullptr);
+    waits::napAfterYield(idleMicros, waits::kMessageYieldMicros, waits::kMessageMaxNapMicros);
   }
 }
 

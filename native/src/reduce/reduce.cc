@@ -6,8 +6,9 @@
 // SSE2 body and an AVX2 body and the dynamic loader picks one once, at load time, from CPUID. That
 // keeps a prebuilt, portable binary fast on AVX2 machines. Float16 has one extra path: on CPUs with
 // F16C it is converted 8 lanes at a time by hardware (vcvtph2ps / vcvtps2ph), chosen once by
-// __builtin_cpu_supports; elsewhere it uses the branch-free software conversion below, which also
-// vectorizes. docs/reduce-kernels.md records what the compiler reported and the measured speed.
+// __builtin_cpu_supports; elsewhere it uses the branch-free software conversion (element.h), which also
+// vectorizes. One element's conversions, combiners and codecs are in element.h; this file has the loops,
+// the kernels made from them (one list of dtypes, HORA_FOR_EACH_DTYPE) and the tables that pick one. docs/reduce-kernels.md records what the compiler reported and the measured speed.
 //
 // Why the NaN and zero rules: recursive doubling has two ranks compute `x op y` and `y op x` and then
 // keep going as if they held the same bytes. IEEE sum/prod are commutative except for which NaN
@@ -24,6 +25,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "reduce/element.h"
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(HORA_REDUCE_PORTABLE_ONLY)
 #define HORA_X86_CLONES 1
 #include <immintrin.h>
@@ -33,194 +36,10 @@
 #define HORA_CLONES
 #endif
 
-#define HORA_INLINE inline __attribute__((always_inline))
-
 namespace hora {
 namespace {
 
-constexpr uint32_t kQuietNaN32 = 0x7fc00000u;
-constexpr uint64_t kQuietNaN64 = 0x7ff8000000000000ull;
-
-HORA_INLINE uint32_t bitsOf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-HORA_INLINE uint64_t bitsOf(double f) {
-  uint64_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-template <class F, class U>
-HORA_INLINE F fromBits(U u) {
-  static_assert(sizeof(F) == sizeof(U), "size mismatch");
-  F f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-template <class F> struct FloatBits;
-template <> struct FloatBits<float> {
-  using U = uint32_t;
-  static constexpr U kNaN = kQuietNaN32;
-};
-template <> struct FloatBits<double> {
-  using U = uint64_t;
-  static constexpr U kNaN = kQuietNaN64;
-};
-
-// ---- 16-bit float conversions, branch-free so the loops that use them vectorize. ----
-
-// cond ? x : y written as masks. A plain ?: here lets GCC sink the float arithmetic of the unused
-// arm into a branch, and with the default -ftrapping-math it then refuses to if-convert and
-// vectorize the loop.
-template <class U>
-HORA_INLINE U selectBits(bool cond, U x, U y) {
-  const U mask = U{0} - static_cast<U>(cond);
-  return (x & mask) | (y & ~mask);
-}
-
-HORA_INLINE float halfToFloatInline(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t magnitude = h & 0x7fffu;
-  const uint32_t exponent = magnitude & 0x7c00u;
-  // Normal: move the fields into place and rebias the exponent from 15 to 127.
-  const uint32_t normal = (magnitude << 13) + (112u << 23);
-  // Inf/NaN: all-ones exponent, payload kept (the quiet bit lands on the float quiet bit).
-  const uint32_t special = ((magnitude & 0x3ffu) << 13) | 0x7f800000u;
-  // Zero and subnormal: the value is mantissa * 2^-24, exact in float32.
-  const uint32_t tiny = bitsOf(static_cast<float>(static_cast<int32_t>(magnitude)) * 0x1p-24f);
-  uint32_t r = selectBits(exponent == 0x7c00u, special, normal);
-  r = selectBits(exponent == 0, tiny, r);
-  return fromBits<float>(r | sign);
-}
-
-HORA_INLINE uint16_t floatToHalfInline(float f) {
-  const uint32_t u = bitsOf(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t a = u & 0x7fffffffu;
-  // NaN: quiet it and keep the top payload bits, as vcvtps2ph does.
-  const uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-  // Normal half: rebias, then round to nearest even on the 13 dropped bits. A carry out of the
-  // mantissa correctly bumps the exponent.
-  const uint32_t rebiased = a - (112u << 23);
-  const uint32_t normal = (rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13;
-  // Subnormal half: |f| * 2^24 < 1024 is exact; adding 2^23 rounds it to an integer (nearest even,
-  // the default rounding mode) in the low mantissa bits. 1024 comes out as the smallest normal.
-  const float scaled = fromBits<float>(a) * 0x1p24f + 0x1p23f;
-  const uint32_t subnormal = bitsOf(scaled) - 0x4b000000u;
-  uint32_t r = selectBits(a < 0x38800000u, subnormal, normal);  // below 2^-14
-  r = selectBits(a >= 0x477ff000u, 0x7c00u, r);  // rounds to >= 65520: infinity
-  r = selectBits(a > 0x7f800000u, nan, r);
-  return static_cast<uint16_t>(r | sign);
-}
-
-HORA_INLINE float bfloat16ToFloatInline(uint16_t h) {
-  return fromBits<float>(static_cast<uint32_t>(h) << 16);
-}
-
-HORA_INLINE uint16_t floatToBfloat16Inline(float f) {
-  const uint32_t u = bitsOf(f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
-// ---- Combiners: one element, commutative bit for bit. ----
-// For float the NaN selects use selectBits, for the same reason as the conversions: with a plain ?:
-// GCC folds the float16 store of the constant NaN and branches around the conversion of the other
-// arm. For double the plain ?: is kept: the SSE2 body vectorizes it, the mask form it does not.
-
-template <class F>
-HORA_INLINE F canonicalNaN(F r) {
-  if constexpr (sizeof(F) == 4) {
-    return fromBits<F>(selectBits<uint32_t>(r == r, bitsOf(r), kQuietNaN32));
-  } else {
-    return r == r ? r : fromBits<F>(FloatBits<F>::kNaN);
-  }
-}
-
-template <class F>
-HORA_INLINE typename FloatBits<F>::U nanUnlessOrdered(F a, F b, typename FloatBits<F>::U r) {
-  if constexpr (sizeof(F) == 4) {
-    return selectBits<uint32_t>(a == a && b == b, r, kQuietNaN32);
-  } else {
-    return (a == a && b == b) ? r : FloatBits<F>::kNaN;
-  }
-}
-
-template <class F> struct FloatSum {
-  static HORA_INLINE F apply(F a, F b) {
-    const F r = a + b;  // NaN iff an input is NaN or inf + -inf
-    return canonicalNaN(r);
-  }
-};
-template <class F> struct FloatProd {
-  static HORA_INLINE F apply(F a, F b) {
-    const F r = a * b;
-    return canonicalNaN(r);
-  }
-};
-template <class F> struct FloatMin {
-  static HORA_INLINE F apply(F a, F b) {
-    using U = typename FloatBits<F>::U;
-    const U ua = bitsOf(a), ub = bitsOf(b);
-    U r = a < b ? ua : ub;
-    r = a == b ? (ua | ub) : r;  // equal: identical bits, or +0/-0 where OR gives -0
-    return fromBits<F>(nanUnlessOrdered(a, b, r));
-  }
-};
-template <class F> struct FloatMax {
-  static HORA_INLINE F apply(F a, F b) {
-    using U = typename FloatBits<F>::U;
-    const U ua = bitsOf(a), ub = bitsOf(b);
-    U r = a > b ? ua : ub;
-    r = a == b ? (ua & ub) : r;  // equal: identical bits, or +0/-0 where AND gives +0
-    return fromBits<F>(nanUnlessOrdered(a, b, r));
-  }
-};
-
-// Integers wrap on overflow; the arithmetic is done unsigned, where wrapping is defined.
-template <class T> struct IntSum {
-  using U = std::make_unsigned_t<T>;
-  static HORA_INLINE T apply(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b))); }
-};
-template <class T> struct IntProd {
-  using U = std::make_unsigned_t<T>;
-  // uint8 promotes to int before multiplying; 255 * 255 fits, so no signed overflow.
-  static HORA_INLINE T apply(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b))); }
-};
-template <class T> struct IntMin {
-  static HORA_INLINE T apply(T a, T b) { return a < b ? a : b; }
-};
-template <class T> struct IntMax {
-  static HORA_INLINE T apply(T a, T b) { return a > b ? a : b; }
-};
-
-// ---- Codecs: how a stored element becomes the type it is combined in, and back. ----
-
-template <class T> struct Plain {
-  using Stored = T;
-  static HORA_INLINE T load(T v) { return v; }
-  static HORA_INLINE T store(T v) { return v; }
-};
-struct HalfCodec {
-  using Stored = uint16_t;
-  static HORA_INLINE float load(uint16_t v) { return halfToFloatInline(v); }
-  static HORA_INLINE uint16_t store(float v) { return floatToHalfInline(v); }
-};
-struct BFloat16Codec {
-  using Stored = uint16_t;
-  static HORA_INLINE float load(uint16_t v) { return bfloat16ToFloatInline(v); }
-  // Rounding only, no NaN test: a NaN stored here is either the combiners' canonical 0x7fc00000 or a
-  // widened bfloat16 NaN divided by the world size; both have zero low 16 bits, so rounding cannot
-  // carry into the exponent and the NaN stays NaN. Saves a
-  // compare and a blend per 8 lanes in a loop that is compute-bound even on DRAM-sized buffers.
-  static HORA_INLINE uint16_t store(float v) {
-    const uint32_t u = bitsOf(v);
-    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-};
+using namespace reduce_element;  // NOLINT: the element operations below are this file's vocabulary
 
 // Separate in-place and out-of-place loops let every pointer be __restrict, so the vectorizer
 // needs no runtime overlap check. dst == b reuses the in-place loop because every combiner is
@@ -254,39 +73,47 @@ HORA_INLINE void combine(void* dstRaw, const void* aRaw, const void* bRaw, size_
 
 using Kernel = void (*)(void* dst, const void* a, const void* b, size_t n);
 
+// The dtypes with CPU kernels, in DType order: name suffix, codec, combiner family (Float or Int), the
+// type combined in. X(SUFFIX, CODEC, FAMILY, T) is applied to each; the float dtypes also take a Scaling.
+// Float16 here is the software-conversion path (float16Kernel picks F16C where the CPU has it).
+#define HORA_FOR_EACH_FLOAT_DTYPE(X)        \
+  X(F32, Plain<float>, Float, float)        \
+  X(F64, Plain<double>, Float, double)      \
+  X(F16Soft, HalfCodec, Float, float)       \
+  X(BF16, BFloat16Codec, Float, float)
+#define HORA_FOR_EACH_DTYPE(X)              \
+  HORA_FOR_EACH_FLOAT_DTYPE(X)              \
+  X(I32, Plain<int32_t>, Int, int32_t)      \
+  X(I64, Plain<int64_t>, Int, int64_t)      \
+  X(U8, Plain<uint8_t>, Int, uint8_t)
+
+// One row of a kernel table: the four operators of one dtype in the order of opRow.
+#define HORA_OPS_ROW(SUFFIX) {sum##SUFFIX, min##SUFFIX, max##SUFFIX, prod##SUFFIX}
+
+// Rows of the kernel tables follow ReduceOp with kAvg folded into kSum: sum, min, max, prod; -1 for none.
+HORA_INLINE int opRow(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return 0;
+    case ReduceOp::kMin: return 1;
+    case ReduceOp::kMax: return 2;
+    case ReduceOp::kProd: return 3;
+    default: return -1;
+  }
+}
+
 // One cloned function per (dtype, op); the templates above are inlined into each clone.
 #define HORA_DEFINE_KERNEL(NAME, CODEC, OP) \
   HORA_CLONES void NAME(void* d, const void* a, const void* b, size_t n) { combine<CODEC, OP>(d, a, b, n); }
+#define HORA_DEFINE_KERNELS(SUFFIX, CODEC, FAMILY, T)         \
+  HORA_DEFINE_KERNEL(sum##SUFFIX, CODEC, FAMILY##Sum<T>)      \
+  HORA_DEFINE_KERNEL(min##SUFFIX, CODEC, FAMILY##Min<T>)      \
+  HORA_DEFINE_KERNEL(max##SUFFIX, CODEC, FAMILY##Max<T>)      \
+  HORA_DEFINE_KERNEL(prod##SUFFIX, CODEC, FAMILY##Prod<T>)
 
-HORA_DEFINE_KERNEL(sumF32, Plain<float>, FloatSum<float>)
-HORA_DEFINE_KERNEL(minF32, Plain<float>, FloatMin<float>)
-HORA_DEFINE_KERNEL(maxF32, Plain<float>, FloatMax<float>)
-HORA_DEFINE_KERNEL(prodF32, Plain<float>, FloatProd<float>)
-HORA_DEFINE_KERNEL(sumF64, Plain<double>, FloatSum<double>)
-HORA_DEFINE_KERNEL(minF64, Plain<double>, FloatMin<double>)
-HORA_DEFINE_KERNEL(maxF64, Plain<double>, FloatMax<double>)
-HORA_DEFINE_KERNEL(prodF64, Plain<double>, FloatProd<double>)
-HORA_DEFINE_KERNEL(sumF16Soft, HalfCodec, FloatSum<float>)
-HORA_DEFINE_KERNEL(minF16Soft, HalfCodec, FloatMin<float>)
-HORA_DEFINE_KERNEL(maxF16Soft, HalfCodec, FloatMax<float>)
-HORA_DEFINE_KERNEL(prodF16Soft, HalfCodec, FloatProd<float>)
-HORA_DEFINE_KERNEL(sumBF16, BFloat16Codec, FloatSum<float>)
-HORA_DEFINE_KERNEL(minBF16, BFloat16Codec, FloatMin<float>)
-HORA_DEFINE_KERNEL(maxBF16, BFloat16Codec, FloatMax<float>)
-HORA_DEFINE_KERNEL(prodBF16, BFloat16Codec, FloatProd<float>)
-HORA_DEFINE_KERNEL(sumI32, Plain<int32_t>, IntSum<int32_t>)
-HORA_DEFINE_KERNEL(minI32, Plain<int32_t>, IntMin<int32_t>)
-HORA_DEFINE_KERNEL(maxI32, Plain<int32_t>, IntMax<int32_t>)
-HORA_DEFINE_KERNEL(prodI32, Plain<int32_t>, IntProd<int32_t>)
-HORA_DEFINE_KERNEL(sumI64, Plain<int64_t>, IntSum<int64_t>)
-HORA_DEFINE_KERNEL(minI64, Plain<int64_t>, IntMin<int64_t>)
-HORA_DEFINE_KERNEL(maxI64, Plain<int64_t>, IntMax<int64_t>)
-HORA_DEFINE_KERNEL(prodI64, Plain<int64_t>, IntProd<int64_t>)
-HORA_DEFINE_KERNEL(sumU8, Plain<uint8_t>, IntSum<uint8_t>)
-HORA_DEFINE_KERNEL(minU8, Plain<uint8_t>, IntMin<uint8_t>)
-HORA_DEFINE_KERNEL(maxU8, Plain<uint8_t>, IntMax<uint8_t>)
-HORA_DEFINE_KERNEL(prodU8, Plain<uint8_t>, IntProd<uint8_t>)
+HORA_FOR_EACH_DTYPE(HORA_DEFINE_KERNELS)
 
+#undef HORA_DEFINE_KERNELS
 #undef HORA_DEFINE_KERNEL
 
 #if HORA_X86_CLONES
@@ -359,25 +186,15 @@ Kernel float16Kernel(ReduceOp op) {
 }
 
 Kernel kernelFor(ReduceOp op, DType dtype) {
-  // Rows follow ReduceOp with kAvg folded into kSum: sum, min, max, prod.
-  int row = 0;
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: row = 0; break;
-    case ReduceOp::kMin: row = 1; break;
-    case ReduceOp::kMax: row = 2; break;
-    case ReduceOp::kProd: row = 3; break;
-    default: return nullptr;
-  }
+  const int row = opRow(op);
+  if (row < 0) return nullptr;
+  // One row per DType (kFloat16's is not read here: float16Kernel picks the path), one column per opRow.
   static const Kernel kTable[][4] = {
-      {sumF32, minF32, maxF32, prodF32},  // kFloat32
-      {sumF64, minF64, maxF64, prodF64},  // kFloat64
-      {nullptr, nullptr, nullptr, nullptr},  // kFloat16: float16Kernel picks the path
-      {sumBF16, minBF16, maxBF16, prodBF16},
-      {sumI32, minI32, maxI32, prodI32},
-      {sumI64, minI64, maxI64, prodI64},
-      {sumU8, minU8, maxU8, prodU8},
+#define HORA_KERNEL_ROW(SUFFIX, CODEC, FAMILY, T) HORA_OPS_ROW(SUFFIX),
+      HORA_FOR_EACH_DTYPE(HORA_KERNEL_ROW)
+#undef HORA_KERNEL_ROW
   };
+  static_assert(sizeof kTable / sizeof kTable[0] == kNumDTypes, "one row per DType");
   const int column = static_cast<int>(dtype);
   if (column < 0 || column >= kNumDTypes) return nullptr;
   if (dtype == DType::kFloat16) return float16Kernel(op);
@@ -433,7 +250,7 @@ HORA_INLINE void combineScaled(void* dstRaw, const void* aRaw, const void* bRaw,
 
 using ScaledKernel = void (*)(void* dst, const void* a, const void* b, size_t n, const ScaledStep& s);
 
-// One cloned function per (dtype, op, last step or not).
+// One cloned function per (dtype, op, last step or not): NAME##Step and NAME##Last.
 #define HORA_DEFINE_SCALED(NAME, CODEC, OP)                                                                  \
   HORA_CLONES void NAME##Step(void* d, const void* a, const void* b, size_t n, const ScaledStep& s) {      \
     combineScaled<CODEC, OP, false>(d, a, b, n, s);                                                          \
@@ -441,24 +258,15 @@ using ScaledKernel = void (*)(void* dst, const void* a, const void* b, size_t n,
   HORA_CLONES void NAME##Last(void* d, const void* a, const void* b, size_t n, const ScaledStep& s) {      \
     combineScaled<CODEC, OP, true>(d, a, b, n, s);                                                           \
   }
+#define HORA_DEFINE_SCALED_KERNELS(SUFFIX, CODEC, FAMILY, T)   \
+  HORA_DEFINE_SCALED(sum##SUFFIX, CODEC, FAMILY##Sum<T>)       \
+  HORA_DEFINE_SCALED(min##SUFFIX, CODEC, FAMILY##Min<T>)       \
+  HORA_DEFINE_SCALED(max##SUFFIX, CODEC, FAMILY##Max<T>)       \
+  HORA_DEFINE_SCALED(prod##SUFFIX, CODEC, FAMILY##Prod<T>)
 
-HORA_DEFINE_SCALED(sumF32, Plain<float>, FloatSum<float>)
-HORA_DEFINE_SCALED(minF32, Plain<float>, FloatMin<float>)
-HORA_DEFINE_SCALED(maxF32, Plain<float>, FloatMax<float>)
-HORA_DEFINE_SCALED(prodF32, Plain<float>, FloatProd<float>)
-HORA_DEFINE_SCALED(sumF64, Plain<double>, FloatSum<double>)
-HORA_DEFINE_SCALED(minF64, Plain<double>, FloatMin<double>)
-HORA_DEFINE_SCALED(maxF64, Plain<double>, FloatMax<double>)
-HORA_DEFINE_SCALED(prodF64, Plain<double>, FloatProd<double>)
-HORA_DEFINE_SCALED(sumF16, HalfCodec, FloatSum<float>)
-HORA_DEFINE_SCALED(minF16, HalfCodec, FloatMin<float>)
-HORA_DEFINE_SCALED(maxF16, HalfCodec, FloatMax<float>)
-HORA_DEFINE_SCALED(prodF16, HalfCodec, FloatProd<float>)
-HORA_DEFINE_SCALED(sumBF16, BFloat16Codec, FloatSum<float>)
-HORA_DEFINE_SCALED(minBF16, BFloat16Codec, FloatMin<float>)
-HORA_DEFINE_SCALED(maxBF16, BFloat16Codec, FloatMax<float>)
-HORA_DEFINE_SCALED(prodBF16, BFloat16Codec, FloatProd<float>)
+HORA_FOR_EACH_FLOAT_DTYPE(HORA_DEFINE_SCALED_KERNELS)
 
+#undef HORA_DEFINE_SCALED_KERNELS
 #undef HORA_DEFINE_SCALED
 
 #if HORA_X86_CLONES
@@ -484,15 +292,8 @@ __attribute__((target("avx2,f16c"))) void scaledF16c(void* dstRaw, const void* a
 #endif
 
 ScaledKernel scaledKernelFor(ReduceOp op, DType dtype, bool last) {
-  int row = 0;
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: row = 0; break;
-    case ReduceOp::kMin: row = 1; break;
-    case ReduceOp::kMax: row = 2; break;
-    case ReduceOp::kProd: row = 3; break;
-    default: return nullptr;
-  }
+  const int row = opRow(op);
+  if (row < 0) return nullptr;
 #if HORA_X86_CLONES
   if (dtype == DType::kFloat16 && cpuHasF16c()) {
     static const ScaledKernel kF16c[2][4] = {
@@ -504,19 +305,17 @@ ScaledKernel scaledKernelFor(ReduceOp op, DType dtype, bool last) {
     return kF16c[last][row];
   }
 #endif
-  // Columns follow DType's floats: float32, float64, float16, bfloat16.
+  // [not last, last] x one row per float DType (float32, float64, float16, bfloat16) x one column per opRow.
   static const ScaledKernel kTable[2][4][4] = {
-      {{sumF32Step, sumF64Step, sumF16Step, sumBF16Step},
-       {minF32Step, minF64Step, minF16Step, minBF16Step},
-       {maxF32Step, maxF64Step, maxF16Step, maxBF16Step},
-       {prodF32Step, prodF64Step, prodF16Step, prodBF16Step}},
-      {{sumF32Last, sumF64Last, sumF16Last, sumBF16Last},
-       {minF32Last, minF64Last, minF16Last, minBF16Last},
-       {maxF32Last, maxF64Last, maxF16Last, maxBF16Last},
-       {prodF32Last, prodF64Last, prodF16Last, prodBF16Last}},
+#define HORA_STEP_ROW(SUFFIX, CODEC, FAMILY, T) {sum##SUFFIX##Step, min##SUFFIX##Step, max##SUFFIX##Step, prod##SUFFIX##Step},
+#define HORA_LAST_ROW(SUFFIX, CODEC, FAMILY, T) {sum##SUFFIX##Last, min##SUFFIX##Last, max##SUFFIX##Last, prod##SUFFIX##Last},
+      {HORA_FOR_EACH_FLOAT_DTYPE(HORA_STEP_ROW)},
+      {HORA_FOR_EACH_FLOAT_DTYPE(HORA_LAST_ROW)},
+#undef HORA_LAST_ROW
+#undef HORA_STEP_ROW
   };
   if (!scalable(dtype)) return nullptr;
-  return kTable[last][row][static_cast<int>(dtype)];
+  return kTable[last][static_cast<int>(dtype)][row];
 }
 
 // scaleAlone: dst[i] = (dst[i] * pre) * post.

@@ -9,41 +9,22 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <thread>
 
 #include "common/hash.h"
 #include "common/log.h"
 #include "reduce/reduce.h"
+#include "transport/liveness.h"
 #include "transport/shm/pair.h"
 #include "transport/shm/segment.h"
 #include "transport/tcp/connect.h"
 #include "transport/tcp/pair.h"
+#include "transport/wait.h"
 
 namespace hora {
 namespace {
 
-// How long an idle wait spins before it gives the core away. Spinning keeps small-message latency in
-// microseconds. Shared memory can only be polled, so after spinning a wait yields (the core stays busy,
-// but any other thread on it runs first), and only then sleeps in short naps that grow to kMaxNapMicros;
-// TCP sleeps in poll() and wakes when data arrives. The yield phase is long (200 ms): a rank that waits
-// for a slower peer in lockstep training waits milliseconds every step, and a virtual CPU that halts
-// for that long comes back slower (its physical core went to other guests), so on a 2-vCPU guest the
-// next step's compute took ~25% longer (docs/notes/2026-11-22-tfjs-scaling-series-4-noisy-machine.md).
-// As in MPI's default busy polling, the waiting rank keeps a core it does not share with a peer.
-// When more ranks share the host than it has cores, a spinning rank takes the core from the very peer it
-// waits for, so waits give the core away almost at once (as MPI does when oversubscribed).
-constexpr int64_t kSpinMicros = 50;
-constexpr int64_t kYieldMicros = 200000;
-constexpr int64_t kOversubscribedSpinMicros = 2;
-constexpr int64_t kOversubscribedYieldMicros = 100;
-constexpr int kMaxNapMicros = 500;
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
+using waits::cpuRelax;
 
 std::string segmentName(const std::string& jobId, int rank) {
   std::string safe;
@@ -445,7 +426,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   // sleep in poll() at once; a wait that is answered quickly (small messages) still spins first.
   const bool trickling = bandwidthBound_ && onSocketsOnly(sends, numSends, recvs, numRecvs);
   // Reading the clock costs little next to a round, but not nothing: spin a few rounds between reads.
-  if (!trickling && idleRounds % 16 != 0) {
+  if (!trickling && idleRounds % waits::kCollectiveRoundsPerClockRead != 0) {
     cpuRelax();
     return Status::ok();
   }
@@ -456,7 +437,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   }
   if (*idleSince == Clock::time_point()) *idleSince = now;
   const int64_t idleMicros = std::chrono::duration_cast<std::chrono::microseconds>(now - *idleSince).count();
-  if (!trickling && idleMicros < (oversubscribed_ ? kOversubscribedSpinMicros : kSpinMicros)) {
+  if (!trickling && idleMicros < (oversubscribed_ ? waits::kOversubscribedSpinMicros : waits::kSpinMicros)) {
     cpuRelax();
     return Status::ok();
   }
@@ -507,19 +488,11 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
       if (noticeOf[i] != nullptr && fds[i].revents != 0) {
         // Only a notice counts: a peer that exited may have left its last bytes to read on the data socket,
         // which tells a loss by itself.
-        char said = 0;
-        if (recv(fds[i].fd, &said, 1, MSG_PEEK | MSG_DONTWAIT) == 1) return failedPeerStatus(noticeOf[i]->peer());
+        if (noticeWaiting(fds[i].fd)) return peerFailedStatus(noticeOf[i]->peer(), rank_, Waiter::kCollective);
         continue;
       }
       if (senders[i] != nullptr && (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        if (getsockopt(fds[i].fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = 0;
-        return Status(Code::kPeerLost,
-                      "connection to rank " + std::to_string(senders[i]->peer()) +
-                          (err != 0 ? " failed" : " was closed by the peer") + " while rank " + std::to_string(rank_) +
-                          " was sending to it" + tcp::describeLoss(err),
-                      senders[i]->peer());
+        return sendingPeerLostStatus(fds[i].fd, senders[i]->peer(), rank_);
       }
     }
     return Status::ok();
@@ -527,7 +500,8 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   // Messages in flight are moved between polls, so the poll is kept short while there are any.
   if (!spinning) {
     polledLast_ = true;
-    return pollAndCheck(deadline_.remainingMs(background ? 5 : 200));
+    return pollAndCheck(
+        deadline_.remainingMs(background ? waits::kCollectivePollCapWithMessagesMs : waits::kCollectivePollCapMs));
   }
   // Shared memory has no descriptor to sleep on: yield for a while, then nap, looking at the peers'
   // sockets for a hang-up on the way.
@@ -541,24 +515,14 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   }
   hangUpSeen_ = false;
   HORA_RETURN_IF_ERROR(alive);
-  const int64_t yieldMicros = oversubscribed_ ? kOversubscribedYieldMicros : kYieldMicros;
+  const int64_t yieldMicros = oversubscribed_ ? waits::kOversubscribedYieldMicros : waits::kCollectiveYieldMicros;
   if (idleMicros < yieldMicros) {
     if (n > 1) HORA_RETURN_IF_ERROR(pollAndCheck(0));
     sched_yield();
     return Status::ok();
   }
-  int nap = static_cast<int>((idleMicros - yieldMicros) / 8);
-  nap = nap < 20 ? 20 : (nap > kMaxNapMicros ? kMaxNapMicros : nap);
-  timespec ts{0, nap * 1000L};
-  nanosleep(&ts, nullptr);
+  waits::napAfterYield(idleMicros, yieldMicros, waits::kCollectiveMaxNapMicros);
   return Status::ok();
-}
-
-Status Context::failedPeerStatus(int peer) const {
-  return Status(Code::kPeerLost,
-                "rank " + std::to_string(peer) + " ended this collective after a failure of its own (rank " +
-                    std::to_string(rank_) + " waited on it)",
-                peer);
 }
 
 bool Context::onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const {
@@ -572,21 +536,9 @@ bool Context::onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numR
 }
 
 Status Context::checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) {
+  // Shared memory only: a TCP pair's wait sees a hang-up in poll() on the socket itself.
   auto check = [&](Pair* p) -> Status {
-    if (p->pollFd() >= 0) return Status::ok();
-    pollfd pf{p->livenessFd(), POLLIN | POLLRDHUP, 0};
-    if (poll(&pf, 1, 0) <= 0) return Status::ok();
-    char c;
-    ssize_t r = recv(pf.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    // Nothing is sent on this socket once connected but a notice (notifyPeers()).
-    if (r == 1) return failedPeerStatus(p->peer());
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (pf.revents & (POLLHUP | POLLERR))) {
-      return Status(Code::kPeerLost,
-                    "rank " + std::to_string(p->peer()) + " is gone (its connection closed while it shared memory with rank " +
-                        std::to_string(rank_) + ")",
-                    p->peer());
-    }
-    return Status::ok();
+    return p->pollFd() >= 0 ? Status::ok() : checkPeer(*p, p->noticeFd(), rank_, Waiter::kCollective);
   };
   // Only peers this rank still waits on: a peer whose part is done may already have finished and exited.
   for (int i = 0; i < numSends; ++i) {

@@ -167,12 +167,11 @@ class Context {
   // Places the pairs connect() takes over from kept and resynchronizes them; taken[r] says which.
   Status takeOver(const std::vector<PeerInfo>& peers, const std::string& jobId, const std::string& secret,
                   KeptConnections* kept, const Deadline& deadline, std::vector<bool>* taken);
+  // transport/liveness.h's checkPeer() for every shared-memory pair this rank still waits on.
   Status checkLiveness(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs);
   // Every pending operation is on a TCP socket (none on shared memory).
   bool onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const;
   Status timeoutStatus(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const;
-  // ERR_PEER_LOST for a peer that said (notifyPeers()) that its collective failed.
-  Status failedPeerStatus(int peer) const;
   Context& root() { return base_ != nullptr ? *base_ : *this; }
   const Context& root() const { return base_ != nullptr ? *base_ : *this; }
 

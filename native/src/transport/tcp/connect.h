@@ -33,6 +33,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "transport/tcp/socket.h"  // listenOn, sendAll, recvAll, configureForDataPlane: the sockets apart from the mesh
 
 namespace hora {
 namespace tcp {
@@ -41,9 +42,6 @@ struct PeerAddress {
   std::string host;
   int port = 0;
 };
-
-// Binds a listening socket on host (an IPv4 address, "" or "0.0.0.0" for any) and an ephemeral port.
-Status listenOn(const std::string& host, int backlog, int* fd, int* port);
 
 // Unauthenticated connections held at once; the oldest is dropped to make room for a new one.
 constexpr int kMaxPendingAccepts = 64;
@@ -78,24 +76,6 @@ struct MeshOptions {
 // every peer != rank that options.skip does not name (-1 for those). Fails with kAuth when a peer rejects this rank's proof or cannot prove its own, with
 // kTimeout (naming the missing ranks) at the deadline.
 Status connectMesh(int listenFd, const MeshOptions& options, const Deadline& deadline, std::vector<int>* fds);
-
-// Blocking exchange helpers with a deadline, for the short exchanges at init.
-Status sendAll(int fd, const void* data, size_t len, const Deadline& deadline, int peer);
-Status recvAll(int fd, void* data, size_t len, const Deadline& deadline, int peer);
-
-// Puts an established socket into the mode the progress engine expects (non-blocking, TCP_NODELAY).
-// How long a data-plane connection may go without any sign of its peer's host (keepalive answers or
-// acknowledgements) before it is treated as lost.
-constexpr unsigned int kPeerSilenceMs = 4000;
-
-// What a data-plane socket error says about the peer, for the end of an ERR_PEER_LOST message:
-// " (its host did not answer for 4 s: ...)" for ETIMEDOUT, " (strerror)" for others, "" for 0.
-std::string describeLoss(int err);
-
-Status configureForDataPlane(int fd);
-
-// Whether a connected socket's peer is on this host: a loopback address, or the socket's own address.
-bool peerOnThisHost(int fd);
 
 }  // namespace tcp
 }  // namespace hora

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "transport/resync.h"
-#include "transport/tcp/connect.h"
+#include "transport/tcp/socket.h"
 
 namespace hora {
 namespace tcp {

@@ -1,0 +1,403 @@
+// The calls made once per collective or message: a work read from JavaScript's arguments into a plain
+// hora::Work, handed to the engine, and its result handed back (communicator.h). A small collective waited
+// at once costs a microsecond or two in all, so everything these calls reach is in this file or inline.
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "backing_store.h"
+#include "common/cycles.h"
+#include "communicator.h"
+#include "values.h"
+
+namespace hora::binding {
+
+using hora::Code;
+using hora::Status;
+using hora::Work;
+
+namespace {
+
+// An enum-valued property; absent counts as 0.
+template <typename T>
+T enumFrom(Napi::Env env, int n, ItemKey key, int limit) {
+  if (n < 0 || n >= limit) {
+    throw Napi::RangeError::New(env, std::string("native: ") + kItemKeyNames[key] + " out of range: " + std::to_string(n));
+  }
+  return static_cast<T>(n);
+}
+
+template <typename T>
+T enumFrom(const Napi::Value& v, ItemKey key, int limit) {
+  return enumFrom<T>(v.Env(), int32Or(v, 0), key, limit);
+}
+
+// The element count and first element of a collective's array, whose element size the call's dtype
+// gives: viewOf without asking for the array's type, which Node-API answers through a chain of type tests
+// (a Float32Array matches the eighth; about 25 ns of a small collective). The ArrayBuffer bounds the
+// count, so an array whose elements are not the dtype's size (the JS layer never passes one) gives a wrong
+// count, never one that reaches past the buffer.
+//
+// A view of a SharedArrayBuffer (worker_threads' memory) has no ArrayBuffer to ask: Node-API before
+// node_api_is_sharedarraybuffer (Node 18 to 22) answers napi_get_arraybuffer_info only for an ArrayBuffer,
+// and napi_invalid_arg for a SharedArrayBuffer. Such a view is bounded by its own type instead, which
+// costs the type tests only there.
+size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data) {
+  napi_env env = v.Env();
+  size_t length = 0, offset = 0, bufferBytes = 0;
+  void* first = nullptr;
+  napi_value buffer = nullptr;
+  if (napi_get_typedarray_info(env, v, nullptr, &length, &first, &buffer, &offset) != napi_ok) {
+    throw Napi::TypeError::New(env, "native: expected a TypedArray");
+  }
+  if (napi_get_arraybuffer_info(env, buffer, nullptr, &bufferBytes) != napi_ok) {
+    napi_typedarray_type type;
+    if (napi_get_typedarray_info(env, v, &type, nullptr, nullptr, nullptr, nullptr) != napi_ok) {
+      throw Napi::TypeError::New(env, "native: expected a TypedArray");
+    }
+    if (dtypeBytes != elementBytes(type)) {
+      throw Napi::RangeError::New(env, "native: the array's elements are not its dtype's size");
+    }
+    *data = static_cast<uint8_t*>(first);
+    return length;
+  }
+  if (offset > bufferBytes || length > (bufferBytes - offset) / dtypeBytes) {
+    throw Napi::RangeError::New(env, "native: the array holds fewer bytes than its dtype needs");
+  }
+  *data = static_cast<uint8_t*>(first);
+  return length;
+}
+
+// An item's scale, [prescaleFactor, postscaleFactor] (finite numbers; the JS layer checked them).
+hora::Scaling scalingOf(const Napi::Value& v) {
+  if (!v.IsArray()) throw Napi::TypeError::New(v.Env(), "native: scale must be [prescale, postscale]");
+  Napi::Array a = v.As<Napi::Array>();
+  hora::Scaling s;
+  s.pre = a.Get(0u).As<Napi::Number>().DoubleValue();
+  s.post = a.Get(1u).As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(s.pre) || !std::isfinite(s.post)) throw Napi::RangeError::New(v.Env(), "native: scale factors must be finite");
+  return s;
+}
+
+}  // namespace
+
+// submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}], willWait?); a send or
+// recv item (kinds 6, 7) carries peer and tag and is posted at once, beside the batch; a device item
+// has device >= 0, devicePtr, count, stream (and outPtr for reducescatter) instead of data and out.
+// willWait: the caller goes on to wait() for one of the items at once.
+Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Array arr = info[0].As<Napi::Array>();
+  std::vector<std::shared_ptr<Work>> batch;
+  std::vector<std::shared_ptr<Work>> messages;
+  batch.reserve(arr.Length());
+  Napi::Array keys = keys_.Value();
+  // Tracked only once every item is read: an item the binding refuses leaves nothing of the call behind
+  // (the JS side then fails the whole call's works, and no entry here would wait for a completion).
+  if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
+  std::vector<std::shared_ptr<Work>> all;
+  all.reserve(arr.Length());
+  for (uint32_t i = 0; i < arr.Length(); ++i) {
+    Napi::Object it = arr.Get(i).As<Napi::Object>();
+    auto get = [&](ItemKey k) { return it.Get(keys.Get(static_cast<uint32_t>(k))); };
+    auto w = std::make_shared<Work>();
+    w->id = static_cast<uint64_t>(get(kId).As<Napi::Number>().Int64Value());
+    all.push_back(w);
+    w->kind = enumFrom<hora::Kind>(get(kKind), kKind, hora::kNumKinds);
+    w->op = enumFrom<hora::ReduceOp>(get(kOp), kOp, hora::kNumReduceOps);
+    w->dtype = enumFrom<hora::DType>(get(kDtype), kDtype, hora::kNumDTypes);
+    Napi::Value root = get(kRoot);
+    w->root = root.IsUndefined() ? 0 : root.As<Napi::Number>().Int32Value();
+    w->algorithm = enumFrom<hora::Algorithm>(get(kAlgorithm), kAlgorithm, hora::kNumAlgorithms);
+    Napi::Value name = get(kName);
+    if (!name.IsUndefined()) w->name = name.As<Napi::String>().Utf8Value();
+    Napi::Value invalidReason = get(kInvalidReason);
+    if (!invalidReason.IsUndefined()) w->invalidReason = invalidReason.As<Napi::String>().Utf8Value();
+    Napi::Value scale = get(kScale);
+    if (!scale.IsUndefined()) w->scaling = scalingOf(scale);
+    Napi::Value group = get(kGroup);
+    if (!group.IsUndefined()) {
+      const uint32_t id = group.As<Napi::Number>().Uint32Value();
+      if (id != 0) {
+        w->group = comm_->findGroup(id);
+        if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(id) + " on this rank");
+      }
+    }
+    Napi::Value device = get(kDevice);
+    if (device.IsNumber() && device.As<Napi::Number>().Int32Value() >= 0) {
+      w->device = device.As<Napi::Number>().Int32Value();
+      w->data = static_cast<uint8_t*>(pointerFrom(get(kDevicePtr), "devicePtr"));
+      w->count = static_cast<size_t>(get(kCount).As<Napi::Number>().Int64Value());
+      Napi::Value stream = get(kStream), outPtr = get(kOutPtr);
+      if (!stream.IsUndefined()) w->stream = pointerFrom(stream, "stream");
+      if (!outPtr.IsUndefined()) w->out = static_cast<uint8_t*>(pointerFrom(outPtr, "outPtr"));
+      batch.push_back(std::move(w));
+      continue;
+    }
+    Napi::Value data = get(kData);
+    if (!data.IsUndefined() && !data.IsNull()) {
+      size_t bytes = 0;
+      viewOf(data, &w->data, &bytes);
+      w->count = bytes / hora::dtypeSize(w->dtype);
+      w->keepAlive[0] = hora::binding::holdBackingStore(env, data);
+    }
+    if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv) {
+      w->peer = get(kPeer).As<Napi::Number>().Int32Value();
+      w->tag = get(kTag).As<Napi::Number>().Int32Value();
+      messages.push_back(std::move(w));
+      continue;
+    }
+    Napi::Value out = get(kOut);
+    if (!out.IsUndefined() && !out.IsNull()) {
+      size_t bytes = 0;
+      viewOf(out, &w->out, &bytes);
+      w->keepAlive[1] = hora::binding::holdBackingStore(env, out);
+    }
+    batch.push_back(std::move(w));
+  }
+  for (const auto& w : all) Adopt(env, w);
+  const bool willWait = info.Length() > 1 && info[1].ToBoolean().Value();
+  // With no collective in the batch, the item waited for is a message: the waiting caller moves them.
+  for (auto& m : messages) comm_->post(std::move(m), willWait && batch.empty());
+  // An empty task would only get in the way: a wait() for a message stops moving messages itself as
+  // soon as a task is queued.
+  if (!batch.empty()) comm_->submit(std::move(batch), willWait);
+  return env.Undefined();
+}
+
+// submitOne(id, code, root, data, out, name): a batch of one host collective (not a message, not a
+// device item, not an invalid call), positional; bit 16 of code is willWait. A small collective waited
+// at once costs a microsecond or two in all, and reading a dozen properties of an item object through
+// Node-API was a good part of that.
+// Returns the result when the collective ran at once (Communicator::runIfReady: it could not wait on a
+// peer), else undefined: it is queued, and completes through the callback or wait().
+Napi::Value CommunicatorWrap::SubmitOne(const Napi::CallbackInfo& info) {
+  auto w = Untracked(info.Env(), info[0]);
+  const int32_t code = FillOne(info, w.get());
+  const bool willWait = code & kWillWait;
+  if (!willWait && comm_->runIfReady(w)) return ResultOf(info.Env(), *w);
+  // Pending from here while JavaScript runs: its arrays' memory is held until JS takes the result.
+  if (code & kHasData) w->keepAlive[0] = hora::binding::holdBackingStore(info.Env(), info[3]);
+  if (code & kHasOut) w->keepAlive[1] = hora::binding::holdBackingStore(info.Env(), info[4]);
+  Adopt(info.Env(), w);
+  comm_->submit({std::move(w)}, willWait);
+  return info.Env().Undefined();
+}
+
+// runOne(id, code, root, data, out, name): submitOne and wait in one call, for a wait() on a collective
+// that is alone in its batch; returns what wait() would. The work is never tracked (nothing else can
+// take its result), which saves a crossing into the addon and its bookkeeping.
+Napi::Value CommunicatorWrap::RunOne(const Napi::CallbackInfo& info) {
+  auto w = Untracked(info.Env(), info[0]);
+  FillOne(info, w.get());
+  const hora::IntervalClock& clock = hora::IntervalClock::get();
+  const uint64_t start = clock.now();
+  comm_->run(w);
+  // Plain success comes back as the nanoseconds it took (the Stats report's busy time), which spares
+  // the JS side a clock read on each side of the call.
+  Napi::Value result = PlainSuccess(*w) ? Napi::Number::New(info.Env(), clock.nanos(clock.now() - start))
+                                        : ResultOf(info.Env(), *w);
+  Recycle(std::move(w));
+  return result;
+}
+
+// A work for runOne(), runMessage() and submitMessage() (which adopts it once it is read): like Track(),
+// but kept out of pending_. The work of the last runOne() is made anew in place when nothing else holds
+// it (see Recycle()), rather than allocated.
+std::shared_ptr<Work> CommunicatorWrap::Untracked(Napi::Env env, const Napi::Value& idValue) {
+  if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
+  std::shared_ptr<Work> w;
+  if (spare_ != nullptr) {
+    w = std::move(spare_);
+    // Made anew in place: cheaper than assigning a fresh Work member by member.
+    w->~Work();
+    new (w.get()) Work();
+  } else {
+    w = std::make_shared<Work>();
+  }
+  w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
+  return w;
+}
+
+// Waits for an untracked work (the calling thread runs it when the engine is idle) and returns its result.
+Napi::Value CommunicatorWrap::WaitHere(Napi::Env env, const std::shared_ptr<Work>& w) {
+  comm_->waitFor(w);
+  return ResultOf(env, *w);
+}
+
+// The collective of submitOne() and runOne(), from arguments 1 to 5: code (ts/native.ts packCode: kind,
+// op, dtype and algorithm, four bits each, then flags), root, data, out and name. Five arguments and no
+// more: Node-API copies up to six into the call's frame, more into a heap array of their own. The flags
+// say which of data, out and name are there, so an absent one costs no call to ask. Returns the code.
+int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
+  Napi::Env env = info.Env();
+  const int32_t code = int32Or(info[1], -1);
+  if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
+  w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, hora::kNumKinds);
+  if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv || w->kind == hora::Kind::kInvalid) {
+    throw Napi::TypeError::New(env, "native: submitOne and runOne take collectives only");
+  }
+  w->op = enumFrom<hora::ReduceOp>(env, (code >> 4) & 15, kOp, hora::kNumReduceOps);
+  w->dtype = enumFrom<hora::DType>(env, (code >> 8) & 15, kDtype, hora::kNumDTypes);
+  w->algorithm = enumFrom<hora::Algorithm>(env, (code >> 12) & 15, kAlgorithm, hora::kNumAlgorithms);
+  if (w->kind == hora::Kind::kBroadcast) w->root = int32Or(info[2], 0);
+  if (code & kHasData) w->count = elementsOf(info[3], hora::dtypeSize(w->dtype), &w->data);
+  if (code & kHasOut) {
+    size_t bytes = 0;
+    viewOf(info[4], &w->out, &bytes);
+  }
+  if (code & kHasName) w->name = info[5].As<Napi::String>().Utf8Value();
+  return code;
+}
+
+// submitMessage(id, code, data, peer, tag, group): one host send or recv (kinds 6, 7), positional,
+// posted at once; code is packed as for submitOne (kind, dtype, willWait); group 0 is the world. As with
+// submitOne, reading an item object's properties cost more than moving a small message.
+Napi::Value CommunicatorWrap::SubmitMessage(const Napi::CallbackInfo& info) {
+  auto w = Untracked(info.Env(), info[0]);
+  const bool willWait = FillMessage(info, w.get());
+  w->keepAlive[0] = hora::binding::holdBackingStore(info.Env(), info[2]);
+  Adopt(info.Env(), w);
+  comm_->post(std::move(w), willWait);
+  return info.Env().Undefined();
+}
+
+// runMessage(id, code, data, peer, tag, group): submitMessage and wait in one call, for a wait() on a
+// message alone in its batch, as runOne for a collective; returns what wait() would.
+Napi::Value CommunicatorWrap::RunMessage(const Napi::CallbackInfo& info) {
+  auto w = Untracked(info.Env(), info[0]);
+  FillMessage(info, w.get());
+  comm_->post(w, true);
+  return WaitHere(info.Env(), w);
+}
+
+// The message of submitMessage() and runMessage(), from arguments 1 to 5; returns code's willWait.
+bool CommunicatorWrap::FillMessage(const Napi::CallbackInfo& info, Work* w) {
+  Napi::Env env = info.Env();
+  const int32_t code = int32Or(info[1], -1);
+  if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
+  w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, hora::kNumKinds);
+  if (w->kind != hora::Kind::kSend && w->kind != hora::Kind::kRecv) {
+    throw Napi::TypeError::New(env, "native: submitMessage and runMessage take sends and receives only");
+  }
+  w->dtype = enumFrom<hora::DType>(env, (code >> 8) & 15, kDtype, hora::kNumDTypes);
+  size_t bytes = 0;
+  viewOf(info[2], &w->data, &bytes);
+  w->count = bytes / hora::dtypeSize(w->dtype);
+  w->peer = info[3].As<Napi::Number>().Int32Value();
+  w->tag = info[4].As<Napi::Number>().Int32Value();
+  const uint32_t group = info[5].As<Napi::Number>().Uint32Value();
+  if (group != 0) {
+    w->group = comm_->findGroup(group);
+    if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(group) + " on this rank");
+  }
+  return code & kWillWait;
+}
+
+// wait(id): blocks until that work completes; then returns its result like take() would.
+Napi::Value CommunicatorWrap::Wait(const Napi::CallbackInfo& info) {
+  uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return info.Env().Null();
+  comm_->waitFor(it->second);
+  return Take(info.Env(), id);
+}
+
+// spin(id, micros): spins up to micros for that work to complete; its result like take() would, or
+// null when it has not completed (its completion callback comes later as usual).
+Napi::Value CommunicatorWrap::Spin(const Napi::CallbackInfo& info) {
+  uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return info.Env().Null();
+  if (!comm_->spinFor(it->second, info[1].As<Napi::Number>().Int64Value())) return info.Env().Null();
+  return Take(info.Env(), id);
+}
+
+// Called by the JS completion callback (through the internal take) and by wait().
+Napi::Value CommunicatorWrap::Take(Napi::Env env, uint64_t id) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return env.Null();
+  std::shared_ptr<Work> w = it->second;
+  pending_.erase(it);
+  w->takenInJs = true;
+  // The engine is done with the arrays: their memory is JavaScript's alone again.
+  w->keepAlive[0].reset();
+  w->keepAlive[1].reset();
+  if (pending_.empty() && !released_) tsfn_.Unref(env);
+  return ResultOf(env, *w);
+}
+
+// Success with nothing to hand back: the common case.
+bool CommunicatorWrap::PlainSuccess(const Work& w) { return w.status.isOk() && w.kind != hora::Kind::kAllgather && !w.fused; }
+
+// A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
+Napi::Value CommunicatorWrap::ResultOf(Napi::Env env, Work& w) {
+  // The common case allocates nothing.
+  if (PlainSuccess(w)) return Napi::Boolean::New(env, true);
+  Napi::Object r = Napi::Object::New(env);
+  if (!w.status.isOk()) {
+    r.Set("code", hora::codeName(w.status.code()));
+    r.Set("message", w.status.message());
+    r.Set("peer", w.status.peer());
+  }
+  if (w.kind == hora::Kind::kAllgather && w.status.isOk() && w.gatheredDevice != nullptr) {
+    // Device memory from cuda::allocate(); the JS side adopts it as an owned DeviceBuffer.
+    r.Set("devicePtr", pointerValue(env, w.gatheredDevice));
+    w.gatheredDevice = nullptr;
+    r.Set("counts", CountsArray(env, w.gatheredCounts));
+  } else if (w.kind == hora::Kind::kAllgather && w.status.isOk()) {
+    auto* storage = new std::vector<uint8_t>(std::move(w.gathered));
+    Napi::ArrayBuffer ab = storage->empty()
+                               ? Napi::ArrayBuffer::New(env, 0)
+                               : Napi::ArrayBuffer::New(env, storage->data(), storage->size(),
+                                                        [](Napi::Env, void*, std::vector<uint8_t>* v) { delete v; },
+                                                        storage);
+    if (storage->empty()) delete storage;
+    r.Set("gathered", ab);
+    r.Set("counts", CountsArray(env, w.gatheredCounts));
+  }
+  if (w.fused) r.Set("fused", true);
+  return r;
+}
+
+Napi::Array CommunicatorWrap::CountsArray(Napi::Env env, const std::vector<uint64_t>& counts) {
+  Napi::Array out = Napi::Array::New(env, counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) {
+    out.Set(static_cast<uint32_t>(i), Napi::Number::New(env, static_cast<double>(counts[i])));
+  }
+  return out;
+}
+
+std::shared_ptr<Work> CommunicatorWrap::Track(Napi::Env env, const Napi::Value& idValue) {
+  if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
+  auto w = std::make_shared<Work>();
+  w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
+  Adopt(env, w);
+  return w;
+}
+
+// Keeps a completed work whose result JS has taken, for Untracked() to reuse, when this is its last
+// owner. The communication thread may drop its hold on a work (a task's batch) just after completing
+// it: the acquire fence pairs with that release, so the thread's last writes are behind us.
+void CommunicatorWrap::Recycle(std::shared_ptr<Work>&& w) {
+  if (w.use_count() != 1) return;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  spare_ = std::move(w);
+}
+
+// Tracks an untracked work from now on: its result is taken through the callback, wait() or spin().
+void CommunicatorWrap::Adopt(Napi::Env env, const std::shared_ptr<Work>& w) {
+  if (pending_.empty() && !released_) tsfn_.Ref(env);
+  pending_[w->id] = w;
+}
+
+// take(communicator, id): the result of a completed work, once; null if already taken (e.g. by wait()).
+Napi::Value TakeResult(const Napi::CallbackInfo& info) {
+  CommunicatorWrap* c = CommunicatorWrap::Unwrap(info[0].As<Napi::Object>());
+  return c->Take(info.Env(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
+}
+
+}  // namespace hora::binding

@@ -1,0 +1,316 @@
+/**
+ * The collectives: allreduce, broadcast, allgather, reduceScatter and barrier (and failPeers), for the world
+ * and, through run() with a group's Scope, for process groups (ts/group.ts).
+ *
+ * Validation happens here, on the calling rank, and an invalid call is still sent to the engine as a
+ * placeholder so that the other ranks fail the same collective with ERR_INVALID_ARGUMENT instead of
+ * waiting for it: the order of collectives stays aligned and nothing after it is lost.
+ *
+ * A collective given a hora.cuda.DeviceBuffer submits a device item (see ts/native.ts) and answers with
+ * device memory: any new buffer is allocated here, before submission, except an allgather's, which the
+ * engine allocates. The buffers are lent to the engine until the work settles (free() refuses meanwhile).
+ */
+import { booleanOf, dtypeOf, nameOf, opOf, optionsObject, scaleOf } from './arguments';
+import { DeviceBuffer, adoptDevicePointer, deviceAlloc, deviceCopy, lend } from './device-buffer';
+import { requireElasticRun } from './elastic/world';
+import { CallSite, HoraError, invalidArgument, knownOptions } from './errors';
+import { loadNative } from './loader';
+import { NativeAlgorithm, NativeDType, NativeEstimate, NativeItem, NativeKind, NativeOp, NativeResult, lookupName } from './native';
+import type {
+  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, ReduceScatterOptions, Tensor,
+} from './types';
+import { Dispatcher, invalidItem, Work } from './work';
+import { ALGORITHMS, Scope, current, rank } from './world';
+import { Lend } from './lend';
+
+// The options each collective takes (ts/types.ts); any other key is refused (checkOptionKeys).
+const ALLREDUCE_OPTIONS = knownOptions<AllreduceOptions>({
+  op: true, name: true, inplace: true, dtype: true, prescaleFactor: true, postscaleFactor: true,
+});
+const BROADCAST_OPTIONS = knownOptions<BroadcastOptions>({ root: true, name: true, inplace: true, dtype: true });
+const ALLGATHER_OPTIONS = knownOptions<AllgatherOptions>({ name: true, dtype: true });
+const REDUCE_SCATTER_OPTIONS = knownOptions<ReduceScatterOptions>({
+  op: true, name: true, dtype: true, prescaleFactor: true, postscaleFactor: true,
+});
+const BARRIER_OPTIONS = knownOptions<BarrierOptions>({ name: true });
+
+/** A world of one's result with factors: nothing is combined, x is scaled alone (native, as a group of one is). */
+function scaledAlone<T extends Tensor>(x: T, dtype: NativeDType, scale: [number, number] | undefined): T {
+  if (scale) loadNative().scaleAlone(x, dtype, scale[0], scale[1]);
+  return x;
+}
+
+function copyOf<T extends Tensor>(x: T): T {
+  return x.slice() as T;
+}
+
+/** The item for a collective on device memory: x's, and out for a reducescatter's block. */
+function deviceItem(kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, name: string, x: DeviceBuffer,
+  out: DeviceBuffer | null = null): Omit<NativeItem, 'id'> {
+  const item: Omit<NativeItem, 'id'> = {
+    kind, op, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: null, out: null,
+    device: x.device, devicePtr: x.pointer, count: x.count, stream: x.stream,
+  };
+  if (out) item.outPtr = out.pointer;
+  return item;
+}
+
+function blockRange(count: number, size: number, block: number): [number, number] {
+  const base = Math.floor(count / size), extra = count % size;
+  const start = (b: number) => b * base + Math.min(b, extra);
+  return [start(block), start(block + 1)];
+}
+
+/** @internal */
+export type Plan<T> = {
+  item: Omit<NativeItem, 'id'>;
+  /** The call's result from the engine's; null: `value` (an array reduced or received in place). */
+  finish: ((r: NativeResult) => T) | null;
+  /** What the engine points into, referenced until completion; null: `value`. */
+  keep: unknown[] | null;
+  /** The result in a world of one; null: `value`. */
+  local: (() => T) | null;
+  value?: T;
+  /** What the engine does with item.data when it is the user's array (ts/lend.ts); absent: it is hora's, or none. */
+  lends?: Lend;
+};
+
+/**
+ * Runs one collective: validates through `plan` (which throws HoraError on bad input), then either
+ * answers locally (world of one) or submits to the engine. Invalid input still reaches the engine as a
+ * placeholder so every rank fails this collective together; it carries the call's name (b.name, when b,
+ * the call's options, has a string there), so that a batch ordered by name keeps its order on every rank.
+ */
+/** @internal */
+export function run<T, A = undefined, B = undefined>(
+  scope: Scope | null, collective: string, callee: Function, plan: (w: Scope, a: A, b: B) => Plan<T>, a?: A, b?: B,
+): Work<T> {
+  const w = scope ?? current(collective);
+  requireElasticRun(w, collective);
+  // A world of one completes here and now: its call site is wanted only for a bad call, and taking it
+  // (2-3 µs) on every call made its collectives slower than a world of two's.
+  const site = w.dispatcher ? w.dispatcher.callSite(callee) : CallSite.none;
+  let p: Plan<T>;
+  try {
+    // The call's arguments travel beside the plan rather than in a closure made for each call.
+    p = plan(w, a as A, b as B);
+  } catch (e) {
+    const err = e instanceof HoraError ? e : new HoraError('ERR_INVALID_ARGUMENT', String(e), w.self);
+    (w.dispatcher ? site : new CallSite(callee)).attach(err);
+    if (w.dispatcher) submitInvalid(w.dispatcher, err.message, site, w.group, nameOfFailed(b));
+    const failed = new Work<T>(null);
+    failed.reject(err);
+    return failed;
+  }
+  if (!w.dispatcher) {
+    const done = new Work<T>(null);
+    done.fulfil(p.local !== null ? p.local() : p.value as T);
+    return done;
+  }
+  const work = w.dispatcher.submit(w.group ? { ...p.item, group: w.group } : p.item, p.finish, site, p.keep ?? p.value, p.value, p.lends);
+  if (p.item.device !== undefined && p.keep !== null) for (const k of p.keep) if (k instanceof DeviceBuffer) work.onSettled(lend(k));
+  return work;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Collectives. Each returns a Work: await it, or call wait() to block until it completes.
+
+/**
+ * Reduces x element-wise across all ranks (default op 'avg'). Returns a new array with the result, or x
+ * itself with `inplace: true`. Every rank receives identical bytes. A DeviceBuffer gives a new DeviceBuffer
+ * on the same device and stream (or x itself with `inplace: true`).
+ */
+export function allreduce<T extends CollectiveInput>(x: T, options?: AllreduceOptions): Work<T> {
+  return run(null, 'allreduce', allreduce, planAllreduce<T>, x, options);
+}
+
+/** @internal */
+export function allreducePlan<T extends CollectiveInput>(x: T, options?: AllreduceOptions): (w: Scope) => Plan<T> {
+  return (w) => planAllreduce(w, x, options);
+}
+
+function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: AllreduceOptions): Plan<T> {
+  const c = w.prefix + 'allreduce';
+  const o = optionsObject<AllreduceOptions>(c, options, ALLREDUCE_OPTIONS, w.self);
+  const dtype = dtypeOf(c, x, o.dtype, w.self);
+  const op = opOf(c, o.op, 'avg', w.self);
+  const name = nameOf(c, o.name, w.self);
+  const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
+  const scale = o.prescaleFactor === undefined && o.postscaleFactor === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
+  // dtypeOf took x: a typed array or else a DeviceBuffer (a test cheaper than instanceof's walk).
+  if (!ArrayBuffer.isView(x)) {
+    const out = (inplace ? x : deviceCopy(c, x as DeviceBuffer)) as T & DeviceBuffer;
+    return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: null, keep: [out], local: null, value: out };
+  }
+  const out = inplace ? x : copyOf(x as Tensor) as T;
+  const item: Omit<NativeItem, 'id'> = {
+    kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null,
+  };
+  if (scale) {
+    item.scale = scale;
+    if (!w.dispatcher) scaledAlone(out as Tensor, dtype, scale);
+  }
+  return { item, finish: null, keep: null, local: null, value: out, lends: inplace ? Lend.ReadsWrites : Lend.None };
+}
+
+/**
+ * Sends root's x to every rank. Returns a new array (or x itself with `inplace: true`); for a DeviceBuffer, a
+ * new DeviceBuffer on the same device and stream (or x itself).
+ */
+export function broadcast<T extends CollectiveInput>(x: T, options?: BroadcastOptions): Work<T> {
+  return run(null, 'broadcast', broadcast, broadcastPlan(x, options), undefined, options);
+}
+
+/** @internal */
+export function broadcastPlan<T extends CollectiveInput>(x: T, options?: BroadcastOptions): (w: Scope) => Plan<T> {
+  return (w) => {
+    const c = w.prefix + 'broadcast';
+    const o = optionsObject<BroadcastOptions>(c, options, BROADCAST_OPTIONS, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
+    const root = o.root === undefined ? 0 : o.root;
+    if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= w.size) {
+      throw invalidArgument(c, 'options.root', `an integer rank from 0 to ${w.size - 1}`, o.root, w.self);
+    }
+    const name = nameOf(c, o.name, w.self);
+    const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
+    if (x instanceof DeviceBuffer) {
+      const out = (inplace ? x : deviceCopy(c, x)) as T & DeviceBuffer;
+      return { item: deviceItem(NativeKind.Broadcast, NativeOp.Sum, dtype, root, name, out), finish: () => out, keep: [out], local: () => out };
+    }
+    const out = inplace ? x : copyOf(x as Tensor) as T;
+    return {
+      item: { kind: NativeKind.Broadcast, op: NativeOp.Sum, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
+      finish: null, keep: null, local: null, value: out, lends: inplace ? Lend.ReadsWrites : Lend.None,
+    };
+  };
+}
+
+/**
+ * Concatenates every rank's x in rank order. Ranks may contribute different lengths. Returns a new array
+ * of the same type; for a DeviceBuffer, a new DeviceBuffer on the same device and stream.
+ */
+export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOptions): Work<T> {
+  return run(null, 'allgather', allgather, allgatherPlan(x, options), undefined, options);
+}
+
+/** @internal */
+export function allgatherPlan<T extends CollectiveInput>(x: T, options?: AllgatherOptions): (w: Scope) => Plan<T> {
+  return (w) => {
+    const c = w.prefix + 'allgather';
+    const o = optionsObject<AllgatherOptions>(c, options, ALLGATHER_OPTIONS, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
+    const name = nameOf(c, o.name, w.self);
+    if (x instanceof DeviceBuffer) {
+      const adopt = (r: NativeResult) => {
+        if (r.devicePtr === undefined || !r.counts) throw new Error('a device allgather came back without device memory');
+        const count = r.counts.reduce((a, b) => a + b, 0);
+        return adoptDevicePointer(r.devicePtr, x.dtype, count, x.device, x.stream) as T & DeviceBuffer;
+      };
+      return {
+        item: deviceItem(NativeKind.Allgather, NativeOp.Sum, dtype, 0, name, x), finish: adopt, keep: [x],
+        local: () => deviceCopy(c, x) as T & DeviceBuffer,
+      };
+    }
+    const Ctor = x.constructor as new (buffer: ArrayBuffer) => T;
+    return {
+      item: { kind: NativeKind.Allgather, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: null },
+      finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x as Tensor) as T, lends: Lend.Reads,
+    };
+  };
+}
+
+/**
+ * Reduces x element-wise across ranks (default op 'sum') and returns this rank's block of the result:
+ * x is cut into size() blocks, the first x.length % size() of them one element longer. For a DeviceBuffer
+ * the block is a new DeviceBuffer on the same device and stream.
+ */
+export function reduceScatter<T extends CollectiveInput>(x: T, options?: ReduceScatterOptions): Work<T> {
+  return run(null, 'reduceScatter', reduceScatter, reduceScatterPlan(x, options), undefined, options);
+}
+
+/** @internal */
+export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: ReduceScatterOptions): (w: Scope) => Plan<T> {
+  return (w) => {
+    const c = w.prefix + 'reduceScatter';
+    const o = optionsObject<ReduceScatterOptions>(c, options, REDUCE_SCATTER_OPTIONS, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
+    const op = opOf(c, o.op, 'sum', w.self);
+    const name = nameOf(c, o.name, w.self);
+    const scale = o.prescaleFactor === undefined && o.postscaleFactor === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
+    if (x instanceof DeviceBuffer) {
+      const local = () => deviceCopy(c, x) as T & DeviceBuffer;
+      if (!w.dispatcher) return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x), finish: local, keep: [], local };
+      const [begin, end] = blockRange(x.count, w.size, w.rank);
+      const out = deviceAlloc(c, x.dtype, end - begin, x.device, x.stream) as T & DeviceBuffer;
+      return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x, out), finish: () => out, keep: [x, out], local };
+    }
+    const [begin, end] = blockRange((x as Tensor).length, w.size, w.rank);
+    const Ctor = x.constructor as new (length: number) => T;
+    const out = new Ctor(end - begin);
+    const item: Omit<NativeItem, 'id'> = {
+      kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: out as Tensor,
+    };
+    if (scale) item.scale = scale;
+    return { item, finish: () => out, keep: [x, out], local: () => scaledAlone(copyOf(x as Tensor), dtype, scale) as T, lends: Lend.Reads };
+  };
+}
+
+/** Completes once every rank has called it. */
+export function barrier(options?: BarrierOptions): Work<void> {
+  return run(null, 'barrier', barrier, barrierPlan(options), undefined, options);
+}
+
+/** @internal */
+export function barrierPlan(options?: BarrierOptions): (w: Scope) => Plan<void> {
+  return (w) => {
+    const c = w.prefix + 'barrier';
+    const o = optionsObject<BarrierOptions>(c, options, BARRIER_OPTIONS, w.self);
+    const name = nameOf(c, o.name, w.self);
+    return {
+      item: { kind: NativeKind.Barrier, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto, name, data: null, out: null },
+      finish: () => undefined, keep: [], local: () => undefined,
+    };
+  };
+}
+
+/**
+ * Tells the other ranks that this rank cannot go on (say, its training step threw): takes the next place
+ * in the order of collectives, and every other rank's collective at that place fails with
+ * ERR_INVALID_ARGUMENT naming this rank and quoting `reason`, instead of waiting for it. No-op in a world
+ * of one. Returns once the signal is queued.
+ */
+export function failPeers(reason: string): void {
+  const w = current('failPeers');
+  if (typeof reason !== 'string') throw invalidArgument('failPeers', 'reason', 'a string', reason, w.rank);
+  if (!w.dispatcher) return;
+  submitInvalid(w.dispatcher, reason, new CallSite(failPeers));
+  w.dispatcher.flush();
+}
+
+/** The placeholder that keeps the ranks in step when this rank's call cannot run; see failPeers(). */
+/** @internal */
+export function submitInvalid(dispatcher: Dispatcher, reason: string, site: CallSite, group = 0, name = ''): void {
+  dispatcher.submit(invalidItem(reason, group, name), () => undefined, site, []);
+}
+
+/** options.name of a call that failed validation, when it is a string; else ''. Reading it may throw (a getter). */
+function nameOfFailed(options: unknown): string {
+  try {
+    const name = typeof options === 'object' && options !== null ? (options as { name?: unknown }).name : undefined;
+    return typeof name === 'string' ? name : '';
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * The cost model's predicted seconds of a float32 allreduce of `bytes` with each algorithm, and which one
+ * `algorithm` (default: this job's setting) resolves to; null in a world of one. For `hora bench`.
+ */
+export function allreduceEstimate(bytes: number, algorithm: string): NativeEstimate | null {
+  const comm = current('allreduceEstimate').dispatcher?.comm;
+  if (!comm) return null;
+  if (lookupName(ALGORITHMS, algorithm) === undefined) throw invalidArgument('allreduceEstimate', 'algorithm', `one of ${Object.keys(ALGORITHMS).join(', ')}`, algorithm, rank());
+  return comm.estimate(bytes, ALGORITHMS[algorithm]);
+}
+
