@@ -133,9 +133,10 @@ t.test('world of one: collectives answer with device memory', { skip }, async (t
 });
 
 const seed = crypto.randomInt(1, 2 ** 31);
-// ipc: the CUDA IPC path (every rank shares one GPU here); tcp: the staged path.
-const PATH_ENV = { ipc: {}, tcp: { HORA_TRANSPORT: 'tcp' } };
-for (const [np, transport] of [[2, 'ipc'], [3, 'ipc'], [4, 'ipc'], [2, 'tcp']]) {
+// ipc: rank 0 does the GPU work (every rank shares one GPU here); ipc-slots: every rank works through the
+// staging slots, as on several GPUs (HORA_IPC_SLOTS=1); tcp: the staged path.
+const PATH_ENV = { ipc: {}, 'ipc-slots': { HORA_IPC_SLOTS: '1' }, tcp: { HORA_TRANSPORT: 'tcp' } };
+for (const [np, transport] of [[2, 'ipc'], [3, 'ipc'], [4, 'ipc'], [2, 'ipc-slots'], [3, 'ipc-slots'], [2, 'tcp']]) {
   t.test(`p=${np} ${transport}: collectives on DeviceBuffers match the float64 reference`, { skip }, async (t) => {
     t.comment(`HORA_TEST_SEED=${seed}`);
     const env = { HORA_TEST_SEED: String(seed), ...PATH_ENV[transport] };

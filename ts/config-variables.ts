@@ -102,6 +102,12 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     help: 'Fusion buffer size in MiB: small tensors queued together are reduced in one operation. 0 disables fusion.',
   },
   {
+    name: 'HORA_IPC_SLOTS',
+    group: 'performance',
+    default: '0',
+    help: 'CUDA builds, IPC path: 1 moves device collectives through staging slots on every rank\'s GPU even when every rank shares one GPU (where by default rank 0 does the GPU work); for tests and measurement.',
+  },
+  {
     name: 'HORA_ALGO',
     group: 'performance',
     default: 'auto',

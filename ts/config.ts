@@ -47,6 +47,8 @@ export interface HoraSettings {
   stallWarnS: number;
   /** HORA_DEBUG. */
   debug: DebugLevel;
+  /** HORA_IPC_SLOTS: the CUDA IPC path's slots algorithm on one GPU too (passed to the addon at init). */
+  ipcSlots: boolean;
   /** HORA_FUSION_MB: fusion buffer size in MiB (0 = off). */
   fusionMb: number;
   /** HORA_ALGO. */
@@ -113,6 +115,7 @@ export function readSettings(env: Env = process.env): HoraSettings {
     stallWarnS: parseNumber(env, 'HORA_STALL_WARN_S', 60, true),
     debug: parseChoice(env, 'HORA_DEBUG', DEBUG_LEVELS, 'WARN', true),
     fusionMb: parseNumber(env, 'HORA_FUSION_MB', 64, true),
+    ipcSlots: parseFlag(env, 'HORA_IPC_SLOTS'),
     algo: parseChoice(env, 'HORA_ALGO', ALGORITHMS, 'auto', false),
     transport: parseChoice(env, 'HORA_TRANSPORT', TRANSPORTS, 'auto', false),
     ifaceAddr: iface ? resolveIface(iface) : undefined,

@@ -175,6 +175,8 @@ export interface NativeCommOptions {
   costCross?: { alpha: number; beta: number };
   /** Record phase times of every collective and return them in NativeResult.times (HORA_TIMELINE). */
   timeline?: boolean;
+  /** CUDA builds: the IPC path's staging slots even when every rank shares one GPU (HORA_IPC_SLOTS). */
+  ipcSlots?: boolean;
   /**
    * A world of an elastic job: a failure does not hang up the connections but tells the peers on their
    * notice sockets, so that the next world can take over those between survivors.

@@ -6,7 +6,7 @@
 # (see its header); carry .gpu and dist/ (the compiled TypeScript)
 # and run `bash bench/gpu/device-check.sh [ROUNDS=2]` there. Correctness first (test/cuda.test.js on the new
 # addon), then bench/gpu/latency.js for both builds, alternating, on 2 and 4 ranks of the IPC path and 2
-# of the staged path. Output under $OUT (or ./out):
+# of the staged path, then the slots algorithm (HORA_IPC_SLOTS=1) on 2 ranks. Output under $OUT (or ./out):
 # handover.txt, cuda-test.tap, latency.jsonl, log; the summary table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,4 +49,6 @@ for round in $(seq 1 "$rounds"); do
   done
   for b in $order; do log "round $round np=2 $b staged"; job "$b" "$b" 2 HORA_TRANSPORT=tcp -- --sizes 4K,64K,256K,1M,4M; done
 done
+log "the slots algorithm on one GPU, new build, np=2"
+job "new-slots" new 2 HORA_IPC_SLOTS=1 -- --sizes 4K,1M,16M,256M --no-host --modes wait
 node bench/gpu/summarize.js "$OUT/latency.jsonl" | tee "$OUT/summary.txt"

@@ -12,6 +12,9 @@
 //   kernel-event  A: kernel, record an interprocess event, byte to B; B: its stream waits for A's event,
 //                 kernel, records its own event, byte back; A's next kernel waits for B's event; the host
 //                 never waits for the GPU until the end (the slots algorithm's pattern)
+//   staged-N      both at once, N bytes: copy device-to-host (pinned), synchronise, a byte each way, copy
+//                 host-to-device, synchronise, a byte each way: the staged path's GPU work around its
+//                 host collective, without the collective; microseconds per round (two barriers)
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -59,10 +62,13 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   float *buf, *src;
-  CHECK(cudaMalloc(&buf, 4096));
-  CHECK(cudaMalloc(&src, 4096));
-  CHECK(cudaMemset(buf, 0, 4096));
-  CHECK(cudaMemset(src, 0, 4096));
+  const size_t kMax = size_t(1) << 20;
+  CHECK(cudaMalloc(&buf, kMax));
+  CHECK(cudaMalloc(&src, kMax));
+  CHECK(cudaMemset(buf, 0, kMax));
+  CHECK(cudaMemset(src, 0, kMax));
+  void* pinned;
+  CHECK(cudaHostAlloc(&pinned, kMax, cudaHostAllocDefault));
   cudaEvent_t mine, theirs;
   CHECK(cudaEventCreateWithFlags(&mine, cudaEventDisableTiming | cudaEventInterprocess));
   cudaIpcEventHandle_t h, peer;
@@ -76,11 +82,20 @@ int main(int argc, char** argv) {
     CHECK(cudaGetLastError());
   };
   auto copy = [&] { CHECK(cudaMemcpyAsync(buf, src, 4096, cudaMemcpyDeviceToDevice, s)); };
-  const char* modes[] = {"alone", "kernel-host", "copy-host", "kernel-event"};
+  const char* modes[] = {"alone", "kernel-host", "copy-host", "kernel-event", "staged-4096", "staged-16384",
+                         "staged-65536", "staged-262144", "staged-1048576"};
   for (const char* mode : modes) {
     const bool alone = strcmp(mode, "alone") == 0, event = strcmp(mode, "kernel-event") == 0;
+    const size_t stagedBytes = strncmp(mode, "staged-", 7) == 0 ? strtoul(mode + 7, nullptr, 10) : 0;
     auto step = [&] {
-      if (event) {
+      if (stagedBytes > 0) {
+        CHECK(cudaMemcpyAsync(pinned, buf, stagedBytes, cudaMemcpyDeviceToHost, s));
+        CHECK(cudaStreamSynchronize(s));
+        put(out);
+        get(in);
+        CHECK(cudaMemcpyAsync(buf, pinned, stagedBytes, cudaMemcpyHostToDevice, s));
+        CHECK(cudaStreamSynchronize(s));
+      } else if (event) {
         CHECK(cudaStreamWaitEvent(s, theirs, 0));
         kernel();
         CHECK(cudaEventRecord(mine, s));
@@ -99,6 +114,12 @@ int main(int argc, char** argv) {
           if (isA) step();
           continue;
         }
+        if (stagedBytes > 0) {
+          step();
+          put(out);
+          get(in);
+          continue;
+        }
         if (isA) {
           step();
           put(out);
@@ -113,8 +134,9 @@ int main(int argc, char** argv) {
       put(out);  // both halves finish the mode before either starts the next
       get(in);
       if (timed && isA) {
-        const double us = (now() - t0) * 1e6 / n / (alone ? 1 : 2);
-        printf("%-13s %8.1f us per %s\n", mode, us, alone ? "kernel + synchronise" : "hand-over");
+        const bool perRound = alone || stagedBytes > 0;
+        const double us = (now() - t0) * 1e6 / n / (perRound ? 1 : 2);
+        printf("%-14s %8.1f us per %s\n", mode, us, alone ? "kernel + synchronise" : stagedBytes > 0 ? "round, both at once" : "hand-over");
       }
     }
   }

@@ -22,9 +22,9 @@ const { DeviceBuffer } = hora.cuda;
 const SEED = Number(process.env.HORA_TEST_SEED || 1);
 const SMALL = [1, 7, 1023, 65537];
 const LARGE = (1 << 22) + 5;
-// Sizes at the edges of the IPC path's staging (bench/gpu/device-check.sh's candidate: 32 MiB slots, steps
-// of up to 1 MiB reduced one-shot): 262144 float32 fills a one-shot step, 262145 does not fit one, and
-// float64 LARGE spills 40 bytes past one slot. Every algorithm must get them right.
+// The IPC path moves a buffer through 32 MiB staging slots and reduces steps of up to 1 MiB one-shot:
+// 262144 float32 is the largest one-shot step, 262145 the smallest of the other kind, and float64 LARGE
+// takes two steps, the second of 40 bytes.
 const EDGES = [262144, 262145];
 const FLOATS = ['float32', 'float64', 'float16', 'bfloat16'];
 const OPS = ['sum', 'avg', 'min', 'max', 'prod'];

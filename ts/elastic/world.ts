@@ -126,7 +126,8 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
   const dispatcher = new Dispatcher(p.addon, (onComplete) => new p.addon.Communicator({
     rank: a.rank, size: a.size, timeoutMs: p.native.timeoutMs, fusionBytes: p.native.fusionBytes, algorithm: p.native.algorithm,
     transport: p.native.transport, bindHost: p.dataAddr, secret: p.secret, logLevel: p.native.logLevel,
-    grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: p.timeline !== null, elastic: true,
+    grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: p.timeline !== null, ipcSlots: p.settings.ipcSlots,
+    elastic: true,
   }, onComplete), a.rank, p.native.fusionBytes, p.settings.callSites);
   const comm = dispatcher.comm;
   if (p.timeline) {

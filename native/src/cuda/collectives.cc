@@ -7,7 +7,7 @@ namespace cuda {
 
 struct DeviceCollectives::State {};
 
-DeviceCollectives::DeviceCollectives(Context&, TransportChoice) {}
+DeviceCollectives::DeviceCollectives(Context&, TransportChoice, bool) {}
 DeviceCollectives::~DeviceCollectives() = default;
 
 Status DeviceCollectives::run(Work&) {
@@ -21,8 +21,6 @@ const char* DeviceCollectives::path() const { return "none"; }
 
 #else
 
-#include <sched.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <functional>
@@ -35,7 +33,9 @@ const char* DeviceCollectives::path() const { return "none"; }
 #include "cuda/device.h"
 #include "cuda/kernels.h"
 #include "cuda/nccl.h"
+#include "cuda/ipc.h"
 #include "cuda/runtime.h"
+#include "cuda/sync.h"
 
 namespace hora {
 namespace cuda {
@@ -62,16 +62,6 @@ constexpr int kStages = 3;
 struct SetupInfo {
   uint8_t uuid[16];   // its GPU
   int32_t ncclLoaded;
-  int32_t pad;
-};
-
-// One rank's buffer, as the IPC path passes it around: the handle of the allocation that holds it, the
-// offset into that allocation, its length, and whether the rank got this far.
-struct IpcEntry {
-  cudaIpcMemHandle_t handle;
-  uint64_t offset;
-  uint64_t count;
-  int32_t code;  // Code of this rank's failure so far, 0 when none
   int32_t pad;
 };
 
@@ -114,7 +104,9 @@ nccl::RedOp ncclOp(ReduceOp op) {
 struct DeviceCollectives::State {
   Context& ctx;
   TransportChoice transport;
+  bool ipcSlots;  // HORA_IPC_SLOTS
   Path path = Path::kUnset;
+  Status broken;   // why setting up the path failed: every later device collective fails with it
   int device = -1;  // the GPU this rank's collectives run on (fixed at the first one)
 
   cudaStream_t work = nullptr;  // kernels and device-to-device copies
@@ -129,12 +121,14 @@ struct DeviceCollectives::State {
   void* scratch = nullptr;    // device scratch (the NCCL path's shard)
   size_t scratchBytes = 0;
 
+  std::unique_ptr<IpcPath> ipc;  // the IPC path's slots and events, once chosen
+
   const nccl::Api* nccl = nullptr;
   nccl::Comm comm = nullptr;  // all ranks (one host) or this host's ranks (several hosts)
   bool hierarchical = false;
   Ring crossRing{};           // the ranks with this rank's local rank, one per host, in host order
 
-  State(Context& c, TransportChoice t) : ctx(c), transport(t) {}
+  State(Context& c, TransportChoice t, bool slots) : ctx(c), transport(t), ipcSlots(slots) {}
   ~State();
 
   Status setUp(int dev);
@@ -143,13 +137,11 @@ struct DeviceCollectives::State {
   Status waitFor(cudaEvent_t ev, const char* what);
   Status afterCaller(cudaStream_t caller, cudaStream_t s);
   Status finish(cudaStream_t caller, cudaStream_t s, const char* what);
-  Status exchangeCodes(const Status& mine, const char* phase);
   uint8_t* deviceScratch(size_t bytes, Status* st);
 
   Status staged(uint8_t* data, size_t count, DType dtype, cudaStream_t caller,
                 const std::function<Status(uint8_t*, size_t)>& hostReduce);
   Status stagedWhole(Work& w);
-  Status ipc(Work& w);
   Status viaNccl(Work& w);
 };
 
@@ -205,7 +197,7 @@ Status DeviceCollectives::State::setUp(int dev) {
     mine.ncclLoaded = nccl != nullptr ? 1 : 0;
     if (nccl == nullptr) HORA_INFO("NCCL not used: %s", why.c_str());
   }
-  HORA_RETURN_IF_ERROR(exchangeCodes(local, "setting up its GPU"));
+  HORA_RETURN_IF_ERROR(exchangeCodes(ctx, local, "setting up its GPU"));
   return choosePath(mine);
 }
 
@@ -254,6 +246,10 @@ Status DeviceCollectives::State::choosePath(const SetupInfo& mine) {
     HORA_RETURN_IF_ERROR(initNccl());
   } else if (ipcOk != 0) {
     path = Path::kIpc;
+    ipc.reset(new IpcPath(ctx));
+    bool oneGpu = true;
+    for (int q = 0; q < p; ++q) oneGpu = oneGpu && memcmp(all[q].uuid, all[0].uuid, sizeof(all[q].uuid)) == 0;
+    HORA_RETURN_IF_ERROR(ipc->setUp(device, oneGpu && !ipcSlots));
   } else {
     path = Path::kStaged;
   }
@@ -299,32 +295,21 @@ Status DeviceCollectives::State::initNccl() {
   Status local = res == nccl::kSuccess ? Status::ok()
                                        : Status(Code::kInternal, std::string("ncclCommInitRank: ") + nccl->getErrorString(res));
   if (!local.isOk()) comm = nullptr;
-  return exchangeCodes(local, "creating its NCCL communicator");
+  return exchangeCodes(ctx, local, "creating its NCCL communicator");
 }
 
-// Polls until the event has happened: a deadline and an abort end the wait like any network wait.
+// Polls until the event has happened; NCCL's asynchronous errors abort its communicator and end the wait.
 Status DeviceCollectives::State::waitFor(cudaEvent_t ev, const char* what) {
-  Deadline deadline(ctx.timeoutMs());
-  for (int spins = 0;; ++spins) {
-    cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaSuccess) return Status::ok();
-    if (e != cudaErrorNotReady) return cudaFailure(what, e);
-    if (comm != nullptr) {
-      nccl::Result async = nccl::kSuccess;
-      if (nccl->commGetAsyncError(comm, &async) == nccl::kSuccess && async != nccl::kSuccess && async != nccl::kInProgress) {
-        nccl->commAbort(comm);
-        comm = nullptr;
-        return Status(Code::kInternal, std::string(what) + ": NCCL failed: " + nccl->getErrorString(async));
-      }
+  return waitEvent(ctx, ev, what, [&]() -> Status {
+    if (comm == nullptr) return Status::ok();
+    nccl::Result async = nccl::kSuccess;
+    if (nccl->commGetAsyncError(comm, &async) == nccl::kSuccess && async != nccl::kSuccess && async != nccl::kInProgress) {
+      nccl->commAbort(comm);
+      comm = nullptr;
+      return Status(Code::kInternal, std::string(what) + ": NCCL failed: " + nccl->getErrorString(async));
     }
-    if (ctx.aborted()) return ctx.abortReason();
-    if (deadline.expired()) {
-      return Status(Code::kTimeout, std::string(what) + " did not finish on the GPU within " +
-                                        std::to_string(ctx.timeoutMs() / 1000) + " s (HORA_TIMEOUT_S)");
-    }
-    if (spins < 1000) sched_yield();
-    else usleep(50);
-  }
+    return Status::ok();
+  });
 }
 
 // Orders hora's stream s after everything the caller queued on its stream so far.
@@ -339,25 +324,6 @@ Status DeviceCollectives::State::finish(cudaStream_t caller, cudaStream_t s, con
   HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished, s), "recording an event");
   HORA_RETURN_IF_ERROR(waitFor(finished, what));
   HORA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller, finished, 0), "ordering the buffer's stream after the result");
-  return Status::ok();
-}
-
-// A barrier that also tells every rank whether every other got through `phase`: a rank whose GPU work
-// failed says so here, and every rank returns an error together instead of waiting for it.
-Status DeviceCollectives::State::exchangeCodes(const Status& mine, const char* phase) {
-  const int p = ctx.size(), r = ctx.rank();
-  std::vector<int32_t> codes(p, 0);
-  codes[r] = static_cast<int32_t>(mine.code());
-  AllgatherOptions o;
-  o.output = reinterpret_cast<uint8_t*>(codes.data());
-  o.bytesPerRank.assign(p, sizeof(int32_t));
-  HORA_RETURN_IF_ERROR(allgather(ctx, o));
-  if (!mine.isOk()) return mine;
-  for (int q = 0; q < p; ++q) {
-    if (codes[q] != 0) {
-      return Status(static_cast<Code>(codes[q]), "rank " + std::to_string(q) + " failed " + phase + " (its error is in its log)", q);
-    }
-  }
   return Status::ok();
 }
 
@@ -475,131 +441,6 @@ Status DeviceCollectives::State::stagedWhole(Work& w) {
   return Status(Code::kInternal, "stagedWhole: unexpected collective");
 }
 
-// Same host, CUDA IPC: every rank publishes the handle of the allocation holding its buffer, opens the
-// others', and reads their memory directly with hora's kernels. Synchronisation between the processes is
-// by host barriers (exchangeCodes) placed after each rank has waited for its own GPU work, so a rank never
-// reads a peer's buffer before the peer's data is there, and never returns while a peer still reads its.
-Status DeviceCollectives::State::ipc(Work& w) {
-  const int p = ctx.size(), r = ctx.rank();
-  const size_t elem = dtypeSize(w.dtype);
-  cudaStream_t caller = static_cast<cudaStream_t>(w.stream);
-  // The buffer others read: the input (the root's for broadcast).
-  uint8_t* shared = w.data;
-  Status local = afterCaller(caller, work);
-  if (local.isOk()) {
-    HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished, work), "recording an event");
-    local = waitFor(finished, "waiting for the buffer's stream");
-  }
-  std::vector<IpcEntry> entries(p);
-  IpcEntry& mine = entries[r];
-  mine.count = w.count;
-  if (local.isOk() && w.count > 0) {
-    const void* base = nullptr;
-    size_t size = 0;
-    local = baseOf(shared, &base, &size);
-    if (local.isOk()) {
-      mine.offset = static_cast<uint64_t>(shared - static_cast<const uint8_t*>(base));
-      cudaError_t e = cudaIpcGetMemHandle(&mine.handle, const_cast<void*>(base));
-      if (e != cudaSuccess) local = cudaFailure("cudaIpcGetMemHandle", e);
-    }
-  }
-  mine.code = static_cast<int32_t>(local.code());
-  AllgatherOptions o;
-  o.output = reinterpret_cast<uint8_t*>(entries.data());
-  o.bytesPerRank.assign(p, sizeof(IpcEntry));
-  HORA_RETURN_IF_ERROR(allgather(ctx, o));
-  for (int q = 0; q < p && local.isOk(); ++q) {
-    if (entries[q].code != 0) local = Status(static_cast<Code>(entries[q].code), "rank " + std::to_string(q) + " could not share its buffer", q);
-  }
-  if (!local.isOk()) return local;
-
-  // Open the peers' buffers this collective reads; closed again before the last barrier, so a rank may
-  // free its buffer as soon as its collective has completed.
-  std::vector<const uint8_t*> view(p, nullptr);
-  std::vector<void*> opened;
-  auto needs = [&](int q) {
-    if (q == r || entries[q].count == 0) return false;
-    return w.kind != Kind::kBroadcast || q == w.root;
-  };
-  view[r] = shared;
-  for (int q = 0; q < p && local.isOk(); ++q) {
-    if (!needs(q)) continue;
-    void* base = nullptr;
-    cudaError_t e = cudaIpcOpenMemHandle(&base, entries[q].handle, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
-      local = cudaFailure("opening rank " + std::to_string(q) + "'s buffer (cudaIpcOpenMemHandle)", e);
-      break;
-    }
-    opened.push_back(base);
-    view[q] = static_cast<const uint8_t*>(base) + entries[q].offset;
-  }
-  auto closeAll = [&] {
-    for (void* b : opened) cudaIpcCloseMemHandle(b);
-    opened.clear();
-  };
-
-  auto reduceBlock = [&](uint8_t* dst, size_t start, size_t n) -> Status {
-    std::vector<const void*> srcs(p);
-    for (int q = 0; q < p; ++q) srcs[q] = view[q] + start * elem;
-    HORA_CUDA_RETURN_IF_ERROR(reduceSources(w.op, w.dtype, dst, srcs.data(), p, n, p, work), "the reduction kernel");
-    return Status::ok();
-  };
-  auto copyFrom = [&](uint8_t* dst, const uint8_t* src, size_t bytes) -> Status {
-    if (bytes == 0) return Status::ok();
-    HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, work), "copying from a peer's buffer");
-    return Status::ok();
-  };
-  auto settle = [&](const char* what) -> Status {
-    HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(finished, work), "recording an event");
-    return waitFor(finished, what);
-  };
-
-  switch (w.kind) {
-    case Kind::kAllreduce: {
-      // Phase 1: this rank reduces its block over every rank's copy, in place (no other rank reads this
-      // block of this buffer in phase 1). Phase 2: it copies every other block from the rank that owns it.
-      const size_t start = blockStart(w.count, p, r), n = blockCount(w.count, p, r);
-      if (local.isOk() && n > 0) local = reduceBlock(w.data + start * elem, start, n);
-      if (local.isOk()) local = settle("the reduction kernel");
-      Status phase = exchangeCodes(local, "the reduction of its block");
-      if (!phase.isOk()) {
-        closeAll();
-        return phase;
-      }
-      for (int q = 0; q < p && local.isOk(); ++q) {
-        if (q == r) continue;
-        local = copyFrom(w.data + blockStart(w.count, p, q) * elem, view[q] + blockStart(w.count, p, q) * elem,
-                         blockCount(w.count, p, q) * elem);
-      }
-      break;
-    }
-    case Kind::kReduceScatter: {
-      const size_t start = blockStart(w.count, p, r), n = blockCount(w.count, p, r);
-      if (local.isOk() && n > 0) local = reduceBlock(w.out, start, n);
-      break;
-    }
-    case Kind::kBroadcast:
-      if (local.isOk() && r != w.root) local = copyFrom(w.data, view[w.root], w.count * elem);
-      break;
-    case Kind::kAllgather: {
-      uint8_t* out = static_cast<uint8_t*>(w.gatheredDevice);
-      size_t at = 0;
-      for (int q = 0; q < p && local.isOk(); ++q) {
-        local = copyFrom(out + at * elem, view[q], entries[q].count * elem);
-        at += entries[q].count;
-      }
-      break;
-    }
-    default:
-      local = Status(Code::kInternal, "ipc: unexpected collective");
-  }
-  if (local.isOk()) local = settle("reading the peers' buffers");
-  closeAll();
-  HORA_RETURN_IF_ERROR(exchangeCodes(local, "reading the peers' buffers"));
-  HORA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller, finished, 0), "ordering the buffer's stream after the result");
-  return Status::ok();
-}
-
 Status DeviceCollectives::State::viaNccl(Work& w) {
   const int p = ctx.size(), r = ctx.rank();
   const size_t elem = dtypeSize(w.dtype);
@@ -692,8 +533,8 @@ Status DeviceCollectives::State::viaNccl(Work& w) {
   return Status::ok();
 }
 
-DeviceCollectives::DeviceCollectives(Context& ctx, TransportChoice transport)
-    : state_(new State(ctx, transport)) {}
+DeviceCollectives::DeviceCollectives(Context& ctx, TransportChoice transport, bool ipcSlots)
+    : state_(new State(ctx, transport, ipcSlots)) {}
 
 DeviceCollectives::~DeviceCollectives() = default;
 
@@ -701,7 +542,12 @@ const char* DeviceCollectives::path() const { return pathName(state_->path); }
 
 Status DeviceCollectives::run(Work& w) {
   State& s = *state_;
-  if (s.path == Path::kUnset) HORA_RETURN_IF_ERROR(s.setUp(w.device));
+  HORA_RETURN_IF_ERROR(s.broken);
+  if (s.path == Path::kUnset) {
+    // Every rank gets the same status from set-up, so every rank stops here alike.
+    s.broken = s.setUp(w.device);
+    HORA_RETURN_IF_ERROR(s.broken);
+  }
   // The path and its resources belong to one GPU; ts/cuda.ts keeps a rank on the device of its first
   // device collective, so a different one here is a bug, reported rather than run on the wrong device.
   if (w.device != s.device) {
@@ -713,12 +559,12 @@ Status DeviceCollectives::run(Work& w) {
     uint64_t total = 0;
     HORA_RETURN_IF_ERROR(allgatherCounts(s.ctx, w.count, dtypeSize(w.dtype), &w.gatheredCounts, &total));
     Status st = allocate(s.device, total * dtypeSize(w.dtype), &w.gatheredDevice);
-    HORA_RETURN_IF_ERROR(s.exchangeCodes(st, "allocating the allgather's result"));
+    HORA_RETURN_IF_ERROR(exchangeCodes(s.ctx, st, "allocating the allgather's result"));
   }
   Status st;
   switch (s.path) {
     case Path::kNccl: st = s.viaNccl(w); break;
-    case Path::kIpc: st = s.ipc(w); break;
+    case Path::kIpc: st = s.ipc->run(w); break;
     default:
       if (w.kind == Kind::kAllreduce) {
         AllreduceOptions o;

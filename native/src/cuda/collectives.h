@@ -6,9 +6,10 @@
 //   nccl    libnccl.so.2 loads on every rank and the ranks of each host use distinct GPUs: NCCL within a
 //           host; across hosts NCCL reduce-scatter in each host, the staged pipeline between hosts (ranks
 //           with the same local rank), NCCL allgather in each host.
-//   ipc     one host, default transport: the ranks open each other's buffers with CUDA IPC handles and
-//           reduce them with hora's kernels; each rank reduces one block reading every rank's copy, then
-//           copies the other blocks from their owners. Several processes on one GPU work too.
+//   ipc     one host, default transport: every rank copies its buffer into a staging slot of its own
+//           that the others opened once with CUDA IPC; CUDA interprocess events order the copies and
+//           reads on the GPU, host barriers order the events (cuda/ipc.h). Several processes on one GPU
+//           work too.
 //   staged  otherwise (several hosts, or HORA_TRANSPORT=tcp): device -> pinned host memory in segments,
 //           the host allreduce of each segment over the network, host -> device, the three overlapped.
 #pragma once
@@ -24,7 +25,8 @@ namespace cuda {
 
 class DeviceCollectives {
  public:
-  DeviceCollectives(Context& ctx, TransportChoice transport);
+  // ipcSlots: the IPC path's staging slots even when every rank shares one GPU (HORA_IPC_SLOTS).
+  DeviceCollectives(Context& ctx, TransportChoice transport, bool ipcSlots);
   ~DeviceCollectives();
   DeviceCollectives(const DeviceCollectives&) = delete;
   DeviceCollectives& operator=(const DeviceCollectives&) = delete;

@@ -40,6 +40,7 @@ struct CommunicatorOptions {
   LinkOverride costLocal;            // HORA_COST_LOCAL, else measured at connect
   LinkOverride costCross;            // HORA_COST_CROSS, else measured at connect
   bool timeline = false;             // record WorkTimes for every collective (HORA_TIMELINE)
+  bool ipcSlots = false;             // CUDA IPC path: staging slots on one GPU too (HORA_IPC_SLOTS)
   // A world of an elastic job: a fatal failure does not hang up the connections but tells the peers on
   // their notice sockets (Context::notifyPeers()), so the survivors' pairs can be taken over by the next world.
   bool elastic = false;
