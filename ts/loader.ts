@@ -11,7 +11,7 @@
 
 import * as fs from 'fs';
 import * as path from 'path';
-import { readAddonPath } from './config';
+import { DEBUG_LEVELS, readAddonPath, readDebugLevel } from './config';
 import type { NativeAddon } from './native';
 import { findPackageRoot } from './package-root';
 
@@ -70,10 +70,13 @@ export function loadNative(): NativeAddon {
     }
     try {
       cached = require(file) as NativeAddon;
-      return cached;
     } catch (err) {
       attempts.push({ file, reason: (err as Error).message.split('\n')[0] });
+      continue;
     }
+    // The native code reads no environment: its log level comes from here before any communicator exists.
+    cached.setLogLevel(DEBUG_LEVELS.indexOf(readDebugLevel()));
+    return cached;
   }
   throw loadError(attempts, override !== undefined);
 }

@@ -80,8 +80,8 @@ Status DeviceCollectives::State::setUp(int dev) {
     cudaError_t e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess) local = cudaFailure("cudaGetDeviceProperties", e);
     else memcpy(mine.uuid, prop.uuid.bytes, sizeof(mine.uuid));
-    std::string why;
-    nccl = nccl::load(&why);
+    std::string why = "HORA_NCCL=0";
+    nccl = options.nccl ? nccl::load(&why) : nullptr;
     mine.ncclLoaded = nccl != nullptr ? 1 : 0;
     if (nccl == nullptr) HORA_INFO("NCCL not used: %s", why.c_str());
   }

@@ -55,6 +55,7 @@ struct DeviceWork {
 struct DeviceOptions {
   TransportChoice transport = TransportChoice::kAuto;
   bool ipcSlots = false;  // the IPC path's staging slots even when every rank shares one GPU (HORA_IPC_SLOTS)
+  bool nccl = true;       // false: libnccl.so.2 stays unloaded, NCCL's path is not taken (HORA_NCCL=0)
 };
 
 class DeviceCollectives {

@@ -618,7 +618,7 @@ Status Communicator::execute(Work& w) {
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
     if (w.group != nullptr) return Status(Code::kInvalidArgument, "group collectives take host memory only");
     if (w.scaling.active()) return Status(Code::kInvalidArgument, "prescaleFactor and postscaleFactor take host memory only");
-    if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, {options_.transport, options_.ipcSlots}));
+    if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, {options_.transport, options_.ipcSlots, options_.nccl}));
     cuda::DeviceWork d;
     d.kind = w.kind;
     d.op = w.op;
