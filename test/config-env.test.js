@@ -52,6 +52,29 @@ t.test('native code reads no HORA_* variable: the config module passes the value
   t.same(reads, [], 'read them in ts/config.ts and pass them as addon arguments (communicator options, setLogLevel)');
 });
 
+// A communicator made with no logLevel option logs "data plane listening" at INFO if the native level is INFO.
+const ADDON = process.env.HORA_ADDON || path.join(ROOT, 'build', 'Release', 'hora.node');
+const LISTEN = `
+  const [via, file] = process.argv.slice(1);
+  const addon = via === 'loader' ? require(${JSON.stringify(path.join(ROOT, 'dist', 'ts', 'loader.js'))}).loadNative() : require(file);
+  const comm = new addon.Communicator({ rank: 0, size: 2, timeoutMs: 1000, fusionBytes: 0, algorithm: 0, transport: 0,
+    bindHost: '127.0.0.1', secret: 's', grid: [] }, () => {});
+  comm.listen();
+  comm.close();`;
+
+t.test('HORA_DEBUG reaches the addon from the loader, not from a getenv of its own', { skip: fs.existsSync(ADDON) ? false : `no addon at ${ADDON} (npx node-gyp rebuild)` }, async (t) => {
+  const listening = /rank 0 hora INFO data plane listening on 127\.0\.0\.1:\d+/;
+  const run = (via, env) => spawnAndCollect(process.execPath, ['-e', LISTEN, via, ADDON], { env: { PATH: process.env.PATH, HORA_ADDON: ADDON, ...env } });
+  const loaded = await run('loader', { HORA_DEBUG: 'info' });
+  t.equal(loaded.code, 0, 'loaded through ts/loader.ts, a communicator listens', { stderr: loaded.stderr });
+  t.match(loaded.stderr, listening, 'HORA_DEBUG=info: the loader set the native level to INFO before any communicator');
+  const quiet = await run('loader', {});
+  t.notMatch(quiet.stderr, listening, 'unset: WARN');
+  const direct = await run('require', { HORA_DEBUG: 'INFO' });
+  t.equal(direct.code, 0, 'required directly, a communicator listens', { stderr: direct.stderr });
+  t.notMatch(direct.stderr, listening, 'HORA_DEBUG=INFO without the loader: the native code did not read it');
+});
+
 t.test('hora env lists every variable the config module reads', async (t) => {
   const text = CONFIG_FILES.map((f) => fs.readFileSync(path.join(ROOT, f), 'utf8')).join('\n');
   const read = new Set();

@@ -69,14 +69,14 @@ export function loadNative(): NativeAddon {
       continue;
     }
     try {
-      cached = require(file) as NativeAddon;
+      const addon = require(file) as NativeAddon;
+      // The native code reads no environment: its log level comes from here, before any communicator exists.
+      addon.setLogLevel(DEBUG_LEVELS.indexOf(readDebugLevel()));
+      cached = addon;
+      return cached;
     } catch (err) {
       attempts.push({ file, reason: (err as Error).message.split('\n')[0] });
-      continue;
     }
-    // The native code reads no environment: its log level comes from here before any communicator exists.
-    cached.setLogLevel(DEBUG_LEVELS.indexOf(readDebugLevel()));
-    return cached;
   }
   throw loadError(attempts, override !== undefined);
 }
