@@ -108,6 +108,11 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     help: 'CUDA builds, IPC path: 1 moves device collectives through staging slots on every rank\'s GPU even when every rank shares one GPU (where by default rank 0 does the GPU work); for tests and measurement.',
   },
   {
+    name: 'HORA_NCCL',
+    group: 'performance',
+    help: 'CUDA builds: 0 keeps NCCL unloaded, so device collectives take the CUDA IPC or staged path. Default: libnccl.so.2 is loaded when found.',
+  },
+  {
     name: 'HORA_ALGO',
     group: 'performance',
     default: 'auto',
@@ -157,11 +162,6 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     name: 'HORA_ADDON',
     group: 'build',
     help: 'Path of the hora.node to load; when set, only that file is tried. Default: build/Release, build/Debug, then prebuilds/.',
-  },
-  {
-    name: 'HORA_NCCL',
-    group: 'build',
-    help: 'CUDA builds: 0 keeps NCCL unloaded, so device collectives take the CUDA IPC or staged path. Default: libnccl.so.2 is loaded when found.',
   },
   {
     name: 'HORA_TFJS_SKIP_ALLREDUCE',

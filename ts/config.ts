@@ -49,6 +49,8 @@ export interface HoraSettings {
   debug: DebugLevel;
   /** HORA_IPC_SLOTS: the CUDA IPC path's slots algorithm on one GPU too (passed to the addon at init). */
   ipcSlots: boolean;
+  /** HORA_NCCL: false when it is 0, which keeps libnccl.so.2 unloaded in a CUDA build (passed to the addon at init). */
+  nccl: boolean;
   /** HORA_FUSION_MB: fusion buffer size in MiB (0 = off). */
   fusionMb: number;
   /** HORA_ALGO. */
@@ -116,6 +118,7 @@ export function readSettings(env: Env = process.env): HoraSettings {
     debug: parseChoice(env, 'HORA_DEBUG', DEBUG_LEVELS, 'WARN', true),
     fusionMb: parseNumber(env, 'HORA_FUSION_MB', 64, true),
     ipcSlots: parseFlag(env, 'HORA_IPC_SLOTS'),
+    nccl: readNccl(env),
     algo: parseChoice(env, 'HORA_ALGO', ALGORITHMS, 'auto', false),
     transport: parseChoice(env, 'HORA_TRANSPORT', TRANSPORTS, 'auto', false),
     ifaceAddr: iface ? resolveIface(iface) : undefined,
@@ -145,6 +148,23 @@ export function readTimeline(env: Env = process.env): string | undefined {
 /** HORA_TOPOLOGY exactly as set, for messages that quote it (parseTopology() gives the dimensions). */
 export function readTopologyText(env: Env = process.env): string | undefined {
   return env.HORA_TOPOLOGY;
+}
+
+/** HORA_NCCL: exactly '0' keeps NCCL unloaded (false); anything else, or unset, lets it load (true). */
+export function readNccl(env: Env = process.env): boolean {
+  return env.HORA_NCCL !== '0';
+}
+
+/**
+ * HORA_DEBUG's level for places that must not fail on a bad value (loggers, the addon's level at load):
+ * WARN when unset or invalid. readSettings() rejects an invalid value at init.
+ */
+export function readDebugLevel(env: Env = process.env): DebugLevel {
+  try {
+    return parseChoice(env, 'HORA_DEBUG', DEBUG_LEVELS, 'WARN', true);
+  } catch {
+    return 'WARN';
+  }
 }
 
 /** HORA_ADDON, the one hora.node the loader tries; undefined when unset or empty (the default places). */
@@ -294,14 +314,7 @@ const LEVEL_ORDER: Record<DebugLevel, number> = { WARN: 0, INFO: 1, TRACE: 2 };
 
 /** Logger writing `hora <component> LEVEL: message` lines to stderr at or below `level`. */
 export function makeLogger(component: string, level?: DebugLevel): Logger {
-  let threshold: DebugLevel = level ?? 'WARN';
-  if (level === undefined) {
-    try {
-      threshold = parseChoice(process.env, 'HORA_DEBUG', DEBUG_LEVELS, 'WARN', true);
-    } catch {
-      threshold = 'WARN';
-    }
-  }
+  const threshold: DebugLevel = level ?? readDebugLevel();
   return (lvl, message) => {
     if (LEVEL_ORDER[lvl] <= LEVEL_ORDER[threshold]) process.stderr.write(`hora ${component} ${lvl}: ${message}\n`);
   };

@@ -89,7 +89,7 @@ async function join(options: InitOptions): Promise<void> {
     rank: launch.rank, size: launch.size, timeoutMs, fusionBytes, algorithm, transport,
     bindHost: dataAddr, secret: launch.secret as string, logLevel,
     grid: settings.topology, costLocal: settings.costLocal, costCross: settings.costCross,
-    timeline: settings.timeline !== undefined, ipcSlots: settings.ipcSlots,
+    timeline: settings.timeline !== undefined, ipcSlots: settings.ipcSlots, nccl: settings.nccl,
   }, onComplete), launch.rank, fusionBytes, settings.callSites);
   const comm = dispatcher.comm;
   if (settings.timeline) dispatcher.timeline = openTimeline(settings.timeline, launch.rank, addon.clocks(), () => comm.takeTimeline());

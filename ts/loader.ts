@@ -11,7 +11,7 @@
 
 import * as fs from 'fs';
 import * as path from 'path';
-import { readAddonPath } from './config';
+import { DEBUG_LEVELS, readAddonPath, readDebugLevel } from './config';
 import type { NativeAddon } from './native';
 import { findPackageRoot } from './package-root';
 
@@ -69,7 +69,10 @@ export function loadNative(): NativeAddon {
       continue;
     }
     try {
-      cached = require(file) as NativeAddon;
+      const addon = require(file) as NativeAddon;
+      // The native code reads no environment: its log level comes from here, before any communicator exists.
+      addon.setLogLevel(DEBUG_LEVELS.indexOf(readDebugLevel()));
+      cached = addon;
       return cached;
     } catch (err) {
       attempts.push({ file, reason: (err as Error).message.split('\n')[0] });

@@ -177,6 +177,8 @@ export interface NativeCommOptions {
   timeline?: boolean;
   /** CUDA builds: the IPC path's staging slots even when every rank shares one GPU (HORA_IPC_SLOTS). */
   ipcSlots?: boolean;
+  /** CUDA builds: false keeps libnccl.so.2 unloaded, so device collectives take the IPC or staged path (HORA_NCCL=0). */
+  nccl?: boolean;
   /**
    * A world of an elastic job: a failure does not hang up the connections but tells the peers on their
    * notice sockets, so that the next world can take over those between survivors.
@@ -317,6 +319,8 @@ export interface NativeAddon {
   abiVersion: number;
   /** The addon's enum tables (native/src/common/enums.h), named and ordered as enumTables() names them. */
   enums(): Record<string, readonly unknown[]>;
+  /** The native log level, 0 WARN, 1 INFO, 2 TRACE (HORA_DEBUG): set by the loader; each Communicator's logLevel sets it again. */
+  setLogLevel(level: number): void;
   /**
    * The addon holds the memory of the arrays of a pending work (native/binding/backing_store.h): a detached
    * ArrayBuffer's memory stays valid until the work's result is taken. False where this Node's V8 does not

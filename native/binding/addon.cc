@@ -11,8 +11,10 @@
 #include <napi.h>
 
 #include <ctime>
+#include <string>
 
 #include "backing_store.h"
+#include "common/log.h"
 #include "communicator.h"
 #include "device_memory.h"
 #include "reduce/reduce.h"
@@ -52,6 +54,17 @@ Napi::Value ScaleAlone(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// setLogLevel(level): HORA_DEBUG as ts/config.ts parsed it (0 WARN, 1 INFO, 2 TRACE), passed when the addon
+// is loaded, before any communicator exists; each communicator's options pass it again.
+Napi::Value SetLogLevel(const Napi::CallbackInfo& info) {
+  const int level = info[0].As<Napi::Number>().Int32Value();
+  if (level < 0 || level >= hora::kNumLogLevels) {
+    throw Napi::RangeError::New(info.Env(), "native: log level out of range: " + std::to_string(level));
+  }
+  hora::setLogLevel(static_cast<hora::LogLevel>(level));
+  return info.Env().Undefined();
+}
+
 // enums(): the names of every enum that crosses this boundary, in the order of their values
 // (common/enums.h, and the timeline's columns), for test/enums.test.js to compare with ts/native.ts.
 template <typename E, typename Name>
@@ -80,6 +93,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("clocks", Napi::Function::New(env, Clocks));
   exports.Set("scaleAlone", Napi::Function::New(env, ScaleAlone));
   exports.Set("enums", Napi::Function::New(env, Enums));
+  exports.Set("setLogLevel", Napi::Function::New(env, SetLogLevel));
   exports.Set("cuda", cudaExports(env));
   exports.Set("abiVersion", Napi::Number::New(env, 1));
   exports.Set("holdsArrayBuffers", Napi::Boolean::New(env, hora::binding::canHoldBackingStores()));

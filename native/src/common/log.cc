@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "common/status.h"
@@ -12,15 +11,8 @@
 namespace hora {
 namespace {
 
-LogLevel levelFromEnv() {
-  const char* v = std::getenv("HORA_DEBUG");
-  if (v == nullptr) return LogLevel::kWarn;
-  if (strcasecmp(v, "TRACE") == 0) return LogLevel::kTrace;
-  if (strcasecmp(v, "INFO") == 0) return LogLevel::kInfo;
-  return LogLevel::kWarn;
-}
-
-std::atomic<int> gLevel{static_cast<int>(levelFromEnv())};
+// WARN until the JS layer passes HORA_DEBUG's level (ts/loader.ts, when it loads the addon).
+std::atomic<int> gLevel{static_cast<int>(LogLevel::kWarn)};
 std::atomic<int> gRank{-1};
 
 const char* levelName(LogLevel level) {

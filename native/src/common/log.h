@@ -1,5 +1,6 @@
 // Logging switched by HORA_DEBUG=WARN|INFO|TRACE, prefixed "host:pid rank R" so interleaved output from
-// many workers stays readable.
+// many workers stays readable. The native code reads no environment: ts/config.ts parses HORA_DEBUG and
+// the addon's setLogLevel() passes it down when the addon is loaded, and each communicator's options again.
 #pragma once
 
 #include <cstdarg>
@@ -9,7 +10,7 @@ namespace hora {
 enum class LogLevel : int { kWarn = 0, kInfo = 1, kTrace = 2 };
 constexpr int kNumLogLevels = static_cast<int>(LogLevel::kTrace) + 1;
 
-// Reads HORA_DEBUG once; later calls change the level (the JS layer passes its parsed value).
+// WARN until the first call.
 void setLogLevel(LogLevel level);
 bool logEnabled(LogLevel level);
 void setLogRank(int rank);

@@ -156,7 +156,7 @@ Status IpcPath::begin(int s, const uint8_t* src, size_t bytes, Status* local) {
 }
 
 // Steps of whole elements, at most one slot each.
-Status IpcPath::allreduce(Work& w, Status* local) {
+Status IpcPath::allreduce(DeviceWork& w, Status* local) {
   const int p = ctx_.size(), r = ctx_.rank();
   const size_t elem = dtypeSize(w.dtype), perStep = kIpcSlotBytes / elem;
   for (size_t off = 0; off < w.count; off += perStep) {
@@ -198,7 +198,7 @@ Status IpcPath::allreduce(Work& w, Status* local) {
 }
 
 // Steps over the whole buffer; each rank reduces the part of its block that the step holds.
-Status IpcPath::reduceScatter(Work& w, Status* local) {
+Status IpcPath::reduceScatter(DeviceWork& w, Status* local) {
   const int p = ctx_.size(), r = ctx_.rank();
   const size_t elem = dtypeSize(w.dtype), perStep = kIpcSlotBytes / elem;
   const size_t mineStart = blockStart(w.count, p, r), mineEnd = mineStart + blockCount(w.count, p, r);
@@ -223,7 +223,7 @@ Status IpcPath::reduceScatter(Work& w, Status* local) {
   return Status::ok();
 }
 
-Status IpcPath::broadcast(Work& w, Status* local) {
+Status IpcPath::broadcast(DeviceWork& w, Status* local) {
   const int r = ctx_.rank();
   const size_t elem = dtypeSize(w.dtype), perStep = kIpcSlotBytes / elem;
   for (size_t off = 0; off < w.count; off += perStep) {
@@ -241,7 +241,7 @@ Status IpcPath::broadcast(Work& w, Status* local) {
 }
 
 // Rank q contributes gatheredCounts[q] elements; step k moves bytes [k, k + 1) x slot of every rank's.
-Status IpcPath::allgather(Work& w, Status* local) {
+Status IpcPath::allgather(DeviceWork& w, Status* local) {
   const int p = ctx_.size(), r = ctx_.rank();
   const size_t elem = dtypeSize(w.dtype);
   std::vector<size_t> at(p, 0), bytes(p, 0);
@@ -266,7 +266,7 @@ Status IpcPath::allgather(Work& w, Status* local) {
   return Status::ok();
 }
 
-Status IpcPath::run(Work& w) { return oneGpu_ ? runOneGpu(w) : runSlots(w); }
+Status IpcPath::run(DeviceWork& w) { return oneGpu_ ? runOneGpu(w) : runSlots(w); }
 
 Status IpcPath::callerIdle(cudaStream_t caller) {
   // A stream with nothing queued answers on the host; recording an event would queue work for this
@@ -303,7 +303,7 @@ uint8_t* IpcPath::mapped(int peer, const cudaIpcMemHandle_t& handle, Status* loc
   return static_cast<uint8_t*>(b);
 }
 
-Status IpcPath::runOneGpu(Work& w) {
+Status IpcPath::runOneGpu(DeviceWork& w) {
   const int p = ctx_.size(), r = ctx_.rank();
   const size_t elem = dtypeSize(w.dtype);
   // Bytes of rank q's input and of its output (where the output is another buffer).
@@ -401,7 +401,7 @@ Status IpcPath::runOneGpu(Work& w) {
   return exchangeCodes(ctx_, local, "the collective on the GPU");
 }
 
-Status IpcPath::runSlots(Work& w) {
+Status IpcPath::runSlots(DeviceWork& w) {
   cudaStream_t caller = static_cast<cudaStream_t>(w.stream);
   Status local;
   cudaError_t e = cudaEventRecord(callerReady_, caller);

@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/work.h"
+#include "cuda/collectives.h"
 #include "transport/context.h"
 
 namespace hora {
@@ -74,7 +74,7 @@ class IpcPath {
   Status setUp(int device, bool oneGpu);
   // Runs an allreduce, broadcast, allgather (w.gatheredDevice allocated, w.gatheredCounts known) or
   // reducescatter of device memory; the result is ordered before later work on w.stream.
-  Status run(Work& w);
+  Status run(DeviceWork& w);
 
  private:
   enum Ev { kReady, kReduced, kDone, kEvents };
@@ -90,11 +90,11 @@ class IpcPath {
   void copy(void* dst, const void* src, size_t bytes, Status* local);
   void record(int s, Ev e, Status* local);
 
-  Status allreduce(Work& w, Status* local);
-  Status reduceScatter(Work& w, Status* local);
-  Status broadcast(Work& w, Status* local);
-  Status allgather(Work& w, Status* local);
-  Status runSlots(Work& w);
+  Status allreduce(DeviceWork& w, Status* local);
+  Status reduceScatter(DeviceWork& w, Status* local);
+  Status broadcast(DeviceWork& w, Status* local);
+  Status allgather(DeviceWork& w, Status* local);
+  Status runSlots(DeviceWork& w);
 
   // The one-GPU algorithm.
   struct Mapping {
@@ -102,7 +102,7 @@ class IpcPath {
     uint8_t* base;
     uint64_t lastUse;
   };
-  Status runOneGpu(Work& w);
+  Status runOneGpu(DeviceWork& w);
   Status callerIdle(cudaStream_t caller);
   uint8_t* mapped(int peer, const cudaIpcMemHandle_t& handle, Status* local);
 

@@ -4,8 +4,6 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 namespace hora {
@@ -35,11 +33,6 @@ bool bind(void* lib, const char* name, F* fn, std::string* why) {
 
 Loaded open() {
   Loaded l;
-  const char* env = getenv("HORA_NCCL");
-  if (env != nullptr && strcmp(env, "0") == 0) {
-    l.why = "HORA_NCCL=0";
-    return l;
-  }
   void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* err = dlerror();

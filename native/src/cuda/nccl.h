@@ -1,6 +1,6 @@
 // NCCL, loaded at run time: libnccl.so.2 is opened with dlopen() the first time it is asked for, so no
 // NCCL headers or libraries are needed to build hora, and a machine without NCCL runs the other paths.
-// HORA_NCCL=0 keeps it unloaded. CUDA build only.
+// HORA_NCCL=0 keeps it unloaded (the communicator's nccl option: load() is then never called). CUDA build only.
 //
 // The declarations below are the few entry points hora calls, with the types and enum values of NCCL's
 // public API (nccl.h, stable since NCCL 2.0; ncclAvg since 2.10).
@@ -47,7 +47,7 @@ struct Api {
   int version = 0;  // e.g. 22304 for 2.23.4
 };
 
-// The loaded library, or nullptr (not found, too old, or HORA_NCCL=0); *why says which.
+// The loaded library, or nullptr (not found, or too old); *why says which.
 const Api* load(std::string* why);
 
 }  // namespace nccl

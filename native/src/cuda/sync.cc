@@ -50,6 +50,15 @@ Status exchangeCodes(Context& ctx, const Status& mine, const char* phase) {
   return Status::ok();
 }
 
+Status allAgree(Context& ctx, int32_t* flag) {
+  AllreduceOptions o;
+  o.data = reinterpret_cast<uint8_t*>(flag);
+  o.count = 1;
+  o.dtype = DType::kInt32;
+  o.op = ReduceOp::kMin;
+  return allreduce(ctx, o);
+}
+
 }  // namespace cuda
 }  // namespace hora
 

@@ -618,8 +618,21 @@ Status Communicator::execute(Work& w) {
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
     if (w.group != nullptr) return Status(Code::kInvalidArgument, "group collectives take host memory only");
     if (w.scaling.active()) return Status(Code::kInvalidArgument, "prescaleFactor and postscaleFactor take host memory only");
-    if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, options_.transport, options_.ipcSlots));
-    Status st = device_->run(w);
+    if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, {options_.transport, options_.ipcSlots, options_.nccl}));
+    cuda::DeviceWork d;
+    d.kind = w.kind;
+    d.op = w.op;
+    d.dtype = w.dtype;
+    d.algorithm = w.algorithm;
+    d.root = w.root;
+    d.data = w.data;
+    d.count = w.count;
+    d.out = w.out;
+    d.device = w.device;
+    d.stream = w.stream;
+    Status st = device_->run(d);
+    w.gatheredCounts = std::move(d.gatheredCounts);
+    w.gatheredDevice = d.gatheredDevice;
     if (options_.timeline) w.times.algorithm = device_->path();
     return st;
   }

@@ -41,6 +41,7 @@ struct CommunicatorOptions {
   LinkOverride costCross;            // HORA_COST_CROSS, else measured at connect
   bool timeline = false;             // record WorkTimes for every collective (HORA_TIMELINE)
   bool ipcSlots = false;             // CUDA IPC path: staging slots on one GPU too (HORA_IPC_SLOTS)
+  bool nccl = true;                  // CUDA builds: false keeps libnccl.so.2 unloaded (HORA_NCCL=0)
   // A world of an elastic job: a fatal failure does not hang up the connections but tells the peers on
   // their notice sockets (Context::notifyPeers()), so the survivors' pairs can be taken over by the next world.
   bool elastic = false;
