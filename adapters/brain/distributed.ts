@@ -21,8 +21,7 @@
  */
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
-import { checkOptionKeys, describeValue, knownOptions } from '../../ts/errors';
-import { steps as stepClock } from '../../ts/stats';
+import { checkOptionKeys, describeValue, knownOptions, steps as stepClock } from '../../ts/internal';
 import { StepFailure } from '../step-failure';
 import {
   ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, activationOf, ensureAdamState, isBrain2, layerDeltas,

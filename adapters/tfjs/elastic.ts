@@ -14,8 +14,7 @@
 import type { Logs } from '@tensorflow/tfjs-layers';
 import { tf, tfl } from './framework';
 import * as hora from '../../ts/index';
-import { HoraError, describeValue, checkOptionKeys, knownOptions } from '../../ts/errors';
-import { broadcast, current } from '../../ts/hora';
+import { HoraError, describeValue, checkOptionKeys, knownOptions, current } from '../../ts/internal';
 import { DistributedOptimizer } from './optimizer';
 
 const WHERE = 'hora/tfjs';
@@ -303,7 +302,7 @@ export class ElasticState extends hora.elastic.State {
       this.#hidden = this.#layout(header.hidden, this.#hidden);
     }
     const all = [...this.#weights, ...this.#slots, ...this.#hidden].filter((s) => s.data.length > 0);
-    await Promise.all(all.map((s) => broadcast(s.data, { root, inplace: true, name: `elastic.ElasticState.sync ${s.name}` })));
+    await Promise.all(all.map((s) => hora.broadcast(s.data, { root, inplace: true, name: `elastic.ElasticState.sync ${s.name}` })));
     if (!isRoot) {
       this.#restoreWeights();
       await this.restored();
@@ -327,9 +326,9 @@ export class ElasticState extends hora.elastic.State {
       const header: TensorHeader = { iterations: this.#iterations, model: list(this.#weights), slots: list(this.#slots), hidden: list(this.#hidden) };
       bytes = new Uint8Array(Buffer.from(JSON.stringify(header), 'utf8'));
     }
-    const length = await broadcast(new Float64Array([bytes.length]), { root, name: 'elastic.ElasticState.sync header length' });
+    const length = await hora.broadcast(new Float64Array([bytes.length]), { root, name: 'elastic.ElasticState.sync header length' });
     if (!isRoot) bytes = new Uint8Array(length[0]);
-    await broadcast(bytes, { root, inplace: true, name: 'elastic.ElasticState.sync header' });
+    await hora.broadcast(bytes, { root, inplace: true, name: 'elastic.ElasticState.sync header' });
     return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8')) as TensorHeader;
   }
 
