@@ -41,7 +41,7 @@ export const reformElasticWorld = elastic.reformElasticWorld;
 export const elasticState = elastic.elasticState;
 export const setElasticRunning = elastic.setElasticRunning;
 
-export const run = collectives.run;
+export const submitCollective = collectives.submitCollective;
 export const allreduce = collectives.allreduce;
 export const allreducePlan = collectives.allreducePlan;
 export const broadcast = collectives.broadcast;
