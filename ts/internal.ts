@@ -8,6 +8,7 @@
  */
 import * as config from './config';
 import * as messages from './control/messages';
+import * as elasticSync from './elastic/sync';
 import * as errors from './errors';
 import * as packageRoot from './package-root';
 import * as stats from './stats';
@@ -34,6 +35,16 @@ export const makeLogger = config.makeLogger;
 
 /** The folder of hora's package.json (to find the application's own copy of a framework beside it). */
 export const findPackageRoot = packageRoot.findPackageRoot;
+
+/**
+ * What every elastic state does to commit and sync (ts/elastic/sync.ts); an adapter's ElasticState adds
+ * how to read and write its framework's tensors.
+ */
+export const keepCopy = elasticSync.keepCopy;
+export const broadcastHeader = elasticSync.broadcastHeader;
+export const ranksThatDiffer = elasticSync.ranksThatDiffer;
+export const rankList = elasticSync.rankList;
+export const differsFromRoot = elasticSync.differsFromRoot;
 
 /** The stats reports to the launcher: the training steps, and a section of the report an adapter fills. */
 export const steps = stats.steps;

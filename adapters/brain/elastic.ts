@@ -10,7 +10,7 @@
  * passes done; both are here.
  */
 import * as hora from '../../ts/index';
-import { HoraError, describeValue, current } from '../../ts/internal';
+import { HoraError, describeValue, current, keepCopy, rankList } from '../../ts/internal';
 import { BrainNeuralNetwork, ensureAdamState, hasAdamState, stateArrays } from './net';
 
 const WHERE = 'hora/brain';
@@ -68,11 +68,8 @@ export class ElasticState extends hora.elastic.State {
   #save(): void {
     const adam = hasAdamState(this.net);
     const arrays = stateArrays(this.net, adam);
-    if (this.#saved.length !== arrays.length) this.#saved = arrays.map((a) => new Float32Array(a.length));
-    arrays.forEach((a, i) => {
-      if (this.#saved[i].length !== a.length) this.#saved[i] = new Float32Array(a.length);
-      this.#saved[i].set(a);
-    });
+    if (this.#saved.length !== arrays.length) this.#saved = [];
+    arrays.forEach((a, i) => { this.#saved[i] = keepCopy(a, this.#saved[i]); });
     this.#adam = adam;
     this.#adamSteps = this.net.iterations;
   }
@@ -112,7 +109,7 @@ export class ElasticState extends hora.elastic.State {
       const bad: number[] = [];
       for (let r = 0; r < w.size; r++) if (all[3 * r] !== sizes) bad.push(r);
       if (bad.length > 0) {
-        throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState.sync: the net of rank${bad.length > 1 ? 's' : ''} ${bad.join(', ')} ` +
+        throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState.sync: the net of ${rankList(bad)} ` +
           `has other layer sizes than root ${root}'s (this rank: [${this.net.sizes}])`, w.rank);
       }
       if (adam && !hasAdamState(this.net)) ensureAdamState(this.net);
