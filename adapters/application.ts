@@ -16,7 +16,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { findPackageRoot } from '../ts/package-root';
+import { findPackageRoot } from '../ts/internal';
 
 /** Where a framework was found, and how (for error messages). */
 export interface Found {

@@ -10,7 +10,7 @@
  */
 import * as hora from '../ts/index';
 import { HoraError } from '../ts/index';
-import { steps } from '../ts/stats';
+import { steps } from '../ts/internal';
 
 export class StepFailure {
   private fromCollective = false;

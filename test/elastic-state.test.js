@@ -7,6 +7,25 @@ const { runScenario } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'elastic-state-worker.js');
 
+t.test('keepCopy, the commit copy of every elastic state: into the kept buffer when it fits, else a new array', async (t) => {
+  const { keepCopy, rankList } = require('../dist/ts/elastic/sync.js');
+  const kept = new Float32Array(3);
+  const values = new Float32Array([1, 2, 3]);
+  t.equal(keepCopy(values, kept), kept, 'same type and length: the kept buffer');
+  t.same(Array.from(kept), [1, 2, 3], 'holding the values');
+  const fresh = keepCopy(values, undefined);
+  t.not(fresh, values, 'nothing kept: a new array, not the one given');
+  t.same(Array.from(fresh), [1, 2, 3]);
+  t.ok(fresh instanceof Float32Array);
+  const other = keepCopy(new Int32Array([4, 5, 6]), kept);
+  t.not(other, kept, 'another type: a new array');
+  t.ok(other instanceof Int32Array);
+  t.same(Array.from(kept), [1, 2, 3], 'the kept buffer of another type is left alone');
+  t.not(keepCopy(new Float32Array(4), kept), kept, 'another length: a new array');
+  t.equal(rankList([3]), 'rank 3');
+  t.equal(rankList([1, 4]), 'ranks 1, 4');
+});
+
 t.test('fields read and write as properties; restore goes back to the last commit', async (t) => {
   const w = new Float32Array([1, 2, 3]);
   const s = new hora.elastic.State({ step: 0, epoch: 2, cfg: { lr: 0.5, sizes: [1, 2] }, w, name: 'run', done: false, none: null });

@@ -2,6 +2,8 @@
 // No circles among the modules of ts/ and adapters/: the import graph of the .ts sources is a tree of
 // layers (docs/internals.md). Every relative import counts: `import ... from`,
 // `import type`, `export ... from`, `import('./x')` (also as a type) and `require('./x')`.
+// And the adapters reach the core through two doors only: the public API (ts/index.ts) and what it
+// gives them besides (ts/internal.ts); the core imports no adapter.
 
 const t = require('tap');
 const fs = require('node:fs');
@@ -104,6 +106,21 @@ function describe(component, graph) {
   return component.join(', ');
 }
 
+/** The core files adapters may import: the public API and the internal module. */
+const ADAPTER_DOORS = ['ts/index.ts', 'ts/internal.ts'];
+
+/** Edges `from -> to` between adapters/ and ts/ other than an adapter importing one of ADAPTER_DOORS. */
+function crossings(graph) {
+  const out = [];
+  for (const [from, targets] of graph) {
+    for (const to of targets) {
+      if (from.startsWith('adapters/') && to.startsWith('ts/') && !ADAPTER_DOORS.includes(to)) out.push(`${from} -> ${to}`);
+      if (from.startsWith('ts/') && to.startsWith('adapters/')) out.push(`${from} -> ${to}`);
+    }
+  }
+  return out;
+}
+
 const graph = importGraph();
 const found = cycles(graph);
 const key = (files) => files.join(' ');
@@ -133,4 +150,20 @@ t.test('the cycle finder finds circles, type-only and require() ones included', 
   t.equal(describe(['a', 'b', 'c'], g), 'a -> b -> c -> a');
   const text = "import type { X } from './x';\nconst y = require('./y');\ntype Z = typeof import('./z');\nexport { w } from './w';\n";
   t.same(ts.preProcessFile(text, true, true).importedFiles.map((f) => f.fileName).sort(), ['./w', './x', './y', './z']);
+});
+
+t.test('adapters import only ts/index.ts and ts/internal.ts of the core, and the core no adapter', async (t) => {
+  t.ok(graph.get('adapters/tfjs/optimizer.ts').includes('ts/internal.ts'), 'adapters/tfjs/optimizer.ts -> ts/internal.ts is an edge');
+  t.ok(graph.get('adapters/tfjs/pipeline/executor.ts').includes('ts/internal.ts'), 'so is adapters/tfjs/pipeline/executor.ts -> ts/internal.ts');
+  t.same(crossings(graph), [], 'no adapter imports another core file (add what it needs to ts/internal.ts)');
+});
+
+t.test('the door check finds an adapter that reaches past ts/internal.ts, and a core file that imports an adapter', async (t) => {
+  const g = new Map([
+    ['adapters/a/x.ts', ['ts/index.ts', 'ts/internal.ts', 'adapters/a/y.ts']],
+    ['adapters/a/y.ts', ['ts/errors.ts']],
+    ['ts/internal.ts', ['ts/errors.ts']],
+    ['ts/stats.ts', ['adapters/a/y.ts']],
+  ]);
+  t.same(crossings(g), ['adapters/a/y.ts -> ts/errors.ts', 'ts/stats.ts -> adapters/a/y.ts']);
 });

@@ -149,7 +149,8 @@ t.test('the pipeline section travels in Stats; a malformed one is refused', asyn
 });
 
 t.test('reportPipelineBatch: the rank\'s reports carry its stage\'s totals', async (t) => {
-  const { CollectiveStats, reportPipelineBatch } = require('../dist/ts/stats.js');
+  const { CollectiveStats } = require('../dist/ts/stats.js');
+  const { reportPipelineBatch } = require('../dist/adapters/tfjs/pipeline/stats.js');
   const stats = new CollectiveStats(() => []);
   t.notOk('pipeline' in stats.snapshot(), 'nothing before the first batch');
   const batch = { stage: 1, stages: 2, replica: 0, replicas: 2, busyMs: 6, wallMs: 10, weightBytes: 800, peakStashBytes: 300 };

@@ -1,6 +1,6 @@
 /**
  * The collectives: allreduce, broadcast, allgather, reduceScatter and barrier (and failPeers), for the world
- * and, through run() with a group's Scope, for process groups (ts/group.ts).
+ * and, through submitCollective() with a group's Scope, for process groups (ts/group.ts).
  *
  * Validation happens here, on the calling rank, and an invalid call is still sent to the engine as a
  * placeholder so that the other ranks fail the same collective with ERR_INVALID_ARGUMENT instead of
@@ -76,13 +76,13 @@ export type Plan<T> = {
 };
 
 /**
- * Runs one collective: validates through `plan` (which throws HoraError on bad input), then either
+ * Starts one collective: validates through `plan` (which throws HoraError on bad input), then either
  * answers locally (world of one) or submits to the engine. Invalid input still reaches the engine as a
  * placeholder so every rank fails this collective together; it carries the call's name (b.name, when b,
  * the call's options, has a string there), so that a batch ordered by name keeps its order on every rank.
  */
 /** @internal */
-export function run<T, A = undefined, B = undefined>(
+export function submitCollective<T, A = undefined, B = undefined>(
   scope: Scope | null, collective: string, callee: Function, plan: (w: Scope, a: A, b: B) => Plan<T>, a?: A, b?: B,
 ): Work<T> {
   const w = scope ?? current(collective);
@@ -121,7 +121,7 @@ export function run<T, A = undefined, B = undefined>(
  * on the same device and stream (or x itself with `inplace: true`).
  */
 export function allreduce<T extends CollectiveInput>(x: T, options?: AllreduceOptions): Work<T> {
-  return run(null, 'allreduce', allreduce, planAllreduce<T>, x, options);
+  return submitCollective(null, 'allreduce', allreduce, planAllreduce<T>, x, options);
 }
 
 /** @internal */
@@ -158,7 +158,7 @@ function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: Allr
  * new DeviceBuffer on the same device and stream (or x itself).
  */
 export function broadcast<T extends CollectiveInput>(x: T, options?: BroadcastOptions): Work<T> {
-  return run(null, 'broadcast', broadcast, broadcastPlan(x, options), undefined, options);
+  return submitCollective(null, 'broadcast', broadcast, broadcastPlan(x, options), undefined, options);
 }
 
 /** @internal */
@@ -190,7 +190,7 @@ export function broadcastPlan<T extends CollectiveInput>(x: T, options?: Broadca
  * of the same type; for a DeviceBuffer, a new DeviceBuffer on the same device and stream.
  */
 export function allgather<T extends CollectiveInput>(x: T, options?: AllgatherOptions): Work<T> {
-  return run(null, 'allgather', allgather, allgatherPlan(x, options), undefined, options);
+  return submitCollective(null, 'allgather', allgather, allgatherPlan(x, options), undefined, options);
 }
 
 /** @internal */
@@ -225,7 +225,7 @@ export function allgatherPlan<T extends CollectiveInput>(x: T, options?: Allgath
  * the block is a new DeviceBuffer on the same device and stream.
  */
 export function reduceScatter<T extends CollectiveInput>(x: T, options?: ReduceScatterOptions): Work<T> {
-  return run(null, 'reduceScatter', reduceScatter, reduceScatterPlan(x, options), undefined, options);
+  return submitCollective(null, 'reduceScatter', reduceScatter, reduceScatterPlan(x, options), undefined, options);
 }
 
 /** @internal */
@@ -257,7 +257,7 @@ export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: Red
 
 /** Completes once every rank has called it. */
 export function barrier(options?: BarrierOptions): Work<void> {
-  return run(null, 'barrier', barrier, barrierPlan(options), undefined, options);
+  return submitCollective(null, 'barrier', barrier, barrierPlan(options), undefined, options);
 }
 
 /** @internal */

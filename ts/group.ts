@@ -14,8 +14,8 @@
  */
 import { CallSite, HoraError, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import {
-  Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, recvPlan, reduceScatterPlan, run, runMessage,
-  sendPlan, submitInvalid,
+  Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, recvPlan, reduceScatterPlan, runMessage,
+  sendPlan, submitCollective, submitInvalid,
 } from './hora';
 import { DeviceBuffer } from './device-buffer';
 import { NativeAlgorithm, NativeDType, NativeKind, NativeOp, NativeResult } from './native';
@@ -52,27 +52,27 @@ export class Group {
 
   /** hora.allreduce over the group's ranks (default op 'avg': divided by the group's size). */
   allreduce<T extends Tensor>(x: T, options?: AllreduceOptions): Work<T> {
-    return run(this.live('allreduce'), 'allreduce', this.allreduce, hostOnly('allreduce', x, allreducePlan(x, options)), undefined, options);
+    return submitCollective(this.live('allreduce'), 'allreduce', this.allreduce, hostOnly('allreduce', x, allreducePlan(x, options)), undefined, options);
   }
 
   /** hora.broadcast from group rank `root` (default 0) to the group. */
   broadcast<T extends Tensor>(x: T, options?: BroadcastOptions): Work<T> {
-    return run(this.live('broadcast'), 'broadcast', this.broadcast, hostOnly('broadcast', x, broadcastPlan(x, options)), undefined, options);
+    return submitCollective(this.live('broadcast'), 'broadcast', this.broadcast, hostOnly('broadcast', x, broadcastPlan(x, options)), undefined, options);
   }
 
   /** hora.allgather over the group: every member's x, in group rank order. */
   allgather<T extends Tensor>(x: T, options?: AllgatherOptions): Work<T> {
-    return run(this.live('allgather'), 'allgather', this.allgather, hostOnly('allgather', x, allgatherPlan(x, options)), undefined, options);
+    return submitCollective(this.live('allgather'), 'allgather', this.allgather, hostOnly('allgather', x, allgatherPlan(x, options)), undefined, options);
   }
 
   /** hora.reduceScatter over the group: this member's block (by group rank) of the reduction. */
   reduceScatter<T extends Tensor>(x: T, options?: ReduceScatterOptions): Work<T> {
-    return run(this.live('reduceScatter'), 'reduceScatter', this.reduceScatter, hostOnly('reduceScatter', x, reduceScatterPlan(x, options)), undefined, options);
+    return submitCollective(this.live('reduceScatter'), 'reduceScatter', this.reduceScatter, hostOnly('reduceScatter', x, reduceScatterPlan(x, options)), undefined, options);
   }
 
   /** Completes once every member has called it. */
   barrier(options?: BarrierOptions): Work<void> {
-    return run(this.live('barrier'), 'barrier', this.barrier, barrierPlan(options), undefined, options);
+    return submitCollective(this.live('barrier'), 'barrier', this.barrier, barrierPlan(options), undefined, options);
   }
 
   /** hora.send to group rank `to`. */

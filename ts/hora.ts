@@ -1,19 +1,18 @@
 /**
- * The core's calls in one module: ts/index.ts takes the public API from here, and the adapters and
- * ts/elastic/ take the internal calls. Each job has a module of its own:
+ * The core's calls in one module: ts/index.ts takes the public API from here, ts/elastic/ and process
+ * groups the internal calls (adapters take theirs from ts/internal.ts). Each job has a module of its own:
  *
  *   ts/world.ts          the World: ranks and topology, current(), the native settings of init's options
  *   ts/init.ts           init() and shutdown(): joining a fixed world, the checks of the launcher's layout
  *   ts/elastic/world.ts  an elastic job's worlds: joining, forming, re-forming; collectives only in elastic.run
  *   ts/arguments.ts      the argument checks that collectives and messages share
- *   ts/collectives.ts    allreduce, broadcast, allgather, reduceScatter, barrier, failPeers (run(), Plan)
+ *   ts/collectives.ts    allreduce, broadcast, allgather, reduceScatter, barrier, failPeers (submitCollective(), Plan)
  *   ts/messages.ts       send and recv (runMessage())
  *
  * Plain values, not `export { x } from`: that compiles to a getter on the module object, run on every call
  * of an importer (see ts/index.ts).
  */
 import * as collectives from './collectives';
-import * as elastic from './elastic/world';
 import * as lifecycle from './init';
 import * as messages from './messages';
 import * as world from './world';
@@ -37,11 +36,8 @@ export const timelineOn = world.timelineOn;
 export const timelineSpan = world.timelineSpan;
 export const nativeCommunicator = world.nativeCommunicator;
 
-export const reformElasticWorld = elastic.reformElasticWorld;
-export const elasticState = elastic.elasticState;
-export const setElasticRunning = elastic.setElasticRunning;
 
-export const run = collectives.run;
+export const submitCollective = collectives.submitCollective;
 export const allreduce = collectives.allreduce;
 export const allreducePlan = collectives.allreducePlan;
 export const broadcast = collectives.broadcast;

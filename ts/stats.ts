@@ -2,7 +2,8 @@
  * What this worker tells the launcher about itself, about once a second (the Stats control message):
  * per kind of collective how many completed, how many bytes and how long some were in flight; how many
  * were submitted, and the oldest still pending (the stall inspector compares these across ranks); and
- * the training steps the adapters mark, with the time they spent blocked on communication.
+ * the training steps the adapters mark, with the time they spent blocked on communication; and the sections
+ * an adapter adds (a pipeline stage's totals, from adapters/tfjs/pipeline/stats.ts).
  *
  * Busy time is the union of the intervals during which at least one collective of a kind was in flight,
  * not the sum of their durations: collectives queue behind each other on the communication thread, and
@@ -10,9 +11,7 @@
  * bandwidth of a stream of collectives, the figure nccl-tests reports for one.
  */
 import { performance } from 'node:perf_hooks';
-import { FIELD_LIMITS } from './control/messages';
-import type { CollectiveKind, PendingCollective, PipelineStats, Stats, StatsKind } from './control/messages';
-import { HoraError, describeValue } from './errors';
+import type { CollectiveKind, PendingCollective, Stats, StatsKind } from './control/messages';
 import { DTYPE_BYTES, KIND_NAMES, NativeKind, valuesOf } from './native';
 import type { NativeDType } from './native';
 import type { NativeResult } from './native';
@@ -130,8 +129,7 @@ export class CollectiveStats {
       timeMs: Date.now(), submitted: this.submittedCount, completed: this.completedCount, kinds, pending,
       steps: steps.count, stepUs, commWaitUs: Math.min(stepUs, Math.floor(1000 * steps.waitMs)),
     };
-    const p = pipelineReport();
-    if (p) report.pipeline = p;
+    addSections(report);
     return report;
   }
 
@@ -155,7 +153,7 @@ function reportableName(name: string): string {
 // ---------------------------------------------------------------------------------------------------
 // Training steps, as the adapters mark them.
 
-class StepClock {
+export class StepClock {
   count = 0;
   stepMs = 0;
   waitMs = 0;
@@ -212,70 +210,26 @@ class StepClock {
 export const steps = new StepClock();
 
 // ---------------------------------------------------------------------------------------------------
-// Pipeline stages, as the pipeline-parallel adapter reports them.
+// Sections of a report that an adapter fills (Stats.pipeline: adapters/tfjs/pipeline/stats.ts).
 
-/** One training batch of a pipeline stage on this rank, as reportPipelineBatch() takes it. */
-export interface PipelineBatch {
-  /** This rank's stage, 0..stages-1, and the number of stages. */
-  stage: number;
-  stages: number;
-  /** This rank's data-parallel replica of its stage, 0..replicas-1, and the number of replicas. */
-  replica: number;
-  replicas: number;
-  /** Milliseconds the stage computed during the batch (its forwards and backwards). */
-  busyMs: number;
-  /** The batch's wall time in milliseconds, from its start to the last step of this stage. */
-  wallMs: number;
-  /** Bytes of the stage's weights. */
-  weightBytes: number;
-  /** Most bytes of activations the stage kept for its backwards at once, during the batch. */
-  peakStashBytes: number;
-}
+/** The sections of a report that adapters fill, by their key in Stats. */
+export type StatsSections = Pick<Stats, 'pipeline'>;
 
-/** This rank's stage: its place and the totals of its batches there. */
-let pipeline: { stage: number; stages: number; replica: number; replicas: number; batches: number; busyMs: number; wallMs: number; weightBytes: number; peakStashBytes: number } | null = null;
-
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
-const isDuration = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+const sections = new Map<keyof StatsSections, () => StatsSections[keyof StatsSections]>();
 
 /**
- * @internal For the pipeline-parallel adapter: call once after each training batch of this rank's stage.
- * The reports to the launcher then carry the stage's totals (the dashboard's Pipeline panel). A batch
- * with another place (stage, stages, replica, replicas) than the one before starts new totals.
+ * @internal For the adapters: every report carries `report()` as its `key` section from now on, unless it
+ * returns undefined (the section is left out). A second call for the same key replaces the first.
  */
-export function reportPipelineBatch(batch: PipelineBatch): void {
-  const bad = (field: string, expected: string, value: unknown): never => {
-    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.reportPipelineBatch: argument '${field}' must be ${expected}; received ${describeValue(value)}`);
-  };
-  if (batch === null || typeof batch !== 'object') bad('batch', 'an object', batch);
-  const { stage, stages, replica, replicas, busyMs, wallMs, weightBytes, peakStashBytes } = batch;
-  // The server refuses a report beyond its limits, and with it the rank.
-  if (!isCount(stages) || stages < 1 || stages > FIELD_LIMITS.pipelineStages) bad('batch.stages', `an integer in 1..${FIELD_LIMITS.pipelineStages}`, stages);
-  if (!isCount(stage) || stage >= stages) bad('batch.stage', `an integer in 0..${stages - 1}`, stage);
-  if (!isCount(replicas) || replicas < 1 || replicas > FIELD_LIMITS.pipelineReplicas) bad('batch.replicas', `an integer in 1..${FIELD_LIMITS.pipelineReplicas}`, replicas);
-  if (!isCount(replica) || replica >= replicas) bad('batch.replica', `an integer in 0..${replicas - 1}`, replica);
-  if (!isDuration(busyMs)) bad('batch.busyMs', 'a finite number >= 0', busyMs);
-  if (!isDuration(wallMs)) bad('batch.wallMs', 'a finite number >= 0', wallMs);
-  if (!isCount(weightBytes)) bad('batch.weightBytes', 'an integer >= 0', weightBytes);
-  if (!isCount(peakStashBytes)) bad('batch.peakStashBytes', 'an integer >= 0', peakStashBytes);
-  let p = pipeline;
-  if (!p || p.stage !== stage || p.stages !== stages || p.replica !== replica || p.replicas !== replicas) {
-    p = pipeline = { stage, stages, replica, replicas, batches: 0, busyMs: 0, wallMs: 0, weightBytes: 0, peakStashBytes: 0 };
-  }
-  p.batches++;
-  // Two clocks read a few microseconds apart can make busy exceed wall; a stage is never busier than the batch.
-  p.busyMs += Math.min(busyMs, wallMs);
-  p.wallMs += wallMs;
-  p.weightBytes = weightBytes;
-  p.peakStashBytes = Math.max(p.peakStashBytes, peakStashBytes);
-  reportIfDue();
+export function addStatsSection<K extends keyof StatsSections>(key: K, report: () => StatsSections[K]): void {
+  sections.set(key, report);
 }
 
-function pipelineReport(): PipelineStats | undefined {
-  if (!pipeline) return undefined;
-  const { stage, stages, replica, replicas, batches, weightBytes, peakStashBytes } = pipeline;
-  const wallUs = Math.floor(1000 * pipeline.wallMs);
-  return { stage, stages, replica, replicas, batches, busyUs: Math.min(wallUs, Math.floor(1000 * pipeline.busyMs)), wallUs, weightBytes, peakStashBytes };
+function addSections(report: Stats): void {
+  for (const [key, section] of sections) {
+    const value = section();
+    if (value) report[key] = value;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -287,7 +241,8 @@ let reporter: { timer: NodeJS.Timeout; send: () => void; lastAt: number } | null
 // A training loop that keeps the JS thread busy (tfjs's fit() runs whole epochs with few turns of the event
 // loop) would starve the timer; the end of each step sends the report when it is due. A socket write
 // goes out at once, event loop or not.
-function reportIfDue(sinceLastMs = REPORT_INTERVAL_MS): void {
+/** @internal Sends a report now if one is due (an adapter calls it where a step or batch ends). */
+export function reportIfDue(sinceLastMs = REPORT_INTERVAL_MS): void {
   if (reporter && performance.now() - reporter.lastAt >= sinceLastMs) reporter.send();
 }
 

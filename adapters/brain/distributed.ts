@@ -21,8 +21,7 @@
  */
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
-import { checkOptionKeys, describeValue, knownOptions } from '../../ts/errors';
-import { steps as stepClock } from '../../ts/stats';
+import { checkOptionKeys, describeValue, knownOptions, steps as stepClock } from '../../ts/internal';
 import { StepFailure } from '../step-failure';
 import {
   ACTIVATIONS, BrainNeuralNetwork, Sample, accumulateLayer, activationOf, ensureAdamState, isBrain2, layerDeltas,
@@ -133,7 +132,7 @@ export function distributed(net: BrainNeuralNetwork, options: DistributedOptions
   return {
     net,
     batchSize,
-    trainAsync: (data, trainOptions = {}) => new Trainer(net, batchSize, trace).run(data, trainOptions),
+    trainAsync: (data, trainOptions = {}) => new Trainer(net, batchSize, trace).train(data, trainOptions),
   };
 }
 
@@ -178,7 +177,7 @@ class Trainer {
     private readonly trace: ((event: TraceEvent) => void) | undefined,
   ) {}
 
-  async run(data: unknown, options: TrainOptions): Promise<TrainStatus> {
+  async train(data: unknown, options: TrainOptions): Promise<TrainStatus> {
     if (!Array.isArray(data) || data.length === 0) {
       throw invalid('trainAsync', 'data', 'a non-empty Array of {input, output}', data);
     }

@@ -10,8 +10,7 @@
  * passes done; both are here.
  */
 import * as hora from '../../ts/index';
-import { HoraError, describeValue } from '../../ts/errors';
-import { allgather, broadcast, current } from '../../ts/hora';
+import { HoraError, describeValue, current, keepCopy, rankList } from '../../ts/internal';
 import { BrainNeuralNetwork, ensureAdamState, hasAdamState, stateArrays } from './net';
 
 const WHERE = 'hora/brain';
@@ -69,11 +68,8 @@ export class ElasticState extends hora.elastic.State {
   #save(): void {
     const adam = hasAdamState(this.net);
     const arrays = stateArrays(this.net, adam);
-    if (this.#saved.length !== arrays.length) this.#saved = arrays.map((a) => new Float32Array(a.length));
-    arrays.forEach((a, i) => {
-      if (this.#saved[i].length !== a.length) this.#saved[i] = new Float32Array(a.length);
-      this.#saved[i].set(a);
-    });
+    if (this.#saved.length !== arrays.length) this.#saved = [];
+    arrays.forEach((a, i) => { this.#saved[i] = keepCopy(a, this.#saved[i]); });
     this.#adam = adam;
     this.#adamSteps = this.net.iterations;
   }
@@ -108,12 +104,12 @@ export class ElasticState extends hora.elastic.State {
     const w = current('elastic.ElasticState.sync');
     if (w.size > 1) {
       const mine = layoutOf(this.net);
-      const all = await allgather(Float64Array.from(mine), { name: `${WHERE} ElasticState.sync layout` });
+      const all = await hora.allgather(Float64Array.from(mine), { name: `${WHERE} ElasticState.sync layout` });
       const [sizes, adam, steps] = [all[3 * root], all[3 * root + 1], all[3 * root + 2]];
       const bad: number[] = [];
       for (let r = 0; r < w.size; r++) if (all[3 * r] !== sizes) bad.push(r);
       if (bad.length > 0) {
-        throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState.sync: the net of rank${bad.length > 1 ? 's' : ''} ${bad.join(', ')} ` +
+        throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState.sync: the net of ${rankList(bad)} ` +
           `has other layer sizes than root ${root}'s (this rank: [${this.net.sizes}])`, w.rank);
       }
       if (adam && !hasAdamState(this.net)) ensureAdamState(this.net);
@@ -121,7 +117,7 @@ export class ElasticState extends hora.elastic.State {
       const flat = new Float32Array(arrays.reduce((n, a) => n + a.length, 0));
       let at = 0;
       for (const a of arrays) { flat.set(a, at); at += a.length; }
-      await broadcast(flat, { root, inplace: true, name: `${WHERE} ElasticState.sync net` });
+      await hora.broadcast(flat, { root, inplace: true, name: `${WHERE} ElasticState.sync net` });
       at = 0;
       for (const a of arrays) { a.set(flat.subarray(at, at + a.length)); at += a.length; }
       if (!adam && hasAdamState(this.net)) zeroAdam(this.net);

@@ -23,8 +23,7 @@
 import * as fs from 'node:fs';
 import * as hora from '../../ts/index';
 import { HoraError } from '../../ts/index';
-import { checkOptionKeys, knownOptions } from '../../ts/errors';
-import { steps } from '../../ts/stats';
+import { checkOptionKeys, knownOptions, steps } from '../../ts/internal';
 import { StepFailure } from '../step-failure';
 import { GradientModel, OptimizerSpec, gradientModel, readOptimizer } from './onnx';
 import { OrtFeeds, OrtInferenceSession, OrtOutputs, OrtTensor, OrtTrainingModule, OrtTrainingSession, loadOrtTraining } from './ort';

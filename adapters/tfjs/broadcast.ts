@@ -4,7 +4,7 @@
  */
 import { tf } from './framework';
 import * as hora from '../../ts/index';
-import { checkOptionKeys, knownOptions } from '../../ts/errors';
+import { checkOptionKeys, knownOptions } from '../../ts/internal';
 
 /** What broadcastModel needs of a model: tf.LayersModel's `weights` (LayerVariables). */
 export interface ModelWithWeights {

@@ -6,7 +6,7 @@
 import type { Logs } from '@tensorflow/tfjs-layers';
 import { tfl } from './framework';
 import * as hora from '../../ts/index';
-import { checkOptionKeys, knownOptions } from '../../ts/errors';
+import { checkOptionKeys, knownOptions } from '../../ts/internal';
 import { broadcastModel } from './broadcast';
 import { setLearningRate } from './optimizer';
 

@@ -24,7 +24,7 @@
  * The kernels are registered on the tfjs instance passed in (the one the user's model comes from), for the
  * 'cpu' backend; the returned function puts tfjs's own kernels back.
  */
-import { HoraError, describeValue } from '../../ts/errors';
+import { HoraError, describeValue } from '../../ts/internal';
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type KernelFunc = (args: { inputs: any; backend: any; attrs: any }) => any;

@@ -14,8 +14,9 @@
 import type { Logs } from '@tensorflow/tfjs-layers';
 import { tf, tfl } from './framework';
 import * as hora from '../../ts/index';
-import { HoraError, describeValue, checkOptionKeys, knownOptions } from '../../ts/errors';
-import { broadcast, current } from '../../ts/hora';
+import {
+  HoraError, describeValue, checkOptionKeys, knownOptions, current, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer,
+} from '../../ts/internal';
 import { DistributedOptimizer } from './optimizer';
 
 const WHERE = 'hora/tfjs';
@@ -64,13 +65,15 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 function copyInto(t: tf.Tensor, name: string, into: Saved | undefined, what: string): Saved {
   const dtype = dtypeOf(t, what);
   const values = t.dataSync() as Buffer32;
-  if (into && into.dtype === dtype && into.data.length === values.length) {
-    into.data.set(values);
+  // As the dtype's array (a backend may hand another type), so that `into` is reused exactly when its dtype is t's.
+  const typed = dtype === 'float32' ? (values instanceof Float32Array ? values : Float32Array.from(values)) : (values instanceof Int32Array ? values : Int32Array.from(values));
+  const data = keepCopy<Buffer32>(typed, into?.data);
+  if (into && data === into.data) {
     into.name = name;
     if (!sameShape(into.shape, t.shape)) into.shape = t.shape.slice();
     return into;
   }
-  return { name, shape: t.shape.slice(), dtype, data: dtype === 'float32' ? Float32Array.from(values as Float32Array) : Int32Array.from(values as Int32Array) };
+  return { name, shape: t.shape.slice(), dtype, data };
 }
 
 /** A new tensor holding a copy of `s` (a copy, so that no tensor ever shares the committed arrays). */
@@ -295,7 +298,7 @@ export class ElasticState extends hora.elastic.State {
     await this.#saveSlots();
     if (w.size === 1) return;
     const isRoot = w.rank === root;
-    const header = await this.#broadcastHeader(root, isRoot);
+    const header = await broadcastHeader(() => this.#header(), root, isRoot, 'elastic.ElasticState.sync header');
     await this.#checkModel(header, root, w.rank);
     if (!isRoot) {
       this.#iterations = header.iterations;
@@ -303,7 +306,7 @@ export class ElasticState extends hora.elastic.State {
       this.#hidden = this.#layout(header.hidden, this.#hidden);
     }
     const all = [...this.#weights, ...this.#slots, ...this.#hidden].filter((s) => s.data.length > 0);
-    await Promise.all(all.map((s) => broadcast(s.data, { root, inplace: true, name: `elastic.ElasticState.sync ${s.name}` })));
+    await Promise.all(all.map((s) => hora.broadcast(s.data, { root, inplace: true, name: `elastic.ElasticState.sync ${s.name}` })));
     if (!isRoot) {
       this.#restoreWeights();
       await this.restored();
@@ -320,17 +323,10 @@ export class ElasticState extends hora.elastic.State {
     });
   }
 
-  async #broadcastHeader(root: number, isRoot: boolean): Promise<TensorHeader> {
-    let bytes = new Uint8Array(0);
-    if (isRoot) {
-      const list = (xs: Saved[]) => xs.map((s): [string, number[], string] => [s.name, s.shape, s.dtype]);
-      const header: TensorHeader = { iterations: this.#iterations, model: list(this.#weights), slots: list(this.#slots), hidden: list(this.#hidden) };
-      bytes = new Uint8Array(Buffer.from(JSON.stringify(header), 'utf8'));
-    }
-    const length = await broadcast(new Float64Array([bytes.length]), { root, name: 'elastic.ElasticState.sync header length' });
-    if (!isRoot) bytes = new Uint8Array(length[0]);
-    await broadcast(bytes, { root, inplace: true, name: 'elastic.ElasticState.sync header' });
-    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8')) as TensorHeader;
+  /** What root holds: its iteration count and the names, shapes and dtypes of its tensors. */
+  #header(): TensorHeader {
+    const list = (xs: Saved[]) => xs.map((s): [string, number[], string] => [s.name, s.shape, s.dtype]);
+    return { iterations: this.#iterations, model: list(this.#weights), slots: list(this.#slots), hidden: list(this.#hidden) };
   }
 
   /** Every rank learns whether all models match root's (weights' number, shapes, dtypes), so all fail together. */
@@ -341,11 +337,9 @@ export class ElasticState extends hora.elastic.State {
       const i = header.model.findIndex(([, shape, dtype], k) => !sameShape(shape, this.#weights[k].shape) || dtype !== this.#weights[k].dtype);
       if (i >= 0) why = `weight ${i} ('${this.#weights[i].name}') is ${this.#weights[i].dtype}[${this.#weights[i].shape}] here, ${header.model[i][2]}[${header.model[i][1]}] on rank ${root}`;
     }
-    const flags = await hora.allgather(new Int32Array([why ? 0 : 1]), { name: 'elastic.ElasticState.sync check' });
-    const bad = [...flags].flatMap((ok, r) => (ok ? [] : [r]));
+    const bad = await ranksThatDiffer(!why, 'elastic.ElasticState.sync check');
     if (bad.length === 0) return;
-    throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState.sync: the model of rank${bad.length > 1 ? 's' : ''} ${bad.join(', ')} ` +
-      `differs from root ${root}'s` + (why ? `: ${why}` : ''), rank);
+    throw differsFromRoot(`${WHERE} ElasticState.sync`, 'model', 'differs', bad, root, why, rank);
   }
 
   /**

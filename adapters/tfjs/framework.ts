@@ -14,7 +14,7 @@
 import type * as Core from '@tensorflow/tfjs-core';
 import type * as Layers from '@tensorflow/tfjs-layers';
 import * as path from 'node:path';
-import { HoraError } from '../../ts/errors';
+import { HoraError } from '../../ts/internal';
 import { applicationFolders, findFramework, Found, loadedModuleOf, packageFolder } from '../application';
 
 const CORE = '@tensorflow/tfjs-core';

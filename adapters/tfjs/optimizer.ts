@@ -23,10 +23,7 @@
  */
 import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
-import { readTfjsSkipAllreduce } from '../../ts/config';
-import { HoraError, checkOptionKeys, knownOptions } from '../../ts/errors';
-import { flushCollectives, timelineOn, timelineSpan } from '../../ts/hora';
-import { steps } from '../../ts/stats';
+import { readTfjsSkipAllreduce, HoraError, checkOptionKeys, knownOptions, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
 import { BucketedStep, planBuckets, PlannedBucket, SentVariable } from './buckets';
 import { gradientsWithHooks } from './hooks';
 import { bfloat16ToFloat, floatToBFloat16, floatToHalf, halfToFloat } from './half';

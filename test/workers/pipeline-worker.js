@@ -135,7 +135,8 @@ async function equiv() {
 
 async function api() {
   // What the pipeline reports for the launcher's stats (the dashboard's Pipeline panel), seen on its way.
-  const stats = require('../../dist/ts/stats.js');
+  const stats = require('../../dist/adapters/tfjs/pipeline/stats.js');
+  const { steps } = require('../../dist/ts/stats.js');
   const reported = [];
   const original = stats.reportPipelineBatch;
   stats.reportPipelineBatch = (batch) => { reported.push(batch); return original(batch); };
@@ -188,7 +189,7 @@ async function api() {
     predictWorst: worstRel([predicted], [refPredicted]), predictShape: predicted.shape,
     shuffledLoss: shuffled.history.loss, setGetWorst: worstRel(back, fresh), exportedWorst: worstRel(exported.getWeights(), fresh),
     exportedClass: exported.getClassName(), saved: saved ? Object.keys(saved).sort() : null, reloaded,
-    plan: pipe.plan, stats: pipe.stats, steps: { ...stats.steps }, reported,
+    plan: pipe.plan, stats: pipe.stats, steps: { ...steps }, reported,
   });
 }
 

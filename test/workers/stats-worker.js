@@ -13,7 +13,8 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const hora = require('../../dist/ts/index.js');
-const { steps, reportPipelineBatch } = require('../../dist/ts/stats.js');
+const { steps } = require('../../dist/ts/stats.js');
+const { reportPipelineBatch } = require('../../dist/adapters/tfjs/pipeline/stats.js');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

@@ -9,11 +9,8 @@
  * holds, so references to them stay valid.
  */
 import { HoraError, describeValue } from '../errors';
-import { allgather, broadcast, current } from '../hora';
-
-type TypedArray =
-  | Int8Array | Uint8Array | Uint8ClampedArray | Int16Array | Uint16Array | Int32Array | Uint32Array
-  | Float32Array | Float64Array | BigInt64Array | BigUint64Array;
+import { broadcast, current } from '../hora';
+import { KeptArray as TypedArray, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer } from './sync';
 
 const TYPED_ARRAYS: Record<string, new (n: number) => TypedArray> = {
   Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
@@ -149,10 +146,7 @@ export class State {
         f.saved = copyJson(f.value);
         continue;
       }
-      const a = f.value as TypedArray;
-      const s = f.saved as TypedArray | undefined;
-      if (s && s.length === a.length) (s as unknown as { set(x: ArrayLike<unknown>): void }).set(a as ArrayLike<unknown>);
-      else f.saved = a.slice();
+      f.saved = keepCopy(f.value as TypedArray, f.saved as TypedArray | undefined);
     }
   }
 
@@ -195,7 +189,7 @@ export class State {
         `hora.elastic.State.sync: argument 'root' must be a rank, 0 <= root < ${w.size}; received ${describeValue(root)}`, w.rank);
     }
     if (w.size > 1) {
-      const header = await this.#broadcastHeader(root, w.rank === root);
+      const header = await broadcastHeader(() => this.#header(), root, w.rank === root, 'elastic.State.sync header');
       await this.#checkHeader(header, root);
       const arrays: Array<[string, TypedArray]> = [];
       for (const [name, type, length] of header.typed) {
@@ -210,20 +204,14 @@ export class State {
     this.#save();
   }
 
-  async #broadcastHeader(root: number, isRoot: boolean): Promise<SyncHeader> {
-    let bytes = new Uint8Array(0);
-    if (isRoot) {
-      const header: SyncHeader = { json: {}, typed: [] };
-      for (const [name, f] of this.#fields) {
-        if (f.kind === 'json') header.json[name] = f.value;
-        else header.typed.push([name, (f.value as TypedArray).constructor.name, (f.value as TypedArray).length]);
-      }
-      bytes = new Uint8Array(Buffer.from(JSON.stringify(header), 'utf8'));
+  /** What root holds: its JSON values, and its arrays' types and lengths. */
+  #header(): SyncHeader {
+    const header: SyncHeader = { json: {}, typed: [] };
+    for (const [name, f] of this.#fields) {
+      if (f.kind === 'json') header.json[name] = f.value;
+      else header.typed.push([name, (f.value as TypedArray).constructor.name, (f.value as TypedArray).length]);
     }
-    const length = await broadcast(new Float64Array([bytes.length]), { root, name: 'elastic.State.sync header length' });
-    if (!isRoot) bytes = new Uint8Array(length[0]);
-    await broadcast(bytes, { root, inplace: true, name: 'elastic.State.sync header' });
-    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8')) as SyncHeader;
+    return header;
   }
 
   /** Every rank learns whether all ranks' fields match root's, so that all fail together if not. */
@@ -240,12 +228,9 @@ export class State {
       else if (mine !== what) diffs.push(`'${name}' is ${what} on rank ${root} but ${mine} here`);
     }
     for (const name of ours.keys()) if (!theirs.has(name)) diffs.push(`'${name}' is a field here but not on rank ${root}`);
-    const flags = await allgather(new Int32Array([diffs.length === 0 ? 1 : 0]), { name: 'elastic.State.sync check' });
-    const bad = [...flags].flatMap((ok, r) => (ok ? [] : [r]));
+    const bad = await ranksThatDiffer(diffs.length === 0, 'elastic.State.sync check');
     if (bad.length === 0) return;
-    const w = current('elastic.State.sync');
-    throw new HoraError('ERR_MISMATCH', `hora.elastic.State.sync: the fields of rank${bad.length > 1 ? 's' : ''} ` +
-      `${bad.join(', ')} differ from root ${root}'s` + (diffs.length ? `: ${diffs.join('; ')}` : ''), w.rank);
+    throw differsFromRoot('hora.elastic.State.sync', 'fields', 'differ', bad, root, diffs.join('; '), current('elastic.State.sync').rank);
   }
 
   /** Registers a callback run after each re-forming of the world, once the state is synced. */

@@ -11,9 +11,8 @@
  */
 import { tf } from '../framework';
 import * as hora from '../../../ts/index';
-import { HoraError } from '../../../ts/errors';
-import { flushCollectives, timelineOn, timelineSpan } from '../../../ts/hora';
-import { reportPipelineBatch, steps } from '../../../ts/stats';
+import { HoraError, flushCollectives, timelineOn, timelineSpan, steps } from '../../../ts/internal';
+import { reportPipelineBatch } from './stats';
 import { Instruction, ScheduleKind, stageSchedule } from './schedule';
 import { Round, RoundReport } from './rounds';
 import { BYTES_PER_FLOAT, disposeRecord, ForwardRecord, Stage } from './stage';

@@ -21,7 +21,7 @@
  */
 import { checkSameTfjs, tf } from '../framework';
 import type { layers as tfl, LayersModel } from '@tensorflow/tfjs-layers';
-import { HoraError } from '../../../ts/errors';
+import { HoraError } from '../../../ts/internal';
 import type { LayerCost } from './partition';
 
 export type Layer = tfl.Layer;

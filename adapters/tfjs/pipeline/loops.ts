@@ -6,7 +6,7 @@
  */
 import { tf } from '../framework';
 import * as hora from '../../../ts/index';
-import { HoraError, checkOptionKeys, knownOptions } from '../../../ts/errors';
+import { HoraError, checkOptionKeys, knownOptions } from '../../../ts/internal';
 import { seeded } from './stage';
 import { shown } from './options';
 import { Executor } from './executor';

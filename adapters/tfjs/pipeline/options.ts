@@ -5,7 +5,7 @@
  * name shapes and values the same way.
  */
 import * as hora from '../../../ts/index';
-import { HoraError, checkOptionKeys, knownOptions } from '../../../ts/errors';
+import { HoraError, checkOptionKeys, knownOptions } from '../../../ts/internal';
 import { Layer } from './layers';
 import { validatePartition } from './partition';
 import { ScheduleKind } from './schedule';

@@ -27,7 +27,7 @@
  * rank given the same costs arrives at the same cut (the pipeline still broadcasts rank 0's plan,
  * since measured costs differ from rank to rank).
  */
-import { HoraError } from '../../../ts/errors';
+import { HoraError } from '../../../ts/internal';
 
 /** What the planner knows of one layer, measured on one micro-batch. */
 export interface LayerCost {

@@ -14,8 +14,7 @@
 import { tf, tfl } from '../framework';
 import type { LayersModel } from '@tensorflow/tfjs-layers';
 import * as hora from '../../../ts/index';
-import { HoraError } from '../../../ts/errors';
-import { makeLogger } from '../../../ts/config';
+import { HoraError, makeLogger } from '../../../ts/internal';
 import { Layer, layerChain, profileLayers } from './layers';
 import { Plan as CostPlan, planPartition } from './partition';
 import { ScheduleKind } from './schedule';

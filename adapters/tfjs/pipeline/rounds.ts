@@ -23,7 +23,7 @@
  * out at once and never fail for a count that differs.
  */
 import * as hora from '../../../ts/index';
-import { HoraError } from '../../../ts/errors';
+import { HoraError } from '../../../ts/internal';
 
 const CONTROL_BYTES = 2048;
 

@@ -30,7 +30,7 @@
  */
 import { tf, tfl } from '../framework';
 import type { LayersModel, Sequential } from '@tensorflow/tfjs-layers';
-import { HoraError } from '../../../ts/errors';
+import { HoraError } from '../../../ts/internal';
 import type { Layer } from './layers';
 import { DeferredKernels, type TapeNode } from './weight-grads';
 
