@@ -14,7 +14,7 @@ import * as hora from '../../../ts/index';
 import { HoraError } from '../../../ts/errors';
 import { flushCollectives, timelineOn, timelineSpan } from '../../../ts/hora';
 import { reportPipelineBatch, steps } from '../../../ts/stats';
-import { Instruction, ScheduleKind, stageSchedule } from './schedule';
+import { Instruction, Message, ScheduleKind, stageSchedule } from './schedule';
 import { Round, RoundReport } from './rounds';
 import { BYTES_PER_FLOAT, disposeRecord, ForwardRecord, Stage } from './stage';
 import { hash, shapeText } from './options';
@@ -55,6 +55,15 @@ export function concatenated(parts: Float32Array[]): Float32Array {
   let at = 0;
   for (const p of parts) { out.set(p, at); at += p.length; }
   return out;
+}
+
+/**
+ * A tensor's values to send: dataSync()'s own array when it is float32 (the copy out of the backend is
+ * the one tfjs needs; the message is sent from it, and tensors are never written), else a float32 copy.
+ */
+function sendable(t: tf.Tensor): Float32Array {
+  const data = t.dataSync();
+  return data instanceof Float32Array ? data : Float32Array.from(data as ArrayLike<number>);
 }
 
 /** The pipeline's four message tags: activations, gradients, the round's control messages, predict's output. */
@@ -233,7 +242,8 @@ const now = () => Number(process.hrtime.bigint());
 /**
  * One batch on this rank: its instructions run in order, each step below one kind of instruction. Only
  * the receives wait (the loop in run()); every step is synchronous, so a stage's forwards (or a last
- * stage's backwards) run back to back as the schedule lists them.
+ * stage's backwards) run back to back as the schedule lists them. What an instruction receives and
+ * sends (the peer stage, and so the rank, the tag and the shape) is read from its own recv and send.
  */
 class BatchRun {
   private readonly s: number;
@@ -251,6 +261,8 @@ class BatchRun {
   private readonly batchNo: number;
   /** This stage's last backward; on the first stage its result goes to no other stage, and nothing waits for it. */
   private readonly lastBackward: Instruction;
+  /** By micro-batch, what each backward sends: the last stage sends it from its forward (lossAndBackward). */
+  private readonly backwardSends = new Map<number, Message>();
   private busy = 0;
   private stashBytes = 0;
   private batchPeak = 0;
@@ -283,6 +295,7 @@ class BatchRun {
     this.tracing = timelineOn();
     this.batchNo = ex.batchesRun;
     this.lastBackward = this.list[this.list.map((i) => i.op).lastIndexOf('backward')];
+    for (const i of this.list) if (i.op === 'backward' && i.send) this.backwardSends.set(i.microBatch, i.send);
   }
 
   async run(): Promise<BatchResult> {
@@ -291,15 +304,15 @@ class BatchRun {
       for (const ins of this.list) {
         const k = ins.microBatch;
         if (ins.op === 'forward') {
-          const input = this.first ? this.sliceInput(k) : await this.receive(s - 1, ex.tags.activation, this.shapeAt(s, k));
-          if (!this.last) this.forwardAndSend(k, input);
+          const input = ins.recv ? await this.receive(ins.recv, k) : this.sliceInput(k);
+          if (ins.send) this.forwardAndSend(k, input, ins.send);
           else if (train) this.lossAndBackward(k, input);
           else this.forwardLast(k, input);
-        } else if (!this.last) {
-          // (The last stage ran its backward with its forward, in lossAndBackward.)
+        } else if (ins.recv) {
+          // (The last stage, whose backwards receive nothing, ran them with its forwards, in lossAndBackward.)
           if (this.first && ins === this.lastBackward) this.weightGradientsEarly();
-          const dy = await this.receive(s + 1, ex.tags.gradient, this.shapeAt(s + 1, k));
-          this.backward(k, dy);
+          const dy = await this.receive(ins.recv, k);
+          this.backward(k, dy, ins.send);
         }
       }
       if (train && ex.stageModel.deferredKernels > 0) this.weightGradients();
@@ -352,7 +365,7 @@ class BatchRun {
   }
 
   /** A stage before the last: forward, the output to the next stage, the input (and record) stashed for the backward. */
-  private forwardAndSend(k: number, input: tf.Tensor): void {
+  private forwardAndSend(k: number, input: tf.Tensor, to: Message): void {
     const { ex, s, train } = this;
     const start = now();
     const record = train && !ex.recompute ? ex.stageModel.forwardRecorded(input, this.seedOf(k)) : null;
@@ -365,7 +378,7 @@ class BatchRun {
       throw new HoraError('ERR_MISMATCH', `pipeline: stage ${s + 1}'s first layer '${ex.firstLayerName[s + 1]}' expects input of shape ${shapeText(want)} ` +
         `but stage ${s}'s last layer '${ex.lastLayerName[s]}' (rank ${ex.rank}) gave ${got} for micro-batch ${k}`, ex.rank, ex.rankOf(s + 1));
     }
-    this.send(Float32Array.from(out.dataSync() as Float32Array), s + 1, ex.tags.activation);
+    this.send(sendable(out), to);
     if (!record) out.dispose();
     if (train) {
       const bytes = input.size * BYTES_PER_FLOAT + (record ? record.bytes : 0);
@@ -395,7 +408,8 @@ class BatchRun {
     // stashed here; the schedule's backward slot on this stage has nothing left to do.
     this.span('forward', k, start, r.forwardEndNs);
     if (r.dx) {
-      this.send(Float32Array.from(r.dx.dataSync() as Float32Array), this.s - 1, ex.tags.gradient);
+      const to = this.backwardSends.get(k);
+      if (to) this.send(sendable(r.dx), to);
       r.dx.dispose();
     }
     this.span('backward', k, r.forwardEndNs);
@@ -423,7 +437,7 @@ class BatchRun {
   }
 
   /** A stage before the last: micro-batch k's backward from its stash, the input's gradient to the stage before. */
-  private backward(k: number, dy: tf.Tensor): void {
+  private backward(k: number, dy: tf.Tensor, to: Message | null): void {
     const { ex } = this;
     const start = now();
     const { input, record, bytes } = this.stash.get(k) as Stashed;
@@ -434,7 +448,7 @@ class BatchRun {
     input.dispose();
     dy.dispose();
     if (dx) {
-      this.send(Float32Array.from(dx.dataSync() as Float32Array), this.s - 1, ex.tags.gradient);
+      if (to) this.send(sendable(dx), to);
       dx.dispose();
     }
     this.span('backward', k, start);
@@ -470,10 +484,10 @@ class BatchRun {
     return this.round.guard(Promise.resolve(w).then(undefined, (e) => { throw this.round.lost(peer, e); }));
   }
 
-  /** Posts a send to `stage` of this replica; awaited at the end of the round, never inside the loop. */
-  private send(data: Float32Array, stage: number, tag: number): void {
-    const to = this.ex.rankOf(stage);
-    const w = hora.send(data, { to, tag });
+  /** Posts an instruction's send (to its peer stage of this replica, on its kind's tag); awaited at the end of the round, never inside the loop. */
+  private send(data: Float32Array, message: Message): void {
+    const to = this.ex.rankOf(message.peer);
+    const w = hora.send(data, { to, tag: this.ex.tags[message.kind] });
     // Out now: batched calls otherwise leave at the end of this run of JavaScript, and a first stage's
     // forwards (or a last stage's backwards) run back to back without yielding, so the next stage would
     // wait for all of them.
@@ -483,11 +497,16 @@ class BatchRun {
     this.sends.push(p);
   }
 
-  private async receive(stage: number, tag: number, shape: number[]): Promise<tf.Tensor> {
-    const from = this.ex.rankOf(stage);
+  /**
+   * An instruction's receive of micro-batch k: from its peer stage of this replica, on its kind's tag; the
+   * values cross the boundary between the two stages, so their shape is the later stage's input.
+   */
+  private async receive(message: Message, k: number): Promise<tf.Tensor> {
+    const from = this.ex.rankOf(message.peer);
+    const shape = this.shapeAt(Math.max(this.s, message.peer), k);
     const count = shape.reduce((a, b) => a * b, 1);
     // The stage idles until the message comes: in a training step, communication time (the dashboard's split).
-    const data = await steps.wait(this.peerWork(from, hora.recv(new Float32Array(count), { from, tag })));
+    const data = await steps.wait(this.peerWork(from, hora.recv(new Float32Array(count), { from, tag: this.ex.tags[message.kind] })));
     return tf.tensor(data, shape, 'float32');
   }
 
