@@ -725,6 +725,28 @@ void agreementNameTests(World& w) {
   }
 }
 
+// An invalid call's reason longer than the verdict's text is shown whole, on every rank.
+void agreementLongReasonTests(World& w) {
+  const int p = w.size;
+  if (p < 2) return;
+  Check check("agree " + w.name() + ": an invalid call's reason longer than the verdict holds is shown whole on every rank");
+  std::string reason = "stage 1 failed: ";
+  while (reason.size() < 900) reason += "layer 'dense_" + std::to_string(reason.size()) + "' gave NaN; ";
+  reason += "the end";
+  for (int k = 0; k < p && !w.broken; ++k) {
+    const uint64_t seq = w.seq++;
+    const std::vector<Status> st = agreeOnEveryRank(
+        w, [&](int r) { return proposalFor(makeWork(r == k ? Kind::kInvalid : Kind::kAllreduce, 1000), seq, 1, 1000); },
+        [&](int r) { return r == k ? reason : std::string(); });
+    std::string err = expectSameVerdict(st, Code::kInvalidArgument, [&](const std::string& m) -> std::string {
+      return m == "rank " + std::to_string(k) + " made an invalid call: " + reason ? "" : "message: " + m;
+    });
+    if (err.empty()) err = st[0].peer() == k ? "" : "the error's peer is " + std::to_string(st[0].peer());
+    if (err.empty()) err = stillUsable(w);
+    check.expect(err.empty(), "invalid on rank " + std::to_string(k) + ": " + err);
+  }
+}
+
 void agreementPayloadTests(World& w) {
   const int p = w.size;
   Check check("agree " + w.name() + ": small allreduces ride in the agreement, reduced (avg not yet divided)");
@@ -1416,6 +1438,7 @@ void worldTests(Net net, int size) {
   fresh();
   agreementTests(w);
   agreementNameTests(w);
+  agreementLongReasonTests(w);
   fresh();
   agreementPayloadTests(w);
   fresh();

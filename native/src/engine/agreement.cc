@@ -429,6 +429,37 @@ Status explainNames(Context& ctx, const Proposal& mine, const Layout* layout, co
   return Status(Code::kMismatch, verdict.text, -1);
 }
 
+// The second round of an agreement whose verdict is an invalid call whose reason did not fit the verdict's
+// text, run by every rank (all have the same verdict): each sends the length of its own reason, then the
+// reason (up to kMaxReasonBytes), to all, and the error gives the culprit's whole. A caller may so fail
+// a collective with as long a reason as it has (the pipeline passes its stage's error on this way).
+Status explainInvalid(Context& ctx, const std::string& invalidReason, const Message& verdict) {
+  const int p = ctx.size();
+  std::vector<uint64_t> lengths(p);
+  lengths[ctx.rank()] = invalidReason.size() < kMaxReasonBytes ? invalidReason.size() : kMaxReasonBytes;
+  AllgatherOptions h;
+  h.output = reinterpret_cast<uint8_t*>(lengths.data());
+  h.bytesPerRank.assign(p, sizeof(uint64_t));
+  HORA_RETURN_IF_ERROR(allgather(ctx, h));
+  AllgatherOptions o;
+  o.bytesPerRank.resize(p);
+  std::vector<size_t> first(p + 1, 0);
+  for (int i = 0; i < p; ++i) {
+    o.bytesPerRank[i] = lengths[i] < kMaxReasonBytes ? lengths[i] : kMaxReasonBytes;
+    first[i + 1] = first[i] + o.bytesPerRank[i];
+  }
+  std::string reasons(first[p], '\0');
+  memcpy(&reasons[first[ctx.rank()]], invalidReason.data(), o.bytesPerRank[ctx.rank()]);
+  o.output = reinterpret_cast<uint8_t*>(&reasons[0]);
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  for (int i = 0; i < p; ++i) {
+    if (ctx.worldRank(i) != verdict.culprit || first[i + 1] == first[i]) continue;
+    return Status(Code::kInvalidArgument, "rank " + std::to_string(verdict.culprit) + " made an invalid call: " +
+                                              reasons.substr(first[i], first[i + 1] - first[i]), verdict.culprit);
+  }
+  return Status(Code::kInvalidArgument, verdict.text, verdict.culprit);
+}
+
 }  // namespace
 
 bool partnerMessageArrived(Context& ctx) {
@@ -494,7 +525,10 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
     case VerdictState::kAgreed:
       if (userPayload != nullptr && payload != userPayload) memcpy(userPayload, work, msg.payloadBytes);
       return Status::ok();
-    case VerdictState::kInvalid: return Status(Code::kInvalidArgument, msg.text, msg.culprit);
+    case VerdictState::kInvalid:
+      // A reason cut to fit the text is exchanged whole (every rank sees the same text, so all take part).
+      if (strlen(msg.text) == sizeof(msg.text) - 1) return explainInvalid(ctx, invalidReason, msg);
+      return Status(Code::kInvalidArgument, msg.text, msg.culprit);
     case VerdictState::kLayout: return explainLayouts(ctx, mine, layout, msg, alike);
     case VerdictState::kName: return explainNames(ctx, mine, layout, msg);
     default: return Status(Code::kMismatch, msg.text, -1);

@@ -55,12 +55,15 @@ std::string describe(const Proposal& p);
 std::string describe(const Proposal& p, const std::string& name);
 // The most bytes of a name the second round of a disagreement on names shows (the rest as "...").
 constexpr size_t kMaxAgreedNameBytes = 1024;
+// The most bytes of an invalid call's reason the second round of an invalid verdict shows.
+constexpr size_t kMaxReasonBytes = 4096;
 // The proposal of the lone collective w; for a fused run, use proposalForRun.
 Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t totalCount);
 // The proposal of a run of allreduces fused into one: their total count, and their layout's digest.
 Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 
-// Runs the agreement. invalidReason is non-empty when this rank's own call was invalid (kind kInvalid).
+// Runs the agreement. invalidReason is non-empty when this rank's own call was invalid (kind kInvalid);
+// a reason too long for the verdict's text is exchanged whole in a second round, as names are.
 // Returns a transport failure as is; on disagreement returns kMismatch or kInvalidArgument with a message
 // that names the ranks.
 //
