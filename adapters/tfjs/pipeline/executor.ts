@@ -15,7 +15,7 @@ import { HoraError } from '../../../ts/errors';
 import { flushCollectives, timelineOn, timelineSpan } from '../../../ts/hora';
 import { reportPipelineBatch, steps } from '../../../ts/stats';
 import { Instruction, Message, ScheduleKind, stageSchedule } from './schedule';
-import { Round, RoundReport } from './rounds';
+import { notice, Round, RoundReport } from './rounds';
 import { BYTES_PER_FLOAT, disposeRecord, ForwardRecord, Stage } from './stage';
 import { hash, shapeText } from './options';
 
@@ -66,7 +66,7 @@ function sendable(t: tf.Tensor): Float32Array {
   return data instanceof Float32Array ? data : Float32Array.from(data as ArrayLike<number>);
 }
 
-/** The pipeline's four message tags: activations, gradients, the round's control messages, predict's output. */
+/** The pipeline's four message tags: activations, gradients, control (kept, unused since rounds went to the engine), predict's output. */
 export interface PipelineTags {
   activation: number;
   gradient: number;
@@ -263,6 +263,10 @@ class BatchRun {
   private readonly lastBackward: Instruction;
   /** By micro-batch, what each backward sends: the last stage sends it from its forward (lossAndBackward). */
   private readonly backwardSends = new Map<number, Message>();
+  /** By link ("kind peer"), the messages this batch sends on it, and those sent so far: a failure sends a notice on each link still owed one. */
+  private readonly owed = new Map<string, { message: Message; count: number; sent: number }>();
+  /** Whether this rank joined its group's gradient allreduce this batch. */
+  private joinedGroup = false;
   private busy = 0;
   private stashBytes = 0;
   private batchPeak = 0;
@@ -289,13 +293,20 @@ class BatchRun {
     this.list = train
       ? stageSchedule(ex.schedule, s, S, m)
       : stageSchedule('gpipe', s, S, m).filter((i) => i.op === 'forward');
-    const peers = Array.from({ length: hora.size() }, (_, r) => r).filter((r) => r !== ex.rank);
-    this.round = new Round(ex.tags.control, peers, ex.describe);
+    this.batchNo = ex.batchesRun;
+    this.round = new Round(`pipeline.batch ${this.batchNo} ${train ? 'train' : 'forward'}: ${n} samples in ${m} micro-batches`,
+      ex.stageModel.metricNames.length, S - 1, ex.describe);
     this.t0 = performance.now();
     this.tracing = timelineOn();
-    this.batchNo = ex.batchesRun;
     this.lastBackward = this.list[this.list.map((i) => i.op).lastIndexOf('backward')];
     for (const i of this.list) if (i.op === 'backward' && i.send) this.backwardSends.set(i.microBatch, i.send);
+    for (const { send } of this.list) {
+      if (!send) continue;
+      const key = `${send.kind} ${send.peer}`;
+      const link = this.owed.get(key) ?? { message: send, count: 0, sent: 0 };
+      link.count += 1;
+      this.owed.set(key, link);
+    }
   }
 
   async run(): Promise<BatchResult> {
@@ -324,19 +335,21 @@ class BatchRun {
         // This stage's backwards are done: average its gradients with its replicas while the other
         // stages may still be working.
         const own = ex.stageModel.gradientArrays();
-        const mean = await steps.wait(round.guard(ex.group.allreduce(concatenated(own), { op: 'avg', name: 'pipeline.gradients' })));
+        this.joinedGroup = true;
+        const mean = await steps.wait(ex.group.allreduce(concatenated(own), { op: 'avg', name: 'pipeline.gradients' }));
         let at = 0;
         grads = own.map((g) => { const part = mean.subarray(at, at + g.length); at += g.length; return part; });
       }
-      await steps.wait(round.guard(Promise.all(this.sends)));
       const wallMs = performance.now() - this.t0;
+      // Every rank's share is done once the agreement ends, so every message sent has been taken.
       const reports = await steps.wait(round.finish(ex.rank, this.report(wallMs, penalty)));
+      await steps.wait(Promise.all(this.sends));
       return { reports, output: this.keepOutput && this.last ? tf.concat(this.outputs) : null, grads, busyMs: this.busy, wallMs, stashBytes: this.batchPeak };
     } catch (e) {
       this.stash.forEach(({ input, record }) => { input.dispose(); if (record) disposeRecord(record); });
       this.outputs.forEach((t) => t.dispose());
       ex.stageModel.resetGradients();
-      ex.broken = round.abort(ex.rank, s, e);
+      ex.broken = await round.abort(ex.rank, s, e, () => this.notify());
       throw ex.broken;
     } finally {
       if (this.keepOutput) this.outputs.forEach((t) => t.dispose());
@@ -471,9 +484,28 @@ class BatchRun {
     this.span('weight gradients', -1, start);
   }
 
+  /**
+   * This rank failed: a notice on each link that still owes a message (the neighbour waiting on it fails
+   * at once and passes the failure on), and this rank's part in its group's gradient allreduce (zeros),
+   * which its replicas may be waiting on.
+   */
+  private notify(): void {
+    for (const { message, count, sent } of this.owed.values()) {
+      if (sent >= count) continue;
+      hora.send(notice(), { to: this.ex.rankOf(message.peer), tag: this.ex.tags[message.kind] }).then(undefined, () => undefined);
+    }
+    const { ex } = this;
+    if (this.train && ex.group && !this.joinedGroup) {
+      this.joinedGroup = true;
+      const length = ex.stageModel.variables.reduce((a, v) => a + v.size, 0);
+      ex.group.allreduce(new Float32Array(length), { op: 'avg', name: 'pipeline.gradients' }).then(undefined, () => undefined);
+    }
+    flushCollectives();
+  }
+
   /** What this rank tells the others at the end of the round: its times, and on the last stage the loss. */
-  private report(wallMs: number, penalty: number): Record<string, unknown> {
-    const payload: Record<string, unknown> = { busy: this.busy, wallMs, stage: this.s, replica: this.ex.replica, n: this.n };
+  private report(wallMs: number, penalty: number): Record<string, number | number[]> {
+    const payload: Record<string, number | number[]> = { busy: this.busy, wallMs, stage: this.s, replica: this.ex.replica, n: this.n };
     if (this.last) Object.assign(payload, { loss: this.lossSum / this.n, metrics: this.metricSums.map((v) => v / this.n) });
     if (penalty !== 0) payload.penalty = penalty;
     return payload;
@@ -481,13 +513,14 @@ class BatchRun {
 
   /** A wait on `peer`, failing the round if the peer is lost and ending early if the round fails. */
   private peerWork<T>(peer: number, w: PromiseLike<T>): Promise<T> {
-    return this.round.guard(Promise.resolve(w).then(undefined, (e) => { throw this.round.lost(peer, e); }));
+    return Promise.resolve(w).then(undefined, (e) => { throw this.round.lost(peer, e); });
   }
 
   /** Posts an instruction's send (to its peer stage of this replica, on its kind's tag); awaited at the end of the round, never inside the loop. */
   private send(data: Float32Array, message: Message): void {
     const to = this.ex.rankOf(message.peer);
     const w = hora.send(data, { to, tag: this.ex.tags[message.kind] });
+    (this.owed.get(`${message.kind} ${message.peer}`) as { sent: number }).sent += 1;
     // Out now: batched calls otherwise leave at the end of this run of JavaScript, and a first stage's
     // forwards (or a last stage's backwards) run back to back without yielding, so the next stage would
     // wait for all of them.
