@@ -4,10 +4,11 @@
  * One batch is one round (rounds.ts): each stage runs its schedule's instructions (schedule.ts), an
  * activation coming in from the stage before under one tag and a gradient from the stage after under
  * another, its sends posted without waiting on them (1F1B deadlocks otherwise); with replicas, each
- * stage averages its gradients with its replicas; then every rank tells every other it is done, the
- * last stage handing out the loss, and each stage applies the sum of its micro-batches' gradients
- * once. A failure anywhere ends the round on every rank with an error naming the stage and rank where
- * it began, and the pipeline cannot run another batch.
+ * stage averages its gradients with its replicas; then the ranks end the batch in the engine's
+ * agreement, the last stage's loss riding in it, and each stage applies the sum of its micro-batches'
+ * gradients once. A failure anywhere ends the round on every rank with an error naming the stage and
+ * rank where it began (notices on the links, the agreement failed with it), and the pipeline cannot run
+ * another batch.
  */
 import { tf } from '../framework';
 import * as hora from '../../../ts/index';
