@@ -60,6 +60,11 @@ for (const [np, transport] of [[2, 'tcp'], [3, 'shm'], [4, 'tcp']]) {
         const where = `rank ${rep.rank}, ${res.name}`;
         t.equal(res.got.code, 'ERR_MISMATCH', `${where}: ERR_MISMATCH`, { got: res.got });
         t.match(res.got.message, /rank \d+ submitted .* but rank \d+ submitted/, `${where}: says which ranks did what`);
+        if (res.name === 'long names differ at the end') {
+          const name = (end) => `submitted barrier 'pipeline.batch 12: 32 samples in 4 micro-batches, shapes [8, ${end}]' as collective`;
+          t.match(res.got.message, name(8), `${where}: shows the first rank's name whole`);
+          t.match(res.got.message, name(9), `${where}: shows the last rank's name whole`);
+        }
         if (res.untouched !== undefined) t.ok(res.untouched, `${where}: the array holds what it held before`);
         assertFollowUp(t, res.after, np, where);
       }

@@ -19,6 +19,7 @@ for (const np of [2, 3]) {
       t.equal(rep.first.code, 'ERR_INVALID_ARGUMENT', `rank ${rep.rank}: code`);
       t.equal(rep.first.peer, 1, `rank ${rep.rank}: names rank 1 as the peer`);
       t.match(rep.first.message, /rank 1 made an invalid call: disk full while loading shard 3/);
+      t.match(rep.long, { code: 'ERR_INVALID_ARGUMENT', peer: 1, whole: true }, `rank ${rep.rank}: a long reason arrives whole`);
     }
   });
 }

@@ -700,6 +700,53 @@ void agreementTests(World& w) {
   }
 }
 
+// The name is the proposal's variable part: names that differ past what a proposal holds are shown whole.
+void agreementNameTests(World& w) {
+  const int p = w.size;
+  if (p < 2) return;
+  Check check("agree " + w.name() + ": names that differ past the proposal's 31 bytes are ERR_MISMATCH on every rank, both shown whole");
+  const std::string lead = "pipeline.batch 12: 32 samples in 4 micro-batches, ";
+  for (int k = 0; k < p && !w.broken; ++k) {
+    const uint64_t seq = w.seq++;
+    const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+      Work wk = makeWork(Kind::kBarrier, 0);
+      wk.name = lead + (r == k ? "shapes [8, 9]" : "shapes [8, 8]");
+      const Layout layout(wk);
+      return agree(c, proposalFor(wk, seq, 1, 0), "", nullptr, &layout);
+    });
+    std::string err = expectSameVerdict(st, Code::kMismatch, [&](const std::string& m) -> std::string {
+      const int other = k == 0 ? 1 : 0;
+      const std::string a = "rank " + std::to_string(other) + " submitted barrier '" + lead + "shapes [8, 8]' as collective #";
+      const std::string b = "rank " + std::to_string(k) + " submitted barrier '" + lead + "shapes [8, 9]' as collective #";
+      return contains(m, a) && contains(m, b) ? "" : "the message does not show both names whole: " + m;
+    });
+    if (err.empty()) err = stillUsable(w);
+    check.expect(err.empty(), "odd rank " + std::to_string(k) + ": " + err);
+  }
+}
+
+// An invalid call's reason longer than the verdict's text is shown whole, on every rank.
+void agreementLongReasonTests(World& w) {
+  const int p = w.size;
+  if (p < 2) return;
+  Check check("agree " + w.name() + ": an invalid call's reason longer than the verdict holds is shown whole on every rank");
+  std::string reason = "stage 1 failed: ";
+  while (reason.size() < 900) reason += "layer 'dense_" + std::to_string(reason.size()) + "' gave NaN; ";
+  reason += "the end";
+  for (int k = 0; k < p && !w.broken; ++k) {
+    const uint64_t seq = w.seq++;
+    const std::vector<Status> st = agreeOnEveryRank(
+        w, [&](int r) { return proposalFor(makeWork(r == k ? Kind::kInvalid : Kind::kAllreduce, 1000), seq, 1, 1000); },
+        [&](int r) { return r == k ? reason : std::string(); });
+    std::string err = expectSameVerdict(st, Code::kInvalidArgument, [&](const std::string& m) -> std::string {
+      return m == "rank " + std::to_string(k) + " made an invalid call: " + reason ? "" : "message: " + m;
+    });
+    if (err.empty()) err = st[0].peer() == k ? "" : "the error's peer is " + std::to_string(st[0].peer());
+    if (err.empty()) err = stillUsable(w);
+    check.expect(err.empty(), "invalid on rank " + std::to_string(k) + ": " + err);
+  }
+}
+
 void agreementPayloadTests(World& w) {
   const int p = w.size;
   Check check("agree " + w.name() + ": small allreduces ride in the agreement, reduced (avg not yet divided)");
@@ -1390,6 +1437,8 @@ void worldTests(Net net, int size) {
   broadcastTests(w);
   fresh();
   agreementTests(w);
+  agreementNameTests(w);
+  agreementLongReasonTests(w);
   fresh();
   agreementPayloadTests(w);
   fresh();

@@ -83,6 +83,8 @@ async function invalidSameTickScenario() {
   return { results: [{ name: 'bad call then a valid one in the same tick', badRank, isBad: r === badRank, argument: 'x', got, next, after: await followUp() }] };
 }
 
+const LONG_NAME = 'pipeline.batch 12: 32 samples in 4 micro-batches, shapes [8, ';
+
 async function mismatchScenario() {
   const r = hora.rank();
   const p = hora.size();
@@ -111,6 +113,8 @@ async function mismatchScenario() {
     ['count differs, in place', () => hora.allreduce(kept[1], { op: 'sum', inplace: true }), kept[1]],
     ['name differs, in place, 64 KiB', () => hora.allreduce(kept[2], { op: 'sum', inplace: true, name: r === last ? 'b' : 'a' }), kept[2]],
   );
+  // Names that differ only past the 31 bytes a proposal holds: the error shows both whole.
+  cases.push(['long names differ at the end', () => hora.barrier({ name: `${LONG_NAME}${r === last ? 9 : 8}]` })]);
   const results = [];
   for (const [name, call, array] of cases) {
     const got = await outcome(call);

@@ -4,17 +4,18 @@
  * One batch is one round (rounds.ts): each stage runs its schedule's instructions (schedule.ts), an
  * activation coming in from the stage before under one tag and a gradient from the stage after under
  * another, its sends posted without waiting on them (1F1B deadlocks otherwise); with replicas, each
- * stage averages its gradients with its replicas; then every rank tells every other it is done, the
- * last stage handing out the loss, and each stage applies the sum of its micro-batches' gradients
- * once. A failure anywhere ends the round on every rank with an error naming the stage and rank where
- * it began, and the pipeline cannot run another batch.
+ * stage averages its gradients with its replicas; then the ranks end the batch in the engine's
+ * agreement, the last stage's loss riding in it, and each stage applies the sum of its micro-batches'
+ * gradients once. A failure anywhere ends the round on every rank with an error naming the stage and
+ * rank where it began (notices on the links, the agreement failed with it), and the pipeline cannot run
+ * another batch.
  */
 import { tf } from '../framework';
 import * as hora from '../../../ts/index';
 import { HoraError, flushCollectives, timelineOn, timelineSpan, steps } from '../../../ts/internal';
 import { reportPipelineBatch } from './stats';
-import { Instruction, ScheduleKind, stageSchedule } from './schedule';
-import { Round, RoundReport } from './rounds';
+import { Instruction, Message, ScheduleKind, stageSchedule } from './schedule';
+import { notice, Round, RoundReport } from './rounds';
 import { BYTES_PER_FLOAT, disposeRecord, ForwardRecord, Stage } from './stage';
 import { hash, shapeText } from './options';
 
@@ -56,7 +57,16 @@ export function concatenated(parts: Float32Array[]): Float32Array {
   return out;
 }
 
-/** The pipeline's four message tags: activations, gradients, the round's control messages, predict's output. */
+/**
+ * A tensor's values to send: dataSync()'s own array when it is float32 (the copy out of the backend is
+ * the one tfjs needs; the message is sent from it, and tensors are never written), else a float32 copy.
+ */
+function sendable(t: tf.Tensor): Float32Array {
+  const data = t.dataSync();
+  return data instanceof Float32Array ? data : Float32Array.from(data as ArrayLike<number>);
+}
+
+/** The pipeline's four message tags: activations, gradients, control (kept, unused since rounds went to the engine), predict's output. */
 export interface PipelineTags {
   activation: number;
   gradient: number;
@@ -232,7 +242,8 @@ const now = () => Number(process.hrtime.bigint());
 /**
  * One batch on this rank: its instructions run in order, each step below one kind of instruction. Only
  * the receives wait (the loop in run()); every step is synchronous, so a stage's forwards (or a last
- * stage's backwards) run back to back as the schedule lists them.
+ * stage's backwards) run back to back as the schedule lists them. What an instruction receives and
+ * sends (the peer stage, and so the rank, the tag and the shape) is read from its own recv and send.
  */
 class BatchRun {
   private readonly s: number;
@@ -250,6 +261,12 @@ class BatchRun {
   private readonly batchNo: number;
   /** This stage's last backward; on the first stage its result goes to no other stage, and nothing waits for it. */
   private readonly lastBackward: Instruction;
+  /** By micro-batch, what each backward sends: the last stage sends it from its forward (lossAndBackward). */
+  private readonly backwardSends = new Map<number, Message>();
+  /** By link ("kind peer"), the messages this batch sends on it, and those sent so far: a failure sends a notice on each link still owed one. */
+  private readonly owed = new Map<string, { message: Message; count: number; sent: number }>();
+  /** Whether this rank joined its group's gradient allreduce this batch. */
+  private joinedGroup = false;
   private busy = 0;
   private stashBytes = 0;
   private batchPeak = 0;
@@ -276,12 +293,20 @@ class BatchRun {
     this.list = train
       ? stageSchedule(ex.schedule, s, S, m)
       : stageSchedule('gpipe', s, S, m).filter((i) => i.op === 'forward');
-    const peers = Array.from({ length: hora.size() }, (_, r) => r).filter((r) => r !== ex.rank);
-    this.round = new Round(ex.tags.control, peers, ex.describe);
+    this.batchNo = ex.batchesRun;
+    this.round = new Round(`pipeline.batch ${this.batchNo} ${train ? 'train' : 'forward'}: ${n} samples in ${m} micro-batches`,
+      ex.stageModel.metricNames.length, S - 1, ex.describe);
     this.t0 = performance.now();
     this.tracing = timelineOn();
-    this.batchNo = ex.batchesRun;
     this.lastBackward = this.list[this.list.map((i) => i.op).lastIndexOf('backward')];
+    for (const i of this.list) if (i.op === 'backward' && i.send) this.backwardSends.set(i.microBatch, i.send);
+    for (const { send } of this.list) {
+      if (!send) continue;
+      const key = `${send.kind} ${send.peer}`;
+      const link = this.owed.get(key) ?? { message: send, count: 0, sent: 0 };
+      link.count += 1;
+      this.owed.set(key, link);
+    }
   }
 
   async run(): Promise<BatchResult> {
@@ -290,15 +315,15 @@ class BatchRun {
       for (const ins of this.list) {
         const k = ins.microBatch;
         if (ins.op === 'forward') {
-          const input = this.first ? this.sliceInput(k) : await this.receive(s - 1, ex.tags.activation, this.shapeAt(s, k));
-          if (!this.last) this.forwardAndSend(k, input);
+          const input = ins.recv ? await this.receive(ins.recv, k) : this.sliceInput(k);
+          if (ins.send) this.forwardAndSend(k, input, ins.send);
           else if (train) this.lossAndBackward(k, input);
           else this.forwardLast(k, input);
-        } else if (!this.last) {
-          // (The last stage ran its backward with its forward, in lossAndBackward.)
+        } else if (ins.recv) {
+          // (The last stage, whose backwards receive nothing, ran them with its forwards, in lossAndBackward.)
           if (this.first && ins === this.lastBackward) this.weightGradientsEarly();
-          const dy = await this.receive(s + 1, ex.tags.gradient, this.shapeAt(s + 1, k));
-          this.backward(k, dy);
+          const dy = await this.receive(ins.recv, k);
+          this.backward(k, dy, ins.send);
         }
       }
       if (train && ex.stageModel.deferredKernels > 0) this.weightGradients();
@@ -310,19 +335,21 @@ class BatchRun {
         // This stage's backwards are done: average its gradients with its replicas while the other
         // stages may still be working.
         const own = ex.stageModel.gradientArrays();
-        const mean = await steps.wait(round.guard(ex.group.allreduce(concatenated(own), { op: 'avg', name: 'pipeline.gradients' })));
+        this.joinedGroup = true;
+        const mean = await steps.wait(ex.group.allreduce(concatenated(own), { op: 'avg', name: 'pipeline.gradients' }));
         let at = 0;
         grads = own.map((g) => { const part = mean.subarray(at, at + g.length); at += g.length; return part; });
       }
-      await steps.wait(round.guard(Promise.all(this.sends)));
       const wallMs = performance.now() - this.t0;
+      // Every rank's share is done once the agreement ends, so every message sent has been taken.
       const reports = await steps.wait(round.finish(ex.rank, this.report(wallMs, penalty)));
+      await steps.wait(Promise.all(this.sends));
       return { reports, output: this.keepOutput && this.last ? tf.concat(this.outputs) : null, grads, busyMs: this.busy, wallMs, stashBytes: this.batchPeak };
     } catch (e) {
       this.stash.forEach(({ input, record }) => { input.dispose(); if (record) disposeRecord(record); });
       this.outputs.forEach((t) => t.dispose());
       ex.stageModel.resetGradients();
-      ex.broken = round.abort(ex.rank, s, e);
+      ex.broken = await round.abort(ex.rank, s, e, () => this.notify());
       throw ex.broken;
     } finally {
       if (this.keepOutput) this.outputs.forEach((t) => t.dispose());
@@ -351,7 +378,7 @@ class BatchRun {
   }
 
   /** A stage before the last: forward, the output to the next stage, the input (and record) stashed for the backward. */
-  private forwardAndSend(k: number, input: tf.Tensor): void {
+  private forwardAndSend(k: number, input: tf.Tensor, to: Message): void {
     const { ex, s, train } = this;
     const start = now();
     const record = train && !ex.recompute ? ex.stageModel.forwardRecorded(input, this.seedOf(k)) : null;
@@ -364,7 +391,7 @@ class BatchRun {
       throw new HoraError('ERR_MISMATCH', `pipeline: stage ${s + 1}'s first layer '${ex.firstLayerName[s + 1]}' expects input of shape ${shapeText(want)} ` +
         `but stage ${s}'s last layer '${ex.lastLayerName[s]}' (rank ${ex.rank}) gave ${got} for micro-batch ${k}`, ex.rank, ex.rankOf(s + 1));
     }
-    this.send(Float32Array.from(out.dataSync() as Float32Array), s + 1, ex.tags.activation);
+    this.send(sendable(out), to);
     if (!record) out.dispose();
     if (train) {
       const bytes = input.size * BYTES_PER_FLOAT + (record ? record.bytes : 0);
@@ -394,7 +421,8 @@ class BatchRun {
     // stashed here; the schedule's backward slot on this stage has nothing left to do.
     this.span('forward', k, start, r.forwardEndNs);
     if (r.dx) {
-      this.send(Float32Array.from(r.dx.dataSync() as Float32Array), this.s - 1, ex.tags.gradient);
+      const to = this.backwardSends.get(k);
+      if (to) this.send(sendable(r.dx), to);
       r.dx.dispose();
     }
     this.span('backward', k, r.forwardEndNs);
@@ -422,7 +450,7 @@ class BatchRun {
   }
 
   /** A stage before the last: micro-batch k's backward from its stash, the input's gradient to the stage before. */
-  private backward(k: number, dy: tf.Tensor): void {
+  private backward(k: number, dy: tf.Tensor, to: Message | null): void {
     const { ex } = this;
     const start = now();
     const { input, record, bytes } = this.stash.get(k) as Stashed;
@@ -433,7 +461,7 @@ class BatchRun {
     input.dispose();
     dy.dispose();
     if (dx) {
-      this.send(Float32Array.from(dx.dataSync() as Float32Array), this.s - 1, ex.tags.gradient);
+      if (to) this.send(sendable(dx), to);
       dx.dispose();
     }
     this.span('backward', k, start);
@@ -456,9 +484,28 @@ class BatchRun {
     this.span('weight gradients', -1, start);
   }
 
+  /**
+   * This rank failed: a notice on each link that still owes a message (the neighbour waiting on it fails
+   * at once and passes the failure on), and this rank's part in its group's gradient allreduce (zeros),
+   * which its replicas may be waiting on.
+   */
+  private notify(): void {
+    for (const { message, count, sent } of this.owed.values()) {
+      if (sent >= count) continue;
+      hora.send(notice(), { to: this.ex.rankOf(message.peer), tag: this.ex.tags[message.kind] }).then(undefined, () => undefined);
+    }
+    const { ex } = this;
+    if (this.train && ex.group && !this.joinedGroup) {
+      this.joinedGroup = true;
+      const length = ex.stageModel.variables.reduce((a, v) => a + v.size, 0);
+      ex.group.allreduce(new Float32Array(length), { op: 'avg', name: 'pipeline.gradients' }).then(undefined, () => undefined);
+    }
+    flushCollectives();
+  }
+
   /** What this rank tells the others at the end of the round: its times, and on the last stage the loss. */
-  private report(wallMs: number, penalty: number): Record<string, unknown> {
-    const payload: Record<string, unknown> = { busy: this.busy, wallMs, stage: this.s, replica: this.ex.replica, n: this.n };
+  private report(wallMs: number, penalty: number): Record<string, number | number[]> {
+    const payload: Record<string, number | number[]> = { busy: this.busy, wallMs, stage: this.s, replica: this.ex.replica, n: this.n };
     if (this.last) Object.assign(payload, { loss: this.lossSum / this.n, metrics: this.metricSums.map((v) => v / this.n) });
     if (penalty !== 0) payload.penalty = penalty;
     return payload;
@@ -466,13 +513,14 @@ class BatchRun {
 
   /** A wait on `peer`, failing the round if the peer is lost and ending early if the round fails. */
   private peerWork<T>(peer: number, w: PromiseLike<T>): Promise<T> {
-    return this.round.guard(Promise.resolve(w).then(undefined, (e) => { throw this.round.lost(peer, e); }));
+    return Promise.resolve(w).then(undefined, (e) => { throw this.round.lost(peer, e); });
   }
 
-  /** Posts a send to `stage` of this replica; awaited at the end of the round, never inside the loop. */
-  private send(data: Float32Array, stage: number, tag: number): void {
-    const to = this.ex.rankOf(stage);
-    const w = hora.send(data, { to, tag });
+  /** Posts an instruction's send (to its peer stage of this replica, on its kind's tag); awaited at the end of the round, never inside the loop. */
+  private send(data: Float32Array, message: Message): void {
+    const to = this.ex.rankOf(message.peer);
+    const w = hora.send(data, { to, tag: this.ex.tags[message.kind] });
+    (this.owed.get(`${message.kind} ${message.peer}`) as { sent: number }).sent += 1;
     // Out now: batched calls otherwise leave at the end of this run of JavaScript, and a first stage's
     // forwards (or a last stage's backwards) run back to back without yielding, so the next stage would
     // wait for all of them.
@@ -482,11 +530,16 @@ class BatchRun {
     this.sends.push(p);
   }
 
-  private async receive(stage: number, tag: number, shape: number[]): Promise<tf.Tensor> {
-    const from = this.ex.rankOf(stage);
+  /**
+   * An instruction's receive of micro-batch k: from its peer stage of this replica, on its kind's tag; the
+   * values cross the boundary between the two stages, so their shape is the later stage's input.
+   */
+  private async receive(message: Message, k: number): Promise<tf.Tensor> {
+    const from = this.ex.rankOf(message.peer);
+    const shape = this.shapeAt(Math.max(this.s, message.peer), k);
     const count = shape.reduce((a, b) => a * b, 1);
     // The stage idles until the message comes: in a training step, communication time (the dashboard's split).
-    const data = await steps.wait(this.peerWork(from, hora.recv(new Float32Array(count), { from, tag })));
+    const data = await steps.wait(this.peerWork(from, hora.recv(new Float32Array(count), { from, tag: this.ex.tags[message.kind] })));
     return tf.tensor(data, shape, 'float32');
   }
 

@@ -120,10 +120,36 @@ function shapesOf(layers: Layer[]): string[] {
 }
 
 /**
- * Every rank's model and options, compared. Ranks that refused their options throw their own error; the
- * others say which rank refused. Blocks (Work.wait) until every rank has called pipeline().
+ * What every rank must agree on, worded: the name of the engine's agreement (docs/internals.md 1.5). The
+ * engine compares its digest and, should ranks differ, says which; explain() then names the field.
+ */
+function termsOf(layers: Layer[] | null, opts: Checked | null, refused: unknown): string {
+  if (refused || !layers || !opts) return 'pipeline.agree: refused';
+  const partition = opts.partition === 'auto' ? 'auto' : opts.partition.join(',');
+  return `pipeline.agree: ${layers.length} layers #${hash(shapesOf(layers).join('|')).toString(16)}, stages ${opts.stages}, ` +
+    `microBatches ${opts.microBatches}, schedule ${opts.schedule}, partition ${partition}, profileBatchSize ${opts.profileBatchSize}, ` +
+    `recompute ${opts.recompute}, deferWeightGradients ${opts.deferWeightGradients}`;
+}
+
+/**
+ * Every rank's model and options, compared: the engine's agreement on their terms (a barrier named by
+ * them). Ranks that refused their options throw their own error; the others say which rank refused.
+ * Blocks (Work.wait) until every rank has called pipeline(). Only when the ranks differ does a second
+ * round (explain) find what differs, to name it.
  */
 export function agree(layers: Layer[] | null, opts: Checked | null, refused: unknown): void {
+  try {
+    hora.barrier({ name: termsOf(layers, opts, refused) }).wait();
+  } catch (e) {
+    if (!(e instanceof HoraError) || e.code !== 'ERR_MISMATCH') throw e;
+    explain(layers, opts, refused);
+    throw e;
+  }
+  if (refused) throw refused;
+}
+
+/** After the ranks disagreed: every rank's fields, compared, the first that differs named (with its values on every rank). */
+function explain(layers: Layer[] | null, opts: Checked | null, refused: unknown): void {
   const mine = new Float64Array(FIELDS.length).fill(NaN);
   mine[0] = refused ? 1 : 0;
   if (layers) {

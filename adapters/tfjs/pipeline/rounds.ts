@@ -1,130 +1,138 @@
 /**
- * Rounds: how the ranks of a pipeline finish a batch together, or fail it together.
+ * Rounds: how the ranks of a pipeline finish a batch together, or fail it together, through the
+ * engine's agreement (docs/internals.md 1.5), as collectives do.
  *
- * A stage spends a batch waiting on messages from its neighbours, not in a collective, so the way
- * collectives spread a failure (failPeers, the engine's agreement) does not reach it: a stage waiting
- * for the gradient of a micro-batch that its neighbour will never send would wait for the deadline.
- * So every batch (a round) carries one control message from every rank to every other rank, on a tag
- * of its own:
- *
- * - when the round starts, each rank posts a receive for the control message of every other rank;
- * - a rank that finishes its share sends each of them "done" with a small payload (the last stage's
- *   loss and metrics, every stage's busy time) and waits for theirs: the round's end is a barrier that
- *   also hands out the loss;
- * - a rank that fails sends "failed" with its stage, rank, error code and message instead; every rank
- *   that receives it stops waiting on its neighbours and fails with an error naming that stage and
- *   rank, and sends its own "failed" to the ranks it had not yet sent to, so that every posted receive
- *   is matched and no rank is left waiting;
- * - a rank that dies fails the receives posted for it with ERR_PEER_LOST within seconds, which also
- *   ends the round on every rank with an error naming it.
- *
- * Every wait of a stage inside a round goes through guard(), which races it against the round's
- * failure. Control messages have a fixed size (a small JSON text, zero-padded) so that they always go
- * out at once and never fail for a count that differs.
+ * - A rank that finishes its share joins one allreduce named by the batch's terms (its number, whether
+ *   it trains, its samples and micro-batches): the engine's agreement checks those terms on every rank,
+ *   and the batch's reports ride in it, each rank's row of a matrix summed with the others' zeros (the
+ *   last stage's loss and metrics, every stage's busy time). Its end is the round's barrier.
+ * - A rank that fails (the origin) calls hora.failPeers with its error, so the agreement fails on every
+ *   rank with ERR_INVALID_ARGUMENT naming it; every rank words the origin's error from its text.
+ * - A stage spends a batch waiting on messages from its neighbours, not in a collective, so a failure
+ *   must also reach the stages that wait on the failed one: a failing rank sends a notice (one uint8,
+ *   which no float32 receive takes: it fails at once) on every link that still owes a message, in place
+ *   of that message. A stage whose receive fails on a notice (a consequence) does the same to its own
+ *   neighbours and joins the agreement, where it learns the origin's error. With replicas, a failing
+ *   rank also joins its group's gradient allreduce (zeros), which its replicas would otherwise wait on.
+ * - A rank whose neighbour died (ERR_PEER_LOST) says so at once: the world is broken, no agreement can
+ *   finish; its neighbours learn it from their own links, or from the launcher.
  */
 import * as hora from '../../../ts/index';
 import { HoraError } from '../../../ts/internal';
 
-const CONTROL_BYTES = 2048;
+/** Each rank's row of the reports matrix: these values, then the last stage's metrics. */
+const FIELDS = ['busy', 'wallMs', 'stage', 'replica', 'n', 'loss', 'penalty'] as const;
+/** How a failing rank's text starts, so that every rank finds the code and the message in the verdict. */
+const FAILURE = 'pipeline failure ';
+const VERDICT = new RegExp(`made an invalid call: ${FAILURE}(ERR_[A-Z_]+): ([\\s\\S]*)$`);
+/** What a receive says when its message was a failing neighbour's notice (engine/p2p.cc's words). */
+const NOTICE = / sent 1 x uint8 with tag \d+/;
 
 /** What a rank says at the end of a round. */
 export interface RoundReport {
   /** The rank that sent it. */
   rank: number;
   ok: boolean;
-  /** ok: whatever the stage hands out (loss, metrics, busy time). */
+  /** Its busy time, wall time, stage, replica and samples; on the last stage the loss and metrics; any penalty. */
   payload?: Record<string, unknown>;
-  /** !ok: the error's code and message, and the stage that failed. */
-  code?: string;
-  message?: string;
-  stage?: number;
-  /** !ok: the rank where the failure began (this one, or the one whose report it passes on). */
-  origin?: number;
-}
-
-function encode(report: RoundReport): Uint8Array {
-  const out = new Uint8Array(CONTROL_BYTES);
-  let text = JSON.stringify(report);
-  let bytes = Buffer.from(text, 'utf8');
-  if (bytes.length > CONTROL_BYTES && report.message !== undefined) {
-    // A long message is cut, not the report: the code and the stage matter more than its tail.
-    text = JSON.stringify({ ...report, message: report.message.slice(0, CONTROL_BYTES / 2) + '...' });
-    bytes = Buffer.from(text, 'utf8');
-  }
-  if (bytes.length > CONTROL_BYTES) throw new HoraError('ERR_INTERNAL', `pipeline: a round report of ${bytes.length} bytes does not fit in ${CONTROL_BYTES}`);
-  out.set(bytes);
-  return out;
-}
-
-function decode(bytes: Uint8Array): RoundReport {
-  let end = bytes.indexOf(0);
-  if (end < 0) end = bytes.length;
-  return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, end).toString('utf8')) as RoundReport;
 }
 
 /** Names a rank by its place in the pipeline, for error messages. */
 export type Describe = (rank: number) => string;
 
-export class Round {
-  /** Rejects with the first failure: a peer's report, a lost peer, or this rank's own. */
-  readonly failed: Promise<never>;
-  private fail!: (e: unknown) => void;
-  private readonly sentTo = new Set<number>();
-  private readonly reports: Array<Promise<RoundReport>>;
-  private failure: HoraError | null = null;
+/** How this rank came to fail. */
+type Cause = 'origin' | 'notice' | 'lost';
 
-  constructor(private readonly tag: number, private readonly peers: number[], private readonly describe: Describe) {
-    this.failed = new Promise<never>((_, reject) => { this.fail = reject; });
-    // Nothing may be left unhandled: a round that ends well never rejects, one that fails is awaited.
-    this.failed.catch(() => undefined);
-    this.reports = peers.map((peer) => {
-      const work = hora.recv(new Uint8Array(CONTROL_BYTES), { from: peer, tag });
-      const report = (async () => {
-        let r: RoundReport;
-        try {
-          r = decode(await work);
-        } catch (e) {
-          throw this.lost(peer, e);
-        }
-        if (!r.ok) throw this.peerFailed(r);
-        return r;
-      })();
-      report.catch((e) => this.setFailure(e));
-      return report;
-    });
-  }
+export class Round {
+  private failure: HoraError | null = null;
+  /** The agreement ended well: this rank joins no other collective for this batch, whatever fails after. */
+  private agreed = false;
+
+  /**
+   * @param terms the batch's terms, every rank's alike: the name of its agreement
+   * @param metrics the metrics the last stage reports
+   * @param lastStage the stage whose reports carry the loss and metrics
+   */
+  constructor(private readonly terms: string, private readonly metrics: number, private readonly lastStage: number, private readonly describe: Describe) {}
 
   /** The error of the round, once it failed. */
   get error(): HoraError | null {
     return this.failure;
   }
 
-  /** Waits for p, or rejects as soon as the round fails. */
-  guard<T>(p: PromiseLike<T>): Promise<T> {
-    return Promise.race([Promise.resolve(p), this.failed]);
+  /**
+   * Ends this rank's share: the agreement on the batch's terms, carrying every rank's report. Resolves
+   * with every rank's report, in rank order; rejects with the origin's error when a rank failed.
+   */
+  async finish(rank: number, payload: Record<string, number | number[]>): Promise<RoundReport[]> {
+    const size = hora.size();
+    const width = FIELDS.length + this.metrics;
+    const rows = new Float64Array(size * width);
+    FIELDS.forEach((f, i) => { rows[rank * width + i] = (payload[f] as number | undefined) ?? 0; });
+    ((payload.metrics as number[] | undefined) ?? []).slice(0, this.metrics).forEach((v, i) => { rows[rank * width + FIELDS.length + i] = v; });
+    let all: Float64Array;
+    try {
+      all = await hora.allreduce(rows, { op: 'sum', name: this.terms });
+    } catch (e) {
+      const origin = this.verdict(e);
+      if (origin) await this.failedTogether();
+      throw this.settle(origin ?? this.lost(-1, e));
+    }
+    this.agreed = true;
+    return Array.from({ length: size }, (_, r) => {
+      const row = all.subarray(r * width, (r + 1) * width);
+      const p: Record<string, unknown> = { busy: row[0], wallMs: row[1], stage: row[2], replica: row[3], n: row[4] };
+      if (row[2] === this.lastStage) Object.assign(p, { loss: row[5], metrics: Array.from(row.subarray(FIELDS.length)) });
+      if (row[6] !== 0) p.penalty = row[6];
+      return { rank: r, ok: true, payload: p };
+    });
   }
 
   /**
-   * Ends this rank's share: tells every other rank it is done, with `payload`, and waits for theirs.
-   * Resolves with every rank's report (this rank's included), in rank order.
+   * This rank cannot go on. notify() sends the notices (and joins the group's allreduce) first; then the
+   * origin fails the agreement with its error and answers it at once, a consequence joins the agreement
+   * and answers the origin's error from it, and a rank whose neighbour died answers that.
    */
-  async finish(rank: number, payload: Record<string, unknown>): Promise<RoundReport[]> {
-    const mine: RoundReport = { rank, ok: true, payload };
-    this.sendAll(mine);
-    const theirs = await this.guard(Promise.all(this.reports));
-    return [mine, ...theirs].sort((a, b) => a.rank - b.rank);
+  async abort(rank: number, stage: number, e: unknown, notify: () => void): Promise<HoraError> {
+    if (this.failure || this.agreed) return this.settle(this.failure ?? this.ownFailure(rank, stage, e));
+    const cause: Cause = e instanceof NoticeReceived ? 'notice' : e instanceof HoraError && (e.code === 'ERR_PEER_LOST' || e.code === 'ERR_SHUTDOWN') ? 'lost' : 'origin';
+    const own = this.ownFailure(rank, stage, e);
+    notify();
+    if (cause === 'lost') return this.settle(own);
+    if (cause === 'origin') {
+      hora.failPeers(`${FAILURE}${own.code}: ${own.message}`);
+      await this.failedTogether();
+      return this.settle(own);
+    }
+    try {
+      await hora.allreduce(new Float64Array(1), { op: 'sum', name: `${this.terms} (failed)` });
+    } catch (failed) {
+      const origin = this.verdict(failed);
+      if (origin) await this.failedTogether();
+      return this.settle(origin ?? this.lost(-1, failed));
+    }
+    return this.settle(own);  // (no rank failed the agreement: the notice was all there was to say)
   }
 
   /**
-   * This rank cannot go on: tells every rank it has not yet told, and answers the error to throw.
-   * After a peer's failure, answers that failure (this rank's own is only a consequence of it).
+   * After an agreement that a rank failed, every rank (the origin too) joins one barrier: the origin then
+   * knows that every rank has its error before it goes on (its program may exit at once, and the launcher
+   * would then end the job before the others heard why).
    */
-  abort(rank: number, stage: number, e: unknown): HoraError {
-    const own = this.failure ?? this.ownFailure(rank, stage, e);
-    const origin = this.failure ? this.failure.peer : rank;
-    this.sendAll({ rank, ok: false, stage, code: own.code, message: own.message, origin });
-    this.setFailure(own);
-    return this.failure as HoraError;
+  private async failedTogether(): Promise<void> {
+    await hora.barrier({ name: `${this.terms} failed` }).then(undefined, () => undefined);
+  }
+
+  /** The origin's error, from an agreement that failed because of it; null for any other failure. */
+  private verdict(e: unknown): HoraError | null {
+    if (!(e instanceof HoraError) || e.code !== 'ERR_INVALID_ARGUMENT') return null;
+    const m = VERDICT.exec(e.message);
+    return m ? new HoraError(m[1], m[2], hora.rank(), e.peer) : null;
+  }
+
+  private settle(e: HoraError): HoraError {
+    if (!this.failure) this.failure = e;
+    return this.failure;
   }
 
   private ownFailure(rank: number, stage: number, e: unknown): HoraError {
@@ -136,36 +144,32 @@ export class Round {
     return err;
   }
 
-  private sendAll(report: RoundReport): void {
-    const bytes = encode(report);
-    for (const peer of this.peers) {
-      if (this.sentTo.has(peer)) continue;
-      this.sentTo.add(peer);
-      // Not awaited: the receive for it is posted (or the peer is gone, and the round fails anyway).
-      hora.send(bytes.slice(), { to: peer, tag: this.tag }).then(undefined, () => undefined);
-    }
-  }
-
-  private setFailure(e: unknown): void {
-    if (this.failure) return;
-    this.failure = e instanceof HoraError ? e : new HoraError('ERR_INTERNAL', String((e as Error)?.message ?? e));
-    this.fail(this.failure);
-  }
-
-  private peerFailed(r: RoundReport): HoraError {
-    const message = r.message ?? 'failed';
-    return new HoraError(r.code ?? 'ERR_INVALID_ARGUMENT',
-      message.startsWith('pipeline: stage ') ? message : `pipeline: ${this.describe(r.rank)} failed: ${message}`, hora.rank(), r.origin ?? r.rank);
-  }
-
-  /** A message to or from a peer failed: it died (or the job is going down), or the two disagreed. */
+  /**
+   * A message to or from a peer failed: it died (or the job is going down), the two disagreed, or the
+   * peer failed and sent a notice instead (then a NoticeReceived, which is no failure of this rank's own).
+   */
   lost(peer: number, e: unknown): HoraError {
+    if (e instanceof HoraError && e.code === 'ERR_MISMATCH' && NOTICE.test(e.message)) return new NoticeReceived(peer, e);
     const code = e instanceof HoraError ? e.code : 'ERR_PEER_LOST';
     // When the launcher ends the job it fails every pending message at once, whichever peer it is with:
     // name the rank the launcher names, not the peer of the first message to fail.
     const culprit = /the job was aborted because of rank (\d+)/.exec((e as Error)?.message ?? '');
     if (culprit && Number(culprit[1]) !== hora.rank()) peer = Number(culprit[1]);
+    if (peer < 0 && e instanceof HoraError && e.peer >= 0) peer = e.peer;
     const what = code === 'ERR_PEER_LOST' || code === 'ERR_SHUTDOWN' ? 'was lost' : 'could not exchange a message with this rank';
-    return new HoraError(code, `pipeline: ${this.describe(peer)} ${what}: ${(e as Error)?.message ?? String(e)}`, hora.rank(), peer);
+    const who = peer >= 0 ? this.describe(peer) : 'a rank';
+    return new HoraError(code, `pipeline: ${who} ${what}: ${(e as Error)?.message ?? String(e)}`, hora.rank(), peer);
   }
+}
+
+/** A receive that met a failing neighbour's notice: this rank fails as a consequence, and learns why in the agreement. */
+class NoticeReceived extends HoraError {
+  constructor(peer: number, error: HoraError) {
+    super('ERR_MISMATCH', `pipeline: rank ${peer} failed this batch and sent a notice in place of a message: ${error.message}`, hora.rank(), peer);
+  }
+}
+
+/** The notice a failing rank sends in place of a message it owes. */
+export function notice(): Uint8Array {
+  return new Uint8Array(1);
 }

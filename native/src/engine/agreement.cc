@@ -16,7 +16,9 @@ namespace hora {
 namespace {
 
 // kLayout: a mismatch in the tensors of a fused run only; agree() then exchanges the layouts to name them.
-enum class VerdictState : uint8_t { kAgreed = 0, kMismatch = 1, kInvalid = 2, kLayout = 3 };
+// kName: a mismatch in the name only, one of them longer than the proposal holds; agree() then exchanges
+// the names whole to show them.
+enum class VerdictState : uint8_t { kAgreed = 0, kMismatch = 1, kInvalid = 2, kLayout = 3, kName = 4 };
 
 // What travels: the proposal of the lowest rank in the group so far, and the group's verdict.
 struct Message {
@@ -53,6 +55,17 @@ bool differInLayoutOnly(const Proposal& a, const Proposal& b) {
   return a.kind == static_cast<uint8_t>(Kind::kAllreduce) && sameCollective(a, same);
 }
 
+// Whether the proposal holds its name cut (or just fits): only the whole name then tells it apart.
+bool nameCut(const Proposal& p) { return strnlen(p.name, sizeof(p.name)) == sizeof(p.name) - 1; }
+
+// Whether a and b are the same lone collective under two names that their proposals do not show whole.
+bool differInNameOnly(const Proposal& a, const Proposal& b) {
+  if (a.numTensors > 1 || b.numTensors > 1 || a.nameHash == b.nameHash || !(nameCut(a) || nameCut(b))) return false;
+  Proposal same = b;
+  same.nameHash = a.nameHash;
+  return sameCollective(a, same);
+}
+
 void setText(Message* m, const std::string& s) {
   size_t n = s.size() < sizeof(m->text) - 1 ? s.size() : sizeof(m->text) - 1;
   memcpy(m->text, s.data(), n);
@@ -79,7 +92,8 @@ void combine(Message* out, const Message* lower, const Message* higher) {
   } else if (!sameCollective(lower->proposal, higher->proposal)) {
     result = *lower;
     result.state = static_cast<uint8_t>(differInLayoutOnly(lower->proposal, higher->proposal) ? VerdictState::kLayout
-                                                                                                : VerdictState::kMismatch);
+                                        : differInNameOnly(lower->proposal, higher->proposal) ? VerdictState::kName
+                                                                                              : VerdictState::kMismatch);
     result.culprit = lower->proposer < higher->proposer ? lower->proposer : higher->proposer;
     setText(&result, "rank " + std::to_string(lower->proposer) + " submitted " + describe(lower->proposal) +
                          " but rank " + std::to_string(higher->proposer) + " submitted " +
@@ -102,10 +116,12 @@ std::string shortest(double v) {
 
 }  // namespace
 
-std::string describe(const Proposal& p) {
+std::string describe(const Proposal& p) { return describe(p, std::string(p.name, strnlen(p.name, sizeof(p.name)))); }
+
+std::string describe(const Proposal& p, const std::string& name) {
   Kind kind = static_cast<Kind>(p.kind);
   std::string s = kindName(kind);
-  if (p.name[0] != '\0') s += std::string(" '") + std::string(p.name, strnlen(p.name, sizeof(p.name))) + "'";
+  if (!name.empty()) s += " '" + name + "'";
   if (kind != Kind::kBarrier && kind != Kind::kInvalid) {
     s += " (" + std::string(dtypeName(static_cast<DType>(p.dtype))) + " x " + std::to_string(p.count);
     if (kind == Kind::kAllreduce || kind == Kind::kReduceScatter) {
@@ -367,6 +383,83 @@ Status explainLayouts(Context& ctx, const Proposal& mine, const Layout* layout, 
   return Status(Code::kMismatch, verdict.text, -1);
 }
 
+// The second round of an agreement whose verdict is that names differ (kName), run by every rank: each
+// sends its proposal and the length of its whole name, then the name (up to kMaxAgreedNameBytes), to
+// all; each words the same message from them, naming the first rank whose collective differs from the
+// first rank's, with both names whole. This is the proposal's variable part: a caller that must agree on
+// more than fits a Proposal (the pipeline's per-batch terms, say) puts it in the name, which travels as a
+// digest and is exchanged whole only when the ranks disagree. Nothing from the network sizes an
+// allocation past kMaxAgreedNameBytes a rank.
+Status explainNames(Context& ctx, const Proposal& mine, const Layout* layout, const Message& verdict) {
+  const int p = ctx.size();
+  struct Head {
+    Proposal proposal;
+    uint64_t nameBytes;
+  };
+  const std::string own = layout != nullptr && layout->size() == 1 ? (*layout)[0].name
+                                                                  : std::string(mine.name, strnlen(mine.name, sizeof(mine.name)));
+  std::vector<Head> heads(p);
+  heads[ctx.rank()].proposal = mine;
+  heads[ctx.rank()].nameBytes = own.size() < kMaxAgreedNameBytes ? own.size() : kMaxAgreedNameBytes;
+  AllgatherOptions h;
+  h.output = reinterpret_cast<uint8_t*>(heads.data());
+  h.bytesPerRank.assign(p, sizeof(Head));
+  HORA_RETURN_IF_ERROR(allgather(ctx, h));
+  AllgatherOptions o;
+  o.bytesPerRank.resize(p);
+  std::vector<size_t> first(p + 1, 0);
+  for (int i = 0; i < p; ++i) {
+    o.bytesPerRank[i] = heads[i].nameBytes < kMaxAgreedNameBytes ? heads[i].nameBytes : kMaxAgreedNameBytes;
+    first[i + 1] = first[i] + o.bytesPerRank[i];
+  }
+  std::string names(first[p], '\0');
+  memcpy(&names[first[ctx.rank()]], own.data(), o.bytesPerRank[ctx.rank()]);
+  o.output = reinterpret_cast<uint8_t*>(&names[0]);
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  auto nameOf = [&](int i) {
+    std::string n = names.substr(first[i], first[i + 1] - first[i]);
+    return heads[i].nameBytes > n.size() ? n + "..." : n;  // (a peer's length is never trusted past the cap)
+  };
+  for (int i = 1; i < p; ++i) {
+    if (nameOf(i) == nameOf(0) && heads[i].proposal.nameHash == heads[0].proposal.nameHash) continue;
+    return Status(Code::kMismatch, "rank " + std::to_string(ctx.worldRank(0)) + " submitted " + describe(heads[0].proposal, nameOf(0)) +
+                                       " but rank " + std::to_string(ctx.worldRank(i)) + " submitted " +
+                                       describe(heads[i].proposal, nameOf(i)), -1);
+  }
+  return Status(Code::kMismatch, verdict.text, -1);
+}
+
+// The second round of an agreement whose verdict is an invalid call whose reason did not fit the verdict's
+// text, run by every rank (all have the same verdict): each sends the length of its own reason, then the
+// reason (up to kMaxReasonBytes), to all, and the error gives the culprit's whole. A caller may so fail
+// a collective with as long a reason as it has (the pipeline passes its stage's error on this way).
+Status explainInvalid(Context& ctx, const std::string& invalidReason, const Message& verdict) {
+  const int p = ctx.size();
+  std::vector<uint64_t> lengths(p);
+  lengths[ctx.rank()] = invalidReason.size() < kMaxReasonBytes ? invalidReason.size() : kMaxReasonBytes;
+  AllgatherOptions h;
+  h.output = reinterpret_cast<uint8_t*>(lengths.data());
+  h.bytesPerRank.assign(p, sizeof(uint64_t));
+  HORA_RETURN_IF_ERROR(allgather(ctx, h));
+  AllgatherOptions o;
+  o.bytesPerRank.resize(p);
+  std::vector<size_t> first(p + 1, 0);
+  for (int i = 0; i < p; ++i) {
+    o.bytesPerRank[i] = lengths[i] < kMaxReasonBytes ? lengths[i] : kMaxReasonBytes;
+    first[i + 1] = first[i] + o.bytesPerRank[i];
+  }
+  std::string reasons(first[p], '\0');
+  memcpy(&reasons[first[ctx.rank()]], invalidReason.data(), o.bytesPerRank[ctx.rank()]);
+  o.output = reinterpret_cast<uint8_t*>(&reasons[0]);
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  for (int i = 0; i < p; ++i) {
+    if (ctx.worldRank(i) != verdict.culprit || first[i + 1] == first[i]) continue;
+    return Status(Code::kInvalidArgument, "rank " + std::to_string(verdict.culprit) + " made an invalid call: " +
+                                              reasons.substr(first[i], first[i + 1] - first[i]), verdict.culprit);
+  }
+  return Status(Code::kInvalidArgument, verdict.text, verdict.culprit);
+}
+
 }  // namespace
 
 bool partnerMessageArrived(Context& ctx) {
@@ -432,8 +525,12 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
     case VerdictState::kAgreed:
       if (userPayload != nullptr && payload != userPayload) memcpy(userPayload, work, msg.payloadBytes);
       return Status::ok();
-    case VerdictState::kInvalid: return Status(Code::kInvalidArgument, msg.text, msg.culprit);
+    case VerdictState::kInvalid:
+      // A reason cut to fit the text is exchanged whole (every rank sees the same text, so all take part).
+      if (strlen(msg.text) == sizeof(msg.text) - 1) return explainInvalid(ctx, invalidReason, msg);
+      return Status(Code::kInvalidArgument, msg.text, msg.culprit);
     case VerdictState::kLayout: return explainLayouts(ctx, mine, layout, msg, alike);
+    case VerdictState::kName: return explainNames(ctx, mine, layout, msg);
     default: return Status(Code::kMismatch, msg.text, -1);
   }
 }

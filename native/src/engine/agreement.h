@@ -12,8 +12,15 @@
 // them fused), the verdict says so, and every rank, all being at this point of agree() whatever they
 // run, takes part in a second round that exchanges the layouts, so that the error names the first tensor
 // that differs as each rank has it. Only a failing agreement pays for that round.
+//
+// The name is the proposal's variable part. It travels as a digest (nameHash) and the first 31 bytes;
+// when two proposals differ only in a name longer than that, every rank likewise takes part in a second
+// round that exchanges the names whole, so the error shows both. A caller that must agree on more than
+// the fixed fields (the pipeline's options, say) words it into the name: one digest compared on the way,
+// the whole text shown only when the ranks differ.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -44,12 +51,19 @@ struct Proposal {
 
 // Describes a proposal for error messages: "allreduce 'grad/w' (float32 x 1024, op avg, #17)".
 std::string describe(const Proposal& p);
+// The same under a name given whole (the proposal holds only its first bytes).
+std::string describe(const Proposal& p, const std::string& name);
+// The most bytes of a name the second round of a disagreement on names shows (the rest as "...").
+constexpr size_t kMaxAgreedNameBytes = 1024;
+// The most bytes of an invalid call's reason the second round of an invalid verdict shows.
+constexpr size_t kMaxReasonBytes = 4096;
 // The proposal of the lone collective w; for a fused run, use proposalForRun.
 Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t totalCount);
 // The proposal of a run of allreduces fused into one: their total count, and their layout's digest.
 Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 
-// Runs the agreement. invalidReason is non-empty when this rank's own call was invalid (kind kInvalid).
+// Runs the agreement. invalidReason is non-empty when this rank's own call was invalid (kind kInvalid);
+// a reason too long for the verdict's text is exchanged whole in a second round, as names are.
 // Returns a transport failure as is; on disagreement returns kMismatch or kInvalidArgument with a message
 // that names the ranks.
 //
@@ -58,8 +72,8 @@ Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 // collectives that are pure latency. A scaled one (prescale or postscale not 1) comes back scaled and
 // finished, avg's division included, as the allreduce would leave it.
 //
-// layout: the tensors this rank's collective carries, read only when the layouts of the ranks differ;
-// nullptr: the one tensor the proposal describes (its name as cut to fit the proposal).
+// layout: the tensors this rank's collective carries, read only when the layouts (or the names) of the
+// ranks differ; nullptr: the one tensor the proposal describes (its name as cut to fit the proposal).
 //
 // alike: when the verdict is kMismatch for layouts that differ but begin with the same tensors on every
 // rank (the same collective, names, counts and dtype: one rank fused [a, b] where another has [a] alone
