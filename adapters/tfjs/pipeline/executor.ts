@@ -174,7 +174,7 @@ export class Executor implements ExecutorSetup {
    * stage's output kept with keepOutput. Resolves with every rank's report.
    */
   async runBatch(x: tf.Tensor | null, y: tf.Tensor | null, n: number, train: boolean, keepOutput: boolean): Promise<BatchResult> {
-    return new BatchRun(this, x, y, n, train, keepOutput).run();
+    return new BatchRun(this, x, y, n, train, keepOutput).execute();
   }
 
   /** One training batch, the update applied once. Resolves with the loss ([loss, ...metrics] with metrics), on every rank. */
@@ -241,7 +241,7 @@ const now = () => Number(process.hrtime.bigint());
 
 /**
  * One batch on this rank: its instructions run in order, each step below one kind of instruction. Only
- * the receives wait (the loop in run()); every step is synchronous, so a stage's forwards (or a last
+ * the receives wait (the loop in execute()); every step is synchronous, so a stage's forwards (or a last
  * stage's backwards) run back to back as the schedule lists them. What an instruction receives and
  * sends (the peer stage, and so the rank, the tag and the shape) is read from its own recv and send.
  */
@@ -309,7 +309,7 @@ class BatchRun {
     }
   }
 
-  async run(): Promise<BatchResult> {
+  async execute(): Promise<BatchResult> {
     const { ex, s, round, train } = this;
     try {
       for (const ins of this.list) {
