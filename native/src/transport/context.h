@@ -1,5 +1,9 @@
 // Context: this rank's connections to every peer, and the progress engine that drives them.
 //
+// The engine's wait (waitForProgress) is transport/progress.h's, with the collectives' policy
+// (transport/wait.h); the messages (engine/p2p.h) are the engine's other client, moved from its idle rounds
+// through the BackgroundProgress hook and waiting the same way with their own policy.
+//
 // The algorithms describe one step as a few sends and receives (SendOp / RecvOp) and call progress(),
 // which moves bytes on all of them at once until every one is complete, reducing received data into the
 // destination as it arrives when a RecvOp asks for it. It never blocks on a single socket: it polls the
@@ -17,6 +21,7 @@
 #include "common/status.h"
 #include "common/types.h"
 #include "transport/pair.h"
+#include "transport/progress.h"
 #include "transport/resync.h"
 #include "transport/topology.h"
 
@@ -184,7 +189,7 @@ class Context {
   Deadline deadline_;
   bool deadlinePending_ = false;  // startDeadline() was called; deadline_ starts at the next clock read
   int listenFd_ = -1;
-  int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
+  Waker waker_;  // woken by abort() so a blocked poll() returns (a group's view has none: it waits in the world)
   bool oversubscribed_ = false;  // more ranks on this host than cores
   bool elastic_ = false;
   bool hangUpSeen_ = false;  // a shm peer's hang-up was seen once; the next sighting is a loss (waitForProgress)
