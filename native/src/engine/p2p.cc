@@ -7,7 +7,6 @@
 #include <sched.h>
 
 #include "engine/p2p_internal.h"
-#include "transport/liveness.h"
 #include "transport/wait.h"
 
 namespace hora {
@@ -71,8 +70,7 @@ bool PointToPoint::progress() {
       // liveness check here): an operation waiting on a connection that hung up names its own peer, as it
       // would a moment later.
       if (involved(c)) {
-        c.nextLivenessCheck = Clock::time_point();
-        checkLiveness(c, now);
+        checkLiveness(c, now, /*atOnce=*/true);
       }
       if (c.dead.isOk()) breakChannel(c, reason);
     }
@@ -134,13 +132,8 @@ bool PointToPoint::pump(Channel& c) {
 // Shared-memory channels have no descriptor that reports a hang-up; their TCP connection does. A TCP
 // channel reports it on the next read, but a peer that only ever receives would go unnoticed while this
 // rank waits to send into a full buffer, so both are checked.
-void PointToPoint::checkLiveness(Channel& c, Clock::time_point now) {
-  if (now < c.nextLivenessCheck) return;
-  c.nextLivenessCheck = now + std::chrono::milliseconds(waits::kMessageLivenessMs);
-  // The peer's collective failed in an elastic world: it said so on the notice socket of its collectives'
-  // pair (Context::notifyPeers()); the channel has none of its own.
-  Pair* collectives = ctx_.pair(c.pair->peer());
-  Status lost = checkPeer(*c.pair, collectives != nullptr ? collectives->noticeFd() : -1, ctx_.rank(), Waiter::kMessage);
+void PointToPoint::checkLiveness(Channel& c, Clock::time_point now, bool atOnce) {
+  Status lost = ctx_.checkMessagePeer(c.pair->peer(), now, atOnce);
   if (lost.isOk()) return;
   // What the peer wrote before it went is still readable: take it first.
   readFrames(c);

@@ -151,7 +151,6 @@ class PointToPoint : public BackgroundProgress {
     size_t unexpectedBytes = 0;
     std::map<MatchKey, std::deque<Op*>> posted;
     std::unordered_map<uint64_t, Op*> awaitingData;
-    Clock::time_point nextLivenessCheck;
   };
 
   void take(std::shared_ptr<Work> w);
@@ -169,7 +168,8 @@ class PointToPoint : public BackgroundProgress {
   void expectPayload(Channel& c, uint8_t* dst, size_t len, Op* completes, bool finishes = true, bool ack = false);
   void sendControl(Channel& c, p2p::FrameType type, uint64_t seq, uint8_t dtype, uint64_t count);
   void checkDeadlines(Clock::time_point now);
-  void checkLiveness(Channel& c, Clock::time_point now);
+  // Breaks the channel when Context::checkMessagePeer() says its peer is gone (at its cadence, or atOnce).
+  void checkLiveness(Channel& c, Clock::time_point now, bool atOnce = false);
   bool involved(const Channel& c) const;
   void breakChannel(Channel& c, const Status& st);
   void finish(Op* op, Status st);

@@ -50,6 +50,7 @@ Status syncLocalPeers(const std::vector<int>& fds, const std::vector<int>& peers
 Context::Context(int rank, int size, int64_t timeoutMs)
     : rank_(rank), size_(size), timeoutMs_(timeoutMs), deadline_(timeoutMs) {
   waker_.open();
+  nextMessageLook_.resize(size);
   pairs_.resize(size);
   p2pChannels_.resize(size);
   pairView_.resize(size);
@@ -508,6 +509,16 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   // Messages in flight are moved between polls, so the poll is kept short while there are any.
   const int pollMs = spinning ? 0 : deadline_.remainingMs(background ? policy.pollCapWithMessagesMs : policy.pollCapMs);
   return sleepWhileIdle(policy, idleMicros, spinning, fds, n, pollMs, looked);
+}
+
+Status Context::checkMessagePeer(int peer, Clock::time_point now, bool atOnce) {
+  if (base_ != nullptr) return base_->checkMessagePeer(members_[peer], now, atOnce);
+  if (!atOnce && now < nextMessageLook_[peer]) return Status::ok();
+  nextMessageLook_[peer] = now + std::chrono::milliseconds(waits::kMessageLivenessMs);
+  // The peer's collective failed in an elastic world: it said so on the notice socket of its collectives'
+  // pair (notifyPeers()).
+  Pair* collectives = pair(peer);
+  return checkPeer(*p2pChannel(peer), collectives != nullptr ? collectives->noticeFd() : -1, rank_, Waiter::kMessage);
 }
 
 bool Context::onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const {

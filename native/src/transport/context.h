@@ -112,6 +112,11 @@ class Context {
   // The stream for point-to-point messages with peer, beside pair(peer) (see engine/p2p.h).
   Pair* p2pChannel(int peer) const { return p2pChannels_[peer].get(); }
   void setBackground(BackgroundProgress* b) { background_ = b; }
+  // Whether peer is gone, for the messages' channel with it (the engine's liveness rule,
+  // transport/liveness.h's checkPeer(), on p2pChannel(peer), with pair(peer)'s notice socket: the channel
+  // has none of its own). Looks at most once per waits::kMessageLivenessMs per peer, ok in between, unless
+  // atOnce. One thread at a time: the messages' progress (engine/p2p.h), which holds its lock.
+  Status checkMessagePeer(int peer, Clock::time_point now, bool atOnce = false);
   // Where the ranks are and what the links cost; set up by connect(), refined by setTopology().
   const Topology& topology() const { return topology_; }
   void setTopology(Topology t) { topology_ = std::move(t); }
@@ -192,7 +197,10 @@ class Context {
   Waker waker_;  // woken by abort() so a blocked poll() returns (a group's view has none: it waits in the world)
   bool oversubscribed_ = false;  // more ranks on this host than cores
   bool elastic_ = false;
-  bool hangUpSeen_ = false;  // a shm peer's hang-up was seen once; the next sighting is a loss (waitForProgress)
+  // Liveness state between looks. The collectives': a shm peer's hang-up was seen once; the next sighting
+  // is a loss (waitForProgress). The messages': by peer, when checkMessagePeer() looks next.
+  bool hangUpSeen_ = false;
+  std::vector<Clock::time_point> nextMessageLook_;
   // TCP: a wait that slept in poll() woke to move some bytes but not all of them, so the link, not the
   // peer, sets the pace; until a progress() call finishes without such a wake, waits on sockets alone go
   // to poll() at once instead of spinning first (see waitForProgress()).

@@ -1,4 +1,4 @@
-// How long the progress engines' idle waits spin, yield, nap and sleep: every wait constant in one place.
+// How long the progress engine's idle waits spin, yield, nap and sleep: every wait constant in one place.
 //
 // Two waits drive the pairs. A collective's wait (Context::waitForProgress) holds the communication
 // thread, or the JS thread in wait(), until its step's bytes have moved; the messages' wait
