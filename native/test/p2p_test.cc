@@ -351,13 +351,14 @@ void testPeerGone(Net net, bool notice) {
   }
   Context& ctx = *w.ranks[0]->ctx;
   const Clock::time_point now = Clock::now();
-  const Status first = ctx.checkMessagePeer(1, now, /*atOnce=*/true);
-  const Status soon = ctx.checkMessagePeer(1, now + std::chrono::milliseconds(waits::kMessageLivenessMs - 1));
-  const Status later = ctx.checkMessagePeer(1, now + std::chrono::milliseconds(waits::kMessageLivenessMs));
-  const Status again = ctx.checkMessagePeer(1, now + std::chrono::milliseconds(waits::kMessageLivenessMs), /*atOnce=*/true);
-  check(first.code() == Code::kPeerLost && soon.isOk() && later.code() == Code::kPeerLost && again.code() == Code::kPeerLost,
-        name + ": checkMessagePeer looks at once when told, else once per kMessageLivenessMs",
-        describe(first) + " / " + describe(soon) + " / " + describe(later) + " / " + describe(again));
+  const auto after = [&](int ms) { return now + std::chrono::milliseconds(ms); };
+  const Status first = ctx.checkMessagePeer(1, now);
+  const bool dueSoon = ctx.messageLookDue(1, after(waits::kMessageLivenessMs - 1));
+  const bool dueLater = ctx.messageLookDue(1, after(waits::kMessageLivenessMs));
+  const Status again = ctx.checkMessagePeer(1, after(1));
+  check(first.code() == Code::kPeerLost && first.peer() == 1 && again.code() == Code::kPeerLost && !dueSoon && dueLater,
+        name + ": checkMessagePeer says the peer is lost whenever it looks; the next look is due kMessageLivenessMs later",
+        describe(first) + " / " + describe(again) + " / due soon " + std::to_string(dueSoon) + ", later " + std::to_string(dueLater));
 }
 
 }  // namespace

@@ -133,7 +133,9 @@ bool PointToPoint::pump(Channel& c) {
 // channel reports it on the next read, but a peer that only ever receives would go unnoticed while this
 // rank waits to send into a full buffer, so both are checked.
 void PointToPoint::checkLiveness(Channel& c, Clock::time_point now, bool atOnce) {
-  Status lost = ctx_.checkMessagePeer(c.pair->peer(), now, atOnce);
+  const int peer = c.pair->peer();
+  if (!atOnce && !ctx_.messageLookDue(peer, now)) return;
+  Status lost = ctx_.checkMessagePeer(peer, now);
   if (lost.isOk()) return;
   // What the peer wrote before it went is still readable: take it first.
   readFrames(c);

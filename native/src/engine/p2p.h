@@ -168,7 +168,7 @@ class PointToPoint : public BackgroundProgress {
   void expectPayload(Channel& c, uint8_t* dst, size_t len, Op* completes, bool finishes = true, bool ack = false);
   void sendControl(Channel& c, p2p::FrameType type, uint64_t seq, uint8_t dtype, uint64_t count);
   void checkDeadlines(Clock::time_point now);
-  // Breaks the channel when Context::checkMessagePeer() says its peer is gone (at its cadence, or atOnce).
+  // Breaks the channel when Context::checkMessagePeer() says its peer is gone (when a look is due, or atOnce).
   void checkLiveness(Channel& c, Clock::time_point now, bool atOnce = false);
   bool involved(const Channel& c) const;
   void breakChannel(Channel& c, const Status& st);

@@ -511,9 +511,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   return sleepWhileIdle(policy, idleMicros, spinning, fds, n, pollMs, looked);
 }
 
-Status Context::checkMessagePeer(int peer, Clock::time_point now, bool atOnce) {
-  if (base_ != nullptr) return base_->checkMessagePeer(members_[peer], now, atOnce);
-  if (!atOnce && now < nextMessageLook_[peer]) return Status::ok();
+Status Context::checkMessagePeer(int peer, Clock::time_point now) {
   nextMessageLook_[peer] = now + std::chrono::milliseconds(waits::kMessageLivenessMs);
   // The peer's collective failed in an elastic world: it said so on the notice socket of its collectives'
   // pair (notifyPeers()).

@@ -114,9 +114,12 @@ class Context {
   void setBackground(BackgroundProgress* b) { background_ = b; }
   // Whether peer is gone, for the messages' channel with it (the engine's liveness rule,
   // transport/liveness.h's checkPeer(), on p2pChannel(peer), with pair(peer)'s notice socket: the channel
-  // has none of its own). Looks at most once per waits::kMessageLivenessMs per peer, ok in between, unless
-  // atOnce. One thread at a time: the messages' progress (engine/p2p.h), which holds its lock.
-  Status checkMessagePeer(int peer, Clock::time_point now, bool atOnce = false);
+  // has none of its own). Looks at most once per waits::kMessageLivenessMs per peer: messageLookDue() says
+  // whether one is due (a comparison, for the messages' hot loop), checkMessagePeer() looks now and sets
+  // when the next is due. World ranks, on the world's context. One thread at a time: the messages'
+  // progress (engine/p2p.h), which holds its lock.
+  bool messageLookDue(int peer, Clock::time_point now) const { return now >= nextMessageLook_[peer]; }
+  Status checkMessagePeer(int peer, Clock::time_point now);
   // Where the ranks are and what the links cost; set up by connect(), refined by setTopology().
   const Topology& topology() const { return topology_; }
   void setTopology(Topology t) { topology_ = std::move(t); }
