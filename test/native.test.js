@@ -18,10 +18,12 @@ const TESTS = [
   { name: 'sha256_test', minOk: 18, timeoutMs: 60000 },
   { name: 'hash_test', minOk: 3, timeoutMs: 60000 },
   { name: 'connect_test', minOk: 36, timeoutMs: 120000 },
-  { name: 'p2p_test', minOk: 33, timeoutMs: 120000 },
+  { name: 'p2p_test', minOk: 39, timeoutMs: 120000 },
   { name: 'tcp_pair_test', minOk: 8, timeoutMs: 60000 },
   { name: 'shm_pair_test', minOk: 5, timeoutMs: 60000 },
   { name: 'takeover_test', minOk: 43, timeoutMs: 120000 },
+  { name: 'liveness_test', minOk: 14, timeoutMs: 60000 },
+  { name: 'progress_test', minOk: 21, timeoutMs: 60000 },
   { name: 'cuda_elements_test', minOk: 44, timeoutMs: 60000 },
 ];
 

@@ -5,7 +5,7 @@
 // world (ranks {0,1} on one "host", 2 on another) where one rank talks over both at once. Checked: frame
 // encoding; contents across sizes that take the inline-eager, eager and rendezvous paths; tags matched
 // out of order; more unexpected eager messages than the credit; and frames that break the protocol, which
-// must fail the receive rather than be trusted.
+// must fail the receive rather than be trusted; and a peer that hangs up or sends its notice (ERR_PEER_LOST).
 //
 //   native/test/build.sh /tmp/hora-native-tests && /tmp/hora-native-tests/p2p_test
 // Prints "ok N - what" or "not ok N - what: details"; exits 1 if any failed. HORA_TEST_WATCHDOG_S (default
@@ -27,6 +27,7 @@
 #include "engine/p2p.h"
 #include "tap.h"
 #include "transport/context.h"
+#include "transport/wait.h"
 
 using namespace hora;
 using hora::testing::check;
@@ -317,6 +318,49 @@ void testViolation(Net net, const char* what, const p2p::FrameHeader& h, bool ra
         std::string(netName(net)) + ": " + what + " fails the receive", describe(s));
 }
 
+// A peer that hangs up, or says its work failed (its notice), fails a receive waiting on it with
+// ERR_PEER_LOST naming it, seen by the progress engine's look at the peer (Context::checkMessagePeer), which
+// looks at most once per waits::kMessageLivenessMs per peer unless told to look at once.
+void testPeerGone(Net net, bool notice) {
+  const std::string name = std::string(netName(net)) + (notice ? ", notice" : ", hang-up");
+  World w;
+  Status st = connectWorld(net, 2, 30000, &w);
+  if (!st.isOk()) return check(false, name + ": connect", describe(st));
+  std::vector<int32_t> into(4);
+  uint64_t id = post(w, 0, Kind::kRecv, 1, 0, DType::kInt32, into.data(), 4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Rank 1 posts nothing: its driver never looks at the channel.
+  if (notice) {
+    w.ranks[1]->ctx->notifyPeers();
+  } else {
+    w.ranks[1]->ctx->hangUp();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = waitFor(w, 0, id, 10);
+  const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  // On TCP the channel's own read may see the hang-up first, in its words (tcp/pair.cc).
+  const std::string words = notice ? "rank 1 ended its work after a failure of its own" : "rank 1 is gone (its connection to rank 0 closed)";
+  const bool said = s.message() == words || (net == Net::kTcp && s.message().find("rank 1") != std::string::npos);
+  check(s.code() == Code::kPeerLost && said && s.peer() == 1 && ms < 5000,
+        name + ": a receive from the lost peer fails with ERR_PEER_LOST naming it", describe(s) + " after " + std::to_string(ms) + " ms");
+  // The look itself, with the drivers stopped (one thread at a time looks).
+  for (auto& r : w.ranks) {
+    r->stop = true;
+    r->p2p->wake();
+    r->driver.join();
+  }
+  Context& ctx = *w.ranks[0]->ctx;
+  const Clock::time_point now = Clock::now();
+  const auto after = [&](int ms) { return now + std::chrono::milliseconds(ms); };
+  const Status first = ctx.checkMessagePeer(1, now);
+  const bool dueSoon = ctx.messageLookDue(1, after(waits::kMessageLivenessMs - 1));
+  const bool dueLater = ctx.messageLookDue(1, after(waits::kMessageLivenessMs));
+  const Status again = ctx.checkMessagePeer(1, after(1));
+  check(first.code() == Code::kPeerLost && first.peer() == 1 && again.code() == Code::kPeerLost && !dueSoon && dueLater,
+        name + ": checkMessagePeer says the peer is lost whenever it looks; the next look is due kMessageLivenessMs later",
+        describe(first) + " / " + describe(again) + " / due soon " + std::to_string(dueSoon) + ", later " + std::to_string(dueLater));
+}
+
 }  // namespace
 
 int main() {
@@ -327,6 +371,8 @@ int main() {
   for (Net net : {Net::kShm, Net::kTcp}) testCredit(net);
   for (Net net : {Net::kShm, Net::kTcp}) testWindow(net);
   for (Net net : {Net::kShm, Net::kTcp}) testHeadMismatch(net);
+  for (Net net : {Net::kShm, Net::kTcp}) testPeerGone(net, /*notice=*/false);
+  testPeerGone(Net::kShm, /*notice=*/true);
   p2p::FrameHeader eager;
   eager.type = p2p::FrameType::kEager;
   eager.dtype = static_cast<uint8_t>(DType::kInt32);

@@ -58,6 +58,7 @@
 #include "engine/p2p_frames.h"
 #include "engine/work.h"
 #include "transport/context.h"
+#include "transport/progress.h"
 
 namespace hora {
 
@@ -94,6 +95,7 @@ class PointToPoint : public BackgroundProgress {
   bool progress();
   void progressInBackground() override { progress(); }
   // Blocks until a channel may have moved, a wake() or a deadline; idleMicros: how long nothing moved.
+  // The progress engine's wait (transport/progress.h) with the messages' policy (waits::kMessageWait).
   void waitForTraffic(int64_t idleMicros);
   // Blocks until wake() or for at most ms.
   void sleep(int ms);
@@ -149,7 +151,6 @@ class PointToPoint : public BackgroundProgress {
     size_t unexpectedBytes = 0;
     std::map<MatchKey, std::deque<Op*>> posted;
     std::unordered_map<uint64_t, Op*> awaitingData;
-    Clock::time_point nextLivenessCheck;
   };
 
   void take(std::shared_ptr<Work> w);
@@ -167,9 +168,8 @@ class PointToPoint : public BackgroundProgress {
   void expectPayload(Channel& c, uint8_t* dst, size_t len, Op* completes, bool finishes = true, bool ack = false);
   void sendControl(Channel& c, p2p::FrameType type, uint64_t seq, uint8_t dtype, uint64_t count);
   void checkDeadlines(Clock::time_point now);
-  void checkLiveness(Channel& c, Clock::time_point now);
-  // Reads wakeFd_ empty and disarms wake(); call after poll() reported it readable.
-  void drainWake();
+  // Breaks the channel when Context::checkMessagePeer() says its peer is gone (when a look is due, or atOnce).
+  void checkLiveness(Channel& c, Clock::time_point now, bool atOnce = false);
   bool involved(const Channel& c) const;
   void breakChannel(Channel& c, const Status& st);
   void finish(Op* op, Status st);
@@ -182,11 +182,8 @@ class PointToPoint : public BackgroundProgress {
   std::vector<Channel> channels_;  // by peer rank
   std::list<Op> ops_;
   std::atomic<bool> busy_{false};
-  int wakeFd_ = -1;
+  Waker waker_;  // ends a waitForTraffic() or sleep(): new work, a collective queued, an abort
   Clock::time_point nextDeadlineCheck_{};
-  // Set by wake() when it writes wakeFd_, cleared once the fd is drained: while set the fd is readable,
-  // so further wakes need no write (a ping-pong of messages would otherwise pay a syscall per message).
-  std::atomic<bool> wakeArmed_{false};
   std::mutex progressMutex_;
   std::mutex inboxMutex_;
   std::vector<std::shared_ptr<Work>> inbox_;  // under inboxMutex_

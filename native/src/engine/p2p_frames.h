@@ -2,7 +2,7 @@
 //
 // Every frame opens with a fixed 32-byte header, encoded field by field, little-endian, so decoding never
 // reads past it; an EAGER or DATA frame is followed by its payload. What a header says is checked by the
-// receiver (p2p.cc), which knows what it expects: nothing from the network is trusted.
+// receiver (p2p_receive.cc), which knows what it expects: nothing from the network is trusted.
 #pragma once
 
 #include <cstddef>

@@ -2,8 +2,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,7 +49,8 @@ Status syncLocalPeers(const std::vector<int>& fds, const std::vector<int>& peers
 
 Context::Context(int rank, int size, int64_t timeoutMs)
     : rank_(rank), size_(size), timeoutMs_(timeoutMs), deadline_(timeoutMs) {
-  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  waker_.open();
+  nextMessageLook_.resize(size);
   pairs_.resize(size);
   p2pChannels_.resize(size);
   pairView_.resize(size);
@@ -76,7 +75,6 @@ Context::~Context() {
   p2pChannels_.clear();
   segments_.clear();
   if (listenFd_ >= 0) close(listenFd_);
-  if (wakeFd_ >= 0) close(wakeFd_);
 }
 
 Status Context::listen(const std::string& bindHost, int* port) {
@@ -290,9 +288,7 @@ void Context::abort(const Status& reason) {
     abortReason_ = reason;
     aborted_.store(true, std::memory_order_release);
   }
-  uint64_t one = 1;
-  ssize_t ignored = write(wakeFd_, &one, sizeof(one));
-  (void)ignored;
+  waker_.wake();
 }
 
 void Context::hangUp() {
@@ -425,6 +421,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   // quarter of one, measured with 100 Mbit/s links) that the training step's compute needs. Such waits
   // sleep in poll() at once; a wait that is answered quickly (small messages) still spins first.
   const bool trickling = bandwidthBound_ && onSocketsOnly(sends, numSends, recvs, numRecvs);
+  const waits::WaitPolicy& policy = oversubscribed_ ? waits::kOversubscribedCollectiveWait : waits::kCollectiveWait;
   // Reading the clock costs little next to a round, but not nothing: spin a few rounds between reads.
   if (!trickling && idleRounds % waits::kCollectiveRoundsPerClockRead != 0) {
     cpuRelax();
@@ -437,10 +434,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   }
   if (*idleSince == Clock::time_point()) *idleSince = now;
   const int64_t idleMicros = std::chrono::duration_cast<std::chrono::microseconds>(now - *idleSince).count();
-  if (!trickling && idleMicros < (oversubscribed_ ? waits::kOversubscribedSpinMicros : waits::kSpinMicros)) {
-    cpuRelax();
-    return Status::ok();
-  }
+  if (!trickling && spinRound(policy, idleMicros)) return Status::ok();
   if (deadline_.expired()) return timeoutStatus(sends, numSends, recvs, numRecvs);
   const bool background = background_ != nullptr && background_->busy();
   if (background) background_->progressInBackground();
@@ -459,7 +453,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     }
   };
   bool spinning = false;
-  fds[n++] = {wakeFd_, POLLIN, 0};
+  fds[n++] = {waker_.fd(), POLLIN, 0};
   for (int i = 0; i < numSends && n < 64; ++i) {
     if (sends[i].done == sends[i].len) continue;
     int fd = sends[i].pair->pollFd();
@@ -481,8 +475,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
       spinning = true;
     }
   }
-  auto pollAndCheck = [&](int timeoutMs) -> Status {
-    int r = poll(fds, n, timeoutMs);
+  auto looked = [&](int r) -> Status {
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + strerror(errno));
     for (int i = 1; r > 0 && i < n; ++i) {
       if (noticeOf[i] != nullptr && fds[i].revents != 0) {
@@ -497,32 +490,33 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     }
     return Status::ok();
   };
-  // Messages in flight are moved between polls, so the poll is kept short while there are any.
-  if (!spinning) {
-    polledLast_ = true;
-    return pollAndCheck(
-        deadline_.remainingMs(background ? waits::kCollectivePollCapWithMessagesMs : waits::kCollectivePollCapMs));
-  }
-  // Shared memory has no descriptor to sleep on: yield for a while, then nap, looking at the peers'
-  // sockets for a hang-up on the way.
+  // Shared memory has no descriptor to sleep on: the wait yields for a while, then naps, looking at the
+  // peers' sockets for a hang-up on the way.
   // A peer that wrote its last bytes into the ring and then exited is not lost: the hang-up can be seen
   // after the round that found the ring empty and before the bytes are read. So a hang-up counts only
   // when it is seen again after one more round over the rings.
-  Status alive = checkLiveness(sends, numSends, recvs, numRecvs);
-  if (!alive.isOk() && !hangUpSeen_) {
-    hangUpSeen_ = true;
-    return Status::ok();
+  if (spinning) {
+    Status alive = checkLiveness(sends, numSends, recvs, numRecvs);
+    if (!alive.isOk() && !hangUpSeen_) {
+      hangUpSeen_ = true;
+      return Status::ok();
+    }
+    hangUpSeen_ = false;
+    HORA_RETURN_IF_ERROR(alive);
+  } else {
+    polledLast_ = true;
   }
-  hangUpSeen_ = false;
-  HORA_RETURN_IF_ERROR(alive);
-  const int64_t yieldMicros = oversubscribed_ ? waits::kOversubscribedYieldMicros : waits::kCollectiveYieldMicros;
-  if (idleMicros < yieldMicros) {
-    if (n > 1) HORA_RETURN_IF_ERROR(pollAndCheck(0));
-    sched_yield();
-    return Status::ok();
-  }
-  waits::napAfterYield(idleMicros, yieldMicros, waits::kCollectiveMaxNapMicros);
-  return Status::ok();
+  // Messages in flight are moved between polls, so the poll is kept short while there are any.
+  const int pollMs = spinning ? 0 : deadline_.remainingMs(background ? policy.pollCapWithMessagesMs : policy.pollCapMs);
+  return sleepWhileIdle(policy, idleMicros, spinning, fds, n, pollMs, looked);
+}
+
+Status Context::checkMessagePeer(int peer, Clock::time_point now) {
+  nextMessageLook_[peer] = now + std::chrono::milliseconds(waits::kMessageLivenessMs);
+  // The peer's collective failed in an elastic world: it said so on the notice socket of its collectives'
+  // pair (notifyPeers()).
+  Pair* collectives = pair(peer);
+  return checkPeer(*p2pChannel(peer), collectives != nullptr ? collectives->noticeFd() : -1, rank_, Waiter::kMessage);
 }
 
 bool Context::onSocketsOnly(SendOp* sends, int numSends, RecvOp* recvs, int numRecvs) const {

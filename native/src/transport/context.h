@@ -1,5 +1,9 @@
 // Context: this rank's connections to every peer, and the progress engine that drives them.
 //
+// The engine's wait (waitForProgress) is transport/progress.h's, with the collectives' policy
+// (transport/wait.h); the messages (engine/p2p.h) are the engine's other client, moved from its idle rounds
+// through the BackgroundProgress hook and waiting the same way with their own policy.
+//
 // The algorithms describe one step as a few sends and receives (SendOp / RecvOp) and call progress(),
 // which moves bytes on all of them at once until every one is complete, reducing received data into the
 // destination as it arrives when a RecvOp asks for it. It never blocks on a single socket: it polls the
@@ -17,6 +21,7 @@
 #include "common/status.h"
 #include "common/types.h"
 #include "transport/pair.h"
+#include "transport/progress.h"
 #include "transport/resync.h"
 #include "transport/topology.h"
 
@@ -107,6 +112,14 @@ class Context {
   // The stream for point-to-point messages with peer, beside pair(peer) (see engine/p2p.h).
   Pair* p2pChannel(int peer) const { return p2pChannels_[peer].get(); }
   void setBackground(BackgroundProgress* b) { background_ = b; }
+  // Whether peer is gone, for the messages' channel with it (the engine's liveness rule,
+  // transport/liveness.h's checkPeer(), on p2pChannel(peer), with pair(peer)'s notice socket: the channel
+  // has none of its own). Looks at most once per waits::kMessageLivenessMs per peer: messageLookDue() says
+  // whether one is due (a comparison, for the messages' hot loop), checkMessagePeer() looks now and sets
+  // when the next is due. World ranks, on the world's context. One thread at a time: the messages'
+  // progress (engine/p2p.h), which holds its lock.
+  bool messageLookDue(int peer, Clock::time_point now) const { return now >= nextMessageLook_[peer]; }
+  Status checkMessagePeer(int peer, Clock::time_point now);
   // Where the ranks are and what the links cost; set up by connect(), refined by setTopology().
   const Topology& topology() const { return topology_; }
   void setTopology(Topology t) { topology_ = std::move(t); }
@@ -184,10 +197,13 @@ class Context {
   Deadline deadline_;
   bool deadlinePending_ = false;  // startDeadline() was called; deadline_ starts at the next clock read
   int listenFd_ = -1;
-  int wakeFd_ = -1;  // eventfd written by abort() so a blocked poll() returns
+  Waker waker_;  // woken by abort() so a blocked poll() returns (a group's view has none: it waits in the world)
   bool oversubscribed_ = false;  // more ranks on this host than cores
   bool elastic_ = false;
-  bool hangUpSeen_ = false;  // a shm peer's hang-up was seen once; the next sighting is a loss (waitForProgress)
+  // Liveness state between looks. The collectives': a shm peer's hang-up was seen once; the next sighting
+  // is a loss (waitForProgress). The messages': by peer, when checkMessagePeer() looks next.
+  bool hangUpSeen_ = false;
+  std::vector<Clock::time_point> nextMessageLook_;
   // TCP: a wait that slept in poll() woke to move some bytes but not all of them, so the link, not the
   // peer, sets the pace; until a progress() call finishes without such a wake, waits on sockets alone go
   // to poll() at once instead of spinning first (see waitForProgress()).

@@ -1,5 +1,6 @@
-// Liveness: whether a peer is still there, and what the error says when it is not. The one rule that both
-// progress engines use: the collectives' (transport/context.h) and the messages' (engine/p2p.h).
+// Liveness: whether a peer is still there, and what the error says when it is not. The progress engine's
+// one rule, for both of its clients: a collective's wait (Context::checkLiveness, and its poll of the
+// notice sockets) and the messages' (Context::checkMessagePeer, which PointToPoint calls per channel).
 //
 // A shared-memory ring cannot tell that its peer is gone, and a TCP socket that only ever sends cannot
 // either until its buffer is full. So every pair keeps quiet sockets that say it: the liveness socket

@@ -1,4 +1,4 @@
-// How long the progress engines' idle waits spin, yield, nap and sleep: every wait constant in one place.
+// How long the progress engine's idle waits spin, yield, nap and sleep: every wait constant in one place.
 //
 // Two waits drive the pairs. A collective's wait (Context::waitForProgress) holds the communication
 // thread, or the JS thread in wait(), until its step's bytes have moved; the messages' wait
@@ -7,9 +7,10 @@
 // shared memory, which has no descriptor to sleep on, they yield the core and at last sleep in naps that
 // grow with the time idle; on TCP they sleep in poll() and wake when data arrives.
 //
-// Where the two waits differ, they serve different callers, and the constants say which (kCollective*,
-// kMessage*). Every value here was measured for small-message latency and CPU use; change one only with
-// the benchmarks of docs/benchmarks.md.
+// Both are one routine, transport/progress.h's sleepWhileIdle(), run by a policy (WaitPolicy, below:
+// kCollectiveWait, kOversubscribedCollectiveWait, kMessageWait). Where the two waits differ, they serve
+// different callers, and the constants say which (kCollective*, kMessage*). Every value here was measured
+// for small-message latency and CPU use; change one only with the benchmarks of docs/benchmarks.md.
 #pragma once
 
 #include <time.h>
@@ -61,6 +62,35 @@ constexpr int kMessageLivenessMs = 50;
 // The shortest nap, and how the nap grows with the time idle past the yield: one microsecond per this many.
 constexpr int kMinNapMicros = 20;
 constexpr int64_t kNapGrowth = 8;
+
+// One wait's constants together: what transport/progress.h's sleepWhileIdle() does with each idle round.
+struct WaitPolicy {
+  int64_t spinMicros;         // spin this long after the last movement before giving the core away
+  int64_t yieldMicros;        // shared memory: then yield the core until idle this long, then nap
+  int maxNapMicros;           // shared memory: the longest nap
+  int pollCapMs;              // sockets alone: the longest sleep in poll() (deadlines are checked in between)
+  int pollCapWithMessagesMs;  // the same while messages are in flight (they are moved between polls)
+  // Shared memory with sockets beside it: look at the sockets (a poll() that does not wait) at every
+  // yield, and before every nap (which a socket found ready then skips).
+  bool lookWhileYielding;
+  bool lookBeforeNap;
+};
+
+// A collective's wait (Context::waitForProgress): long yield, short naps, a look at the sockets (notices,
+// a sending peer's hang-up) at every yield.
+constexpr WaitPolicy kCollectiveWait{kSpinMicros,          kCollectiveYieldMicros, kCollectiveMaxNapMicros,
+                                     kCollectivePollCapMs, kCollectivePollCapWithMessagesMs,
+                                     /*lookWhileYielding=*/true, /*lookBeforeNap=*/false};
+// The same when more ranks share the host than it has cores: the core is given away almost at once.
+constexpr WaitPolicy kOversubscribedCollectiveWait{kOversubscribedSpinMicros, kOversubscribedYieldMicros,
+                                                   kCollectiveMaxNapMicros,   kCollectivePollCapMs,
+                                                   kCollectivePollCapWithMessagesMs,
+                                                   /*lookWhileYielding=*/true, /*lookBeforeNap=*/false};
+// The messages' wait (PointToPoint::waitForTraffic): short yield, longer naps, and a look before each nap
+// (which also takes the wake-up of a message posted meanwhile).
+constexpr WaitPolicy kMessageWait{kSpinMicros,       kMessageYieldMicros, kMessageMaxNapMicros,
+                                  kMessagePollCapMs, kMessagePollCapMs,
+                                  /*lookWhileYielding=*/false, /*lookBeforeNap=*/true};
 
 // One round of a spin: tells the core this thread only waits.
 inline void cpuRelax() {
