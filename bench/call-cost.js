@@ -3,7 +3,7 @@
 // Times calls of `hora.allreduce(x, {inplace: true, op: 'sum'}).wait()` on a float32 array of 4 elements
 // two ways, ROUNDS times each in turn:
 //   full  the call as a program makes it (both ranks, one collective per call; ITERS / 10 calls);
-//   js    the same call with the addon's runOne replaced by a JS function that reports plain success
+//   js    the same call with the addon's collective() replaced by a JS function that reports plain success
 //         (ITERS calls): the validation, the Work, the dispatcher's bookkeeping and the Stats counters,
 //         without crossing into the addon.
 // Rank 0 prints the median ns per call of each way (docs/benchmarks.md, "The cost of one wait()ed call";
@@ -27,16 +27,16 @@ async function main() {
       // Both ranks take the same turn: a full round needs the partner, a js round must not have one
       // waiting in a collective.
       await hora.barrier();
-      const own = Object.getOwnPropertyDescriptor(comm, 'runOne');
-      if (mode === 'js') Object.defineProperty(comm, 'runOne', { value: plain, configurable: true, writable: true });
+      const own = Object.getOwnPropertyDescriptor(comm, 'collective');
+      if (mode === 'js') Object.defineProperty(comm, 'collective', { value: plain, configurable: true, writable: true });
       const n = mode === 'full' ? iters / 10 : iters;
       const t0 = process.hrtime.bigint();
       for (let i = 0; i < n; i++) hora.allreduce(x, { inplace: true, op: 'sum' }).wait();
       times[mode].push(Number(process.hrtime.bigint() - t0) / n);
       if (mode === 'js') {
-        // The addon's runOne is the communicator's own property (bound to it), or else its class's.
-        if (own) Object.defineProperty(comm, 'runOne', own);
-        else delete comm.runOne;
+        // The addon's collective() is the communicator's own property (bound to it), or else its class's.
+        if (own) Object.defineProperty(comm, 'collective', own);
+        else delete comm.collective;
       }
     }
   }

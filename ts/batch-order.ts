@@ -3,15 +3,13 @@
 // (a duplicate name here; a refused or failed call in the Dispatcher and in hora.failPeers), so that every
 // rank fails that place and the ranks stay in step.
 import { describeValue } from './errors';
-import { KIND_NAMES, NativeAlgorithm, NativeDType, NativeKind, NativeOp } from './native';
+import { KIND_NAMES, NativeDType, NativeKind, NativeOp, nativeItem } from './native';
 import type { NativeItem } from './native';
 
 /** The placeholder that keeps the ranks in step when a collective of this rank cannot run (see hora.failPeers). */
 export function invalidItem(reason: string, group = 0, name = ''): Omit<NativeItem, 'id'> {
-  return {
-    kind: NativeKind.Invalid, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto,
-    name, data: null, out: null, invalidReason: reason, group,
-  };
+  const item = nativeItem(NativeKind.Invalid, NativeOp.Sum, NativeDType.Uint8, 0, name, null, null);
+  return Object.assign(item, { invalidReason: reason, group });
 }
 
 /**

@@ -15,7 +15,7 @@ import { DeviceBuffer, adoptDevicePointer, deviceAlloc, deviceCopy, lend } from 
 import { requireElasticRun } from './elastic/world';
 import { CallSite, HoraError, invalidArgument, knownOptions } from './errors';
 import { loadNative } from './loader';
-import { NativeAlgorithm, NativeDType, NativeEstimate, NativeItem, NativeKind, NativeOp, NativeResult, lookupName } from './native';
+import { NativeDType, NativeEstimate, NativeItem, NativeKind, NativeOp, NativeResult, lookupName, nativeItem } from './native';
 import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, ReduceScatterOptions, Tensor,
 } from './types';
@@ -47,10 +47,8 @@ function copyOf<T extends Tensor>(x: T): T {
 /** The item for a collective on device memory: x's, and out for a reducescatter's block. */
 function deviceItem(kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, name: string, x: DeviceBuffer,
   out: DeviceBuffer | null = null): Omit<NativeItem, 'id'> {
-  const item: Omit<NativeItem, 'id'> = {
-    kind, op, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: null, out: null,
-    device: x.device, devicePtr: x.pointer, count: x.count, stream: x.stream,
-  };
+  const item = Object.assign(nativeItem(kind, op, dtype, root, name, null, null),
+    { device: x.device, devicePtr: x.pointer, count: x.count, stream: x.stream });
   if (out) item.outPtr = out.pointer;
   return item;
 }
@@ -143,9 +141,7 @@ function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: Allr
     return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: null, keep: [out], local: null, value: out };
   }
   const out = inplace ? x : copyOf(x as Tensor) as T;
-  const item: Omit<NativeItem, 'id'> = {
-    kind: NativeKind.Allreduce, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null,
-  };
+  const item = nativeItem(NativeKind.Allreduce, op, dtype, 0, name, out as Tensor, null);
   if (scale) {
     item.scale = scale;
     if (!w.dispatcher) scaledAlone(out as Tensor, dtype, scale);
@@ -179,7 +175,7 @@ export function broadcastPlan<T extends CollectiveInput>(x: T, options?: Broadca
     }
     const out = inplace ? x : copyOf(x as Tensor) as T;
     return {
-      item: { kind: NativeKind.Broadcast, op: NativeOp.Sum, dtype, root, algorithm: NativeAlgorithm.Auto, name, data: out as Tensor, out: null },
+      item: nativeItem(NativeKind.Broadcast, NativeOp.Sum, dtype, root, name, out as Tensor, null),
       finish: null, keep: null, local: null, value: out, lends: inplace ? Lend.ReadsWrites : Lend.None,
     };
   };
@@ -213,7 +209,7 @@ export function allgatherPlan<T extends CollectiveInput>(x: T, options?: Allgath
     }
     const Ctor = x.constructor as new (buffer: ArrayBuffer) => T;
     return {
-      item: { kind: NativeKind.Allgather, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: null },
+      item: nativeItem(NativeKind.Allgather, NativeOp.Sum, dtype, 0, name, x as Tensor, null),
       finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x as Tensor) as T, lends: Lend.Reads,
     };
   };
@@ -247,9 +243,7 @@ export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: Red
     const [begin, end] = blockRange((x as Tensor).length, w.size, w.rank);
     const Ctor = x.constructor as new (length: number) => T;
     const out = new Ctor(end - begin);
-    const item: Omit<NativeItem, 'id'> = {
-      kind: NativeKind.ReduceScatter, op, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name, data: x as Tensor, out: out as Tensor,
-    };
+    const item = nativeItem(NativeKind.ReduceScatter, op, dtype, 0, name, x as Tensor, out as Tensor);
     if (scale) item.scale = scale;
     return { item, finish: () => out, keep: [x, out], local: () => scaledAlone(copyOf(x as Tensor), dtype, scale) as T, lends: Lend.Reads };
   };
@@ -267,7 +261,7 @@ export function barrierPlan(options?: BarrierOptions): (w: Scope) => Plan<void> 
     const o = optionsObject<BarrierOptions>(c, options, BARRIER_OPTIONS, w.self);
     const name = nameOf(c, o.name, w.self);
     return {
-      item: { kind: NativeKind.Barrier, op: NativeOp.Sum, dtype: NativeDType.Uint8, root: 0, algorithm: NativeAlgorithm.Auto, name, data: null, out: null },
+      item: nativeItem(NativeKind.Barrier, NativeOp.Sum, NativeDType.Uint8, 0, name, null, null),
       finish: () => undefined, keep: [], local: () => undefined,
     };
   };

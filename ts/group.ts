@@ -18,7 +18,7 @@ import {
   sendPlan, submitCollective, submitInvalid,
 } from './hora';
 import { DeviceBuffer } from './device-buffer';
-import { NativeAlgorithm, NativeDType, NativeKind, NativeOp, NativeResult } from './native';
+import { NativeDType, NativeKind, NativeOp, NativeResult, nativeItem } from './native';
 import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, NewGroupOptions, RecvOptions, ReduceScatterOptions,
   SendOptions, Tensor,
@@ -137,12 +137,10 @@ export function newGroup(ranks: readonly number[], options?: NewGroupOptions): W
   }
   const dispatcher = w.dispatcher;
   const mine = Int32Array.from([id, ...list]);
-  const lists = dispatcher.submit({
-    kind: NativeKind.Allgather, op: NativeOp.Sum, dtype: NativeDType.Int32, root: 0, algorithm: NativeAlgorithm.Auto,
-    // Numbered: two newGroup calls in one synchronous run are two collectives of one batch, which must
-    // differ by name (see orderByName in work.ts).
-    name: `hora.newGroup ${id}`, data: mine, out: null,
-  }, (r: NativeResult) => splitLists(new Int32Array(r.gathered as ArrayBuffer), r.counts ?? []), site, [mine]);
+  // Numbered: two newGroup calls in one synchronous run are two collectives of one batch, which must
+  // differ by name (see orderByName in work.ts).
+  const item = nativeItem(NativeKind.Allgather, NativeOp.Sum, NativeDType.Int32, 0, `hora.newGroup ${id}`, mine, null);
+  const lists = dispatcher.submit(item, (r: NativeResult) => splitLists(new Int32Array(r.gathered as ArrayBuffer), r.counts ?? []), site, [mine]);
   const made = new Work<Group | null>({
     waitFor: () => {
       try { lists.wait(); } catch { /* settles `made` below */ }

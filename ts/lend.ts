@@ -10,7 +10,7 @@
  * one Node ABI, not the single Node-API build hora ships (docs/failures.md, "Arrays that change while a
  * collective is pending"). So the engine only ever touches memory that no JavaScript can take from it:
  *
- * - a work run by wait() alone (runOne, runMessage): the JS thread is inside the addon from the
+ * - a work run by wait() alone (collective() or message() with Manner.WaitNow): the JS thread is inside the addon from the
  *   submission to the completion, so no JavaScript runs;
  * - an array hora made (the result of a collective that is not inplace, a new array for recv): nobody else
  *   holds it until the work settles;

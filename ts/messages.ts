@@ -10,7 +10,7 @@ import type { Plan } from './collectives';
 import { DeviceBuffer, hostArray } from './device-buffer';
 import { requireElasticRun } from './elastic/world';
 import { CallSite, HoraError, invalidArgument, knownOptions } from './errors';
-import { DTYPE_OF_NAME, NativeAlgorithm, NativeDType, NativeKind, NativeOp, lookupName } from './native';
+import { DTYPE_OF_NAME, NativeDType, NativeKind, NativeOp, lookupName, nativeItem } from './native';
 import type { DType, RecvOptions, SendOptions, Tensor } from './types';
 import { Work } from './work';
 import { Scope, current } from './world';
@@ -84,7 +84,7 @@ export function sendPlan(x: Tensor, options: SendOptions): (w: Scope) => Plan<vo
     const peer = peerOf(c, 'to', o.to, w);
     const tag = tagOf(c, o.tag, w.self);
     return {
-      item: { kind: NativeKind.Send, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name: '', data: x, out: null, peer, tag },
+      item: nativeItem(NativeKind.Send, NativeOp.Sum, dtype, 0, '', x, null, peer, tag),
       finish: () => undefined, keep: [x], local: () => undefined, lends: Lend.Reads,
     };
   };
@@ -125,7 +125,7 @@ export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Te
     const peer = peerOf(c, 'from', o.from, w);
     const tag = tagOf(c, o.tag, w.self);
     return {
-      item: { kind: NativeKind.Recv, op: NativeOp.Sum, dtype, root: 0, algorithm: NativeAlgorithm.Auto, name: '', data: into, out: null, peer, tag },
+      item: nativeItem(NativeKind.Recv, NativeOp.Sum, dtype, 0, '', into, null, peer, tag),
       finish: () => into, keep: [into], local: () => into, lends: fresh ? Lend.None : Lend.Writes,
     };
   };

@@ -4,10 +4,12 @@
  * The JS side validates every argument and owns promises; the addon is a flat set of calls on a
  * Communicator object. A collective is submitted as a plain item; the addon keeps a pointer into the
  * item's TypedArray until the work completes, so the JS side must keep that array referenced and
- * untouched until then. Completion arrives as `onComplete(id)` on the JS thread; the JS side then
- * calls `take(comm, id)` once to collect the result: `true` for a success with nothing to hand back,
- * otherwise a NativeResult. `wait(id)` blocks the JS thread until the work is done and returns the same
- * result (a later `take` for that id returns null).
+ * untouched until then. There is one way in per kind of call: `submit(items)` for a batch, and for an item
+ * alone `collective(...)` or `message(...)` with positional arguments, the manner of waiting in the code
+ * (Manner). Completion arrives as `onComplete(id)` on the JS thread; the JS side then calls
+ * `result(id, 0)` once to collect the result: `true` for a success with nothing to hand back, otherwise a
+ * NativeResult. `result(id, -1)` blocks the JS thread until the work is done and returns the same result
+ * (a later `result` for that id returns null).
  *
  * Device memory (hora.cuda.DeviceBuffer) crosses as BigInt pointers. A device item carries `device`,
  * `devicePtr`, `count` and `stream` (and `outPtr` for a reducescatter) in place of the `data` and `out`
@@ -230,7 +232,7 @@ export interface NativeItem {
   outPtr?: bigint;
   /**
    * allreduce, reducescatter of a float dtype on host memory: [prescaleFactor, postscaleFactor], finite;
-   * absent when both are 1. An item with it goes through submit() (submitOne and runOne have no room for it).
+   * absent when both are 1. An item with it goes through submit() (collective() has no room for it).
    */
   scale?: [number, number];
 }
@@ -262,25 +264,27 @@ export interface NativeCommunicator {
    */
   addGroup(id: number, members: number[]): void;
   /**
-   * The same for a batch of one host collective (no message, device item or invalid call), without an item
-   * object to read; code is packCode()'s. Without willWait, a collective that cannot wait on a peer (two ranks, a small allreduce
-   * or a barrier, the partner's message already here) runs at once: then its result, as wait() gives it.
+   * The way in for a batch of one host collective (no message, device item or invalid call), without an
+   * item object to read; code is packCode()'s, with the manner of waiting (Manner). Manner.WaitNow: handed
+   * in and waited for in one call; its result, or for plain success the nanoseconds the call took.
+   * Manner.WillWait: queued, and undefined (result(id, -1) follows). Manner.Awaited: a collective that
+   * cannot wait on a peer (two ranks, a small allreduce or a barrier, the partner's message already here)
+   * runs at once: then its result; else undefined, and its completion comes later.
    */
-  submitOne(id: number, code: number, root: number, data: ArrayBufferView | null, out: ArrayBufferView | null,
-    name: string | null): NativeResult | true | undefined;
-  /** The same for one host send or recv (code: packCode(), kind, dtype and willWait): group 0 is the world. */
-  submitMessage(id: number, code: number, data: ArrayBufferView, peer: number, tag: number, group: number): void;
+  collective(id: number, code: number, root: number, data: ArrayBufferView | null, out: ArrayBufferView | null,
+    name: string | null): NativeResult | true | number | undefined;
   /**
-   * submitOne() and wait() in one call, for a wait() on a collective alone in its batch; its result, or
-   * for plain success the nanoseconds the call took.
+   * The way in for one host send or recv (code: packCode(), kind, dtype and the manner): group 0 is the
+   * world. Manner.WaitNow: posted and waited for in one call; its result. Otherwise undefined.
    */
-  runOne(id: number, code: number, root: number, data: ArrayBufferView | null, out: ArrayBufferView | null,
-    name: string | null): NativeResult | number;
-  /** submitMessage() and wait() in one call, for a wait() on a message alone in its batch; its result. */
-  runMessage(id: number, code: number, data: ArrayBufferView, peer: number, tag: number, group: number): NativeResult | true;
-  wait(id: number): NativeResult | true | null;
-  /** Spins up to `micros` for work `id` to complete; its result, or null when it has not (its completion comes later as usual). */
-  spin(id: number, micros: number): NativeResult | true | null;
+  message(id: number, code: number, data: ArrayBufferView, peer: number, tag: number, group: number): NativeResult | true | undefined;
+  /**
+   * The one completion step of a work that is pending (submit(), or collective() and message() without
+   * Manner.WaitNow): its result once; null when already taken. micros: 0, the completion has come (take
+   * it); > 0, spin up to that long for the work to complete (null when it has not; its completion comes
+   * later as usual); < 0, block until it completes (wait()).
+   */
+  result(id: number, micros: number): NativeResult | true | null;
   /** Fails every pending and later operation with `code` and `message`; `peer`: the lost rank, when one is known. */
   abort(code: string, message: string, peer?: number): void;
   /**
@@ -311,7 +315,6 @@ export interface NativeEstimate {
 
 export interface NativeAddon {
   Communicator: new (options: NativeCommOptions, onComplete: (id: number) => void) => NativeCommunicator;
-  take(comm: NativeCommunicator, id: number): NativeResult | true | null;
   /** [monotonic nanoseconds (process.hrtime's clock), wall clock minus monotonic in microseconds]. */
   clocks(): [number, number];
   /** A world of one's allreduce or reducescatter with factors: view (a float dtype) times prescale, then postscale, in place. */
@@ -358,6 +361,20 @@ export interface NativeCuda {
   cast(device: number, src: bigint, fromDtype: NativeDType, dst: bigint, toDtype: NativeDType, count: number, stream: bigint): void;
 }
 
+/**
+ * The one builder of an item: every plan, process-group call and placeholder makes its item here. A
+ * message's peer and tag are in the same literal (a property added to an object afterwards takes an
+ * allocation of its own, on the small-message path), and a collective's item has the same eight fields
+ * as ever. The rest (scale, group, a device item's fields, invalidReason) is added by the few callers
+ * that need it. The addon reads an item in one place per way in (native/binding/work_calls.cc: Submit
+ * for an object, FillOne and FillMessage for packCode()'s positional form).
+ */
+export function nativeItem(kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, name: string,
+  data: ArrayBufferView | null, out: ArrayBufferView | null, peer?: number, tag?: number): Omit<NativeItem, 'id'> {
+  if (peer === undefined) return { kind, op, dtype, root, algorithm: NativeAlgorithm.Auto, name, data, out };
+  return { kind, op, dtype, root, algorithm: NativeAlgorithm.Auto, name, data, out, peer, tag };
+}
+
 /** Bytes an item moves in from this rank: its host view, or count elements of device memory. */
 export function itemBytes(item: Omit<NativeItem, 'id'>): number {
   if (item.data) return item.data.byteLength;
@@ -365,13 +382,26 @@ export function itemBytes(item: Omit<NativeItem, 'id'>): number {
 }
 
 /**
- * The code argument of submitOne(), runOne(), submitMessage() and runMessage(): an item's kind, op, dtype
- * and algorithm, four bits each; then willWait (bit 16), and whether data, out and name are given (bits
+ * How a lone collective or message handed to collective() or message() is to be waited for: its bits in
+ * packCode()'s code (native/binding/communicator.h kWillWait, kWaitNow).
+ */
+export const enum Manner {
+  /** Awaited: it completes through the completion callback (or result() when spun for). */
+  Awaited = 0,
+  /** The caller goes on to result(id, -1) at once (and runs the batch itself when the engine is idle). */
+  WillWait = 1 << 16,
+  /** Handed in and waited for in the same call (a wait() on an item alone in its batch). */
+  WaitNow = 1 << 20,
+}
+
+/**
+ * The code argument of collective() and message(): an item's kind, op, dtype and algorithm, four bits
+ * each; then the manner of waiting (bits 16 and 20, Manner), and whether data, out and name are given (bits
  * 17-19). Node-API copies a call's first six arguments into its frame and any more into a heap array:
  * packed, a small collective's or message's call stays within six, and the addon asks for no argument
  * that is absent.
  */
-export function packCode(item: NativeItem, willWait = false): number {
-  return item.kind | (item.op << 4) | (item.dtype << 8) | (item.algorithm << 12) | (willWait ? 1 << 16 : 0) |
+export function packCode(item: NativeItem, manner = Manner.Awaited): number {
+  return item.kind | (item.op << 4) | (item.dtype << 8) | (item.algorithm << 12) | manner |
     (item.data ? 1 << 17 : 0) | (item.out ? 1 << 18 : 0) | (item.name ? 1 << 19 : 0);
 }

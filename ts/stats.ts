@@ -33,7 +33,7 @@ export interface SubmittedCollective {
   bytes: number;
   /** Bytes per element, for an allgather's output counts. */
   elementBytes: number;
-  /** performance.now() when handed to the engine (started()); -1 before, and for one that ran inside runOne. */
+  /** performance.now() when handed to the engine (started()); -1 before, and for one that ran inside collective() with Manner.WaitNow. */
   at: number;
   /** The totals of its kind; null for an invalid call. */
   totals: KindTotals | null;
@@ -91,7 +91,7 @@ export class CollectiveStats {
   }
 
   /**
-   * Notes its completion, successful or not. ranMs: for one that ran inside a single call (runOne, for a
+   * Notes its completion, successful or not. ranMs: for one that ran inside a single call (collective() with Manner.WaitNow, for a
    * wait()), never started(), how long that call took; it counts as busy time unless others of its kind
    * were in flight meanwhile (their span covers it).
    */

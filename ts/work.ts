@@ -19,7 +19,7 @@
 import { invalidItem, orderByName } from './batch-order';
 import { CallSite, HoraError } from './errors';
 import { callName, cannotBeTaken, changedArray, copyBack, copyIn, Lend, Stages } from './lend';
-import { itemBytes, NativeKind, packCode } from './native';
+import { itemBytes, Manner, NativeKind, packCode } from './native';
 import { OutstandingTable } from './outstanding';
 import type { NativeAddon, NativeCommunicator, NativeItem, NativeResult } from './native';
 import { CollectiveStats, steps, SubmittedCollective } from './stats';
@@ -157,7 +157,7 @@ export class Work<T = unknown> implements PromiseLike<T> {
   }
 }
 
-/** A send or receive of host memory: submitMessage() takes it without an item object to read. */
+/** A send or receive of host memory: message() takes it without an item object to read. */
 function isHostMessage(item: NativeItem): boolean {
   return (item.kind === NativeKind.Send || item.kind === NativeKind.Recv) && item.device === undefined && !!item.data;
 }
@@ -167,7 +167,7 @@ function isMessage(item: NativeItem): boolean {
   return item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
 }
 
-/** A host collective of the world that submitOne() and runOne() take as positional arguments. */
+/** A host collective of the world that collective() takes as positional arguments. */
 function isLoneCollective(item: NativeItem): boolean {
   return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
     item.kind !== NativeKind.Recv && !item.group && item.scale === undefined;
@@ -345,7 +345,7 @@ export class Dispatcher implements WorkDriver {
     this.batchNames = 0;
     const id = this.firstId;
     if (this.rest.length === 0 && (isHostMessage(one) || isLoneCollective(one))) {
-      this.submitLone(id, one, willWait);
+      this.handLone(id, one, willWait ? Manner.WillWait : Manner.Awaited);
       return;
     }
     one.id = id;
@@ -355,16 +355,21 @@ export class Dispatcher implements WorkDriver {
     this.submitBatch(items, willWait);
   }
 
-  /** flush() of one host collective or message alone: positional arguments, no item object to read. */
-  private submitLone(id: number, one: NativeItem, willWait: boolean): void {
-    const data = this.lendLone(id, one, true);
+  /**
+   * One host collective or message alone in its batch, handed in with positional arguments (no item object
+   * to read): from flush() (Manner.Awaited or WillWait: it stays pending while JavaScript runs), or from
+   * waitFor() (Manner.WaitNow: handed in and waited for in one call, in which no JavaScript runs: no stage).
+   */
+  private handLone(id: number, one: NativeItem, manner: Manner): void {
+    const now = manner === Manner.WaitNow;
+    const data = this.lendLone(id, one, !now);
     if (data === undefined) return;
-    let result: NativeResult | true | undefined;
+    let result: NativeResult | true | number | undefined;
     try {
-      if (isHostMessage(one)) this.comm.submitMessage(id, packCode(one, willWait), data!, one.peer!, one.tag!, one.group ?? 0);
+      if (isHostMessage(one)) result = this.comm.message(id, packCode(one, manner), data!, one.peer!, one.tag!, one.group ?? 0);
       else {
-        this.started(id, performance.now());
-        result = this.comm.submitOne(id, packCode(one, willWait), one.root, data, one.out, one.name || null);
+        if (!now) this.started(id, performance.now());
+        result = this.comm.collective(id, packCode(one, manner), one.root, data, one.out, one.name || null);
       }
     } catch (e) {
       one.id = id;
@@ -390,7 +395,7 @@ export class Dispatcher implements WorkDriver {
     if (items.every(isHostMessage)) {
       for (const m of items) {
         try {
-          this.comm.submitMessage(m.id, packCode(m, willWait), m.data!, m.peer!, m.tag!, m.group ?? 0);
+          this.comm.message(m.id, packCode(m, willWait ? Manner.WillWait : Manner.Awaited), m.data!, m.peer!, m.tag!, m.group ?? 0);
         } catch (e) {
           this.refused([m], e);
         }
@@ -495,7 +500,7 @@ export class Dispatcher implements WorkDriver {
     // Not while calls are still being batched (then() in the same run of JS as the call): the batch is
     // submitted at the end of the run, and must stay whole.
     if (this.first !== null) return;
-    const result = this.comm.spin(id, SPIN_MICROS);
+    const result = this.comm.result(id, SPIN_MICROS);
     if (result) this.settle(id, result);
   }
 
@@ -509,29 +514,12 @@ export class Dispatcher implements WorkDriver {
       this.batchBytes = 0;
       this.batchNames = 0;
       this.flushScheduled = false;
-      this.runLone(id, one);
+      this.handLone(id, one, Manner.WaitNow);
       return;
     }
     this.flush(true);
-    const result = this.comm.wait(id);
+    const result = this.comm.result(id, -1);
     if (result) this.settle(id, result);
-  }
-
-  /** waitFor() of a lone collective or message: runOne or runMessage, in which no JavaScript runs (no stage). */
-  private runLone(id: number, one: NativeItem): void {
-    const data = this.lendLone(id, one, false);
-    if (data === undefined) return;
-    let result: NativeResult | true | number;
-    try {
-      result = isHostMessage(one)
-        ? this.comm.runMessage(id, packCode(one), data!, one.peer!, one.tag!, one.group ?? 0)
-        : this.comm.runOne(id, packCode(one), one.root, data, one.out, one.name || null);
-    } catch (e) {
-      one.id = id;
-      this.refused([one], e);
-      return;
-    }
-    this.settle(id, result);
   }
 
   /** Tells the Stats counters that the collective `id` (not a message) is handed to the engine. */
@@ -541,11 +529,11 @@ export class Dispatcher implements WorkDriver {
   }
 
   private onComplete(id: number): void {
-    const result = this.addon.take(this.comm, id);
+    const result = this.comm.result(id, 0);
     if (result) this.settle(id, result);
   }
 
-  /** taken: a result; true for plain success; a number for plain success that took that many nanoseconds (runOne). */
+  /** taken: a result; true for plain success; a number for plain success that took that many nanoseconds (Manner.WaitNow). */
   private settle(id: number, taken: NativeResult | true | number): void {
     const o = this.outstanding.take(id);
     if (!o) return;

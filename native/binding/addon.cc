@@ -89,7 +89,6 @@ Napi::Value Enums(const Napi::CallbackInfo& info) {
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Communicator", CommunicatorWrap::Define(env));
-  exports.Set("take", Napi::Function::New(env, TakeResult));
   exports.Set("clocks", Napi::Function::New(env, Clocks));
   exports.Set("scaleAlone", Napi::Function::New(env, ScaleAlone));
   exports.Set("enums", Napi::Function::New(env, Enums));

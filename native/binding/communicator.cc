@@ -46,12 +46,9 @@ Napi::Function CommunicatorWrap::Define(Napi::Env env) {
                       InstanceMethod("connect", &CommunicatorWrap::Connect),
                       InstanceMethod("submit", &CommunicatorWrap::Submit),
                       InstanceMethod("addGroup", &CommunicatorWrap::AddGroup),
-                      InstanceMethod("submitOne", &CommunicatorWrap::SubmitOne),
-                      InstanceMethod("runOne", &CommunicatorWrap::RunOne),
-                      InstanceMethod("submitMessage", &CommunicatorWrap::SubmitMessage),
-                      InstanceMethod("runMessage", &CommunicatorWrap::RunMessage),
-                      InstanceMethod("wait", &CommunicatorWrap::Wait),
-                      InstanceMethod("spin", &CommunicatorWrap::Spin),
+                      InstanceMethod("collective", &CommunicatorWrap::Collective),
+                      InstanceMethod("message", &CommunicatorWrap::Message),
+                      InstanceMethod("result", &CommunicatorWrap::Result),
                       InstanceMethod("abort", &CommunicatorWrap::Abort),
                       InstanceMethod("estimate", &CommunicatorWrap::Estimate),
                       InstanceMethod("takeTimeline", &CommunicatorWrap::TakeTimeline),
@@ -60,7 +57,7 @@ Napi::Function CommunicatorWrap::Define(Napi::Env env) {
 
 CommunicatorWrap::CommunicatorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CommunicatorWrap>(info) {
   Napi::Env env = info.Env();
-  hora::IntervalClock::get();  // measured here, not in the middle of the first runOne()
+  hora::IntervalClock::get();  // measured here, not in the middle of the first collective()
   Napi::Object o = info[0].As<Napi::Object>();
   hora::CommunicatorOptions opts;
   opts.rank = o.Get("rank").As<Napi::Number>().Int32Value();
@@ -113,12 +110,9 @@ CommunicatorWrap::CommunicatorWrap(const Napi::CallbackInfo& info) : Napi::Objec
   // wrap: a method of the class finds its C++ object through napi_unwrap, a lookup of a private symbol
   // on every call, which took about as long as the JS side's own bookkeeping of a small collective.
   Napi::Object self = info.This().As<Napi::Object>();
-  bindOwn(env, self, "submitOne", &CommunicatorWrap::SubmitOne);
-  bindOwn(env, self, "runOne", &CommunicatorWrap::RunOne);
-  bindOwn(env, self, "submitMessage", &CommunicatorWrap::SubmitMessage);
-  bindOwn(env, self, "runMessage", &CommunicatorWrap::RunMessage);
-  bindOwn(env, self, "wait", &CommunicatorWrap::Wait);
-  bindOwn(env, self, "spin", &CommunicatorWrap::Spin);
+  bindOwn(env, self, "collective", &CommunicatorWrap::Collective);
+  bindOwn(env, self, "message", &CommunicatorWrap::Message);
+  bindOwn(env, self, "result", &CommunicatorWrap::Result);
 }
 
 CommunicatorWrap::~CommunicatorWrap() {

@@ -1,7 +1,7 @@
 // The Communicator class of the addon: one engine communicator (engine/communicator.h) wrapped for
 // JavaScript. Its lifecycle (construct, listen, connect, groups, abort, estimate, timeline, close) is in
-// communicator.cc; the calls made once per collective or message (submit, submitOne/runOne,
-// submitMessage/runMessage, wait, spin, take) and their bookkeeping are in work_calls.cc.
+// communicator.cc; the calls made once per collective or message (submit for a batch, collective and
+// message for one alone, result to get a result) and their bookkeeping are in work_calls.cc.
 //
 // Completions travel from the communication thread to the JS thread through one thread-safe function per
 // communicator, which is referenced only while work is outstanding so an idle communicator never keeps
@@ -28,9 +28,9 @@ const char* const kItemKeyNames[kNumItemKeys] = {"id", "kind", "op", "dtype", "r
                                                   "invalidReason", "device", "devicePtr", "count", "stream",
                                                   "outPtr", "data", "out", "peer", "tag", "group", "scale"};
 
-// The flags in the code argument of submitOne(), runOne(), submitMessage() and runMessage() (ts/native.ts
-// packCode).
-constexpr int32_t kWillWait = 1 << 16, kHasData = 1 << 17, kHasOut = 1 << 18, kHasName = 1 << 19;
+// The flags in the code argument of collective() and message() (ts/native.ts packCode): the manner of
+// waiting (kWillWait, kWaitNow: ts/native.ts Manner; neither: awaited), then which arguments are given.
+constexpr int32_t kWillWait = 1 << 16, kHasData = 1 << 17, kHasOut = 1 << 18, kHasName = 1 << 19, kWaitNow = 1 << 20;
 static_assert(hora::kNumKinds <= 16 && hora::kNumReduceOps <= 16 && hora::kNumDTypes <= 16 && hora::kNumAlgorithms <= 16,
               "packCode gives kind, op, dtype and algorithm four bits each");
 
@@ -58,24 +58,20 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   // stay inline there, as when the whole class was one file: they are on a small collective's path.
   std::shared_ptr<hora::Work> Track(Napi::Env env, const Napi::Value& idValue);
   Napi::Value Submit(const Napi::CallbackInfo& info);
-  Napi::Value SubmitOne(const Napi::CallbackInfo& info);
-  Napi::Value RunOne(const Napi::CallbackInfo& info);
+  Napi::Value Collective(const Napi::CallbackInfo& info);
+  inline Napi::Value RunHere(Napi::Env env, std::shared_ptr<hora::Work>&& w);
   inline std::shared_ptr<hora::Work> Untracked(Napi::Env env, const Napi::Value& idValue);
   inline Napi::Value WaitHere(Napi::Env env, const std::shared_ptr<hora::Work>& w);
   inline int32_t FillOne(const Napi::CallbackInfo& info, hora::Work* w);
-  Napi::Value SubmitMessage(const Napi::CallbackInfo& info);
-  Napi::Value RunMessage(const Napi::CallbackInfo& info);
-  inline bool FillMessage(const Napi::CallbackInfo& info, hora::Work* w);
-  Napi::Value Wait(const Napi::CallbackInfo& info);
-  Napi::Value Spin(const Napi::CallbackInfo& info);
-  inline Napi::Value Take(Napi::Env env, uint64_t id);
+  Napi::Value Message(const Napi::CallbackInfo& info);
+  inline int32_t FillMessage(const Napi::CallbackInfo& info, hora::Work* w);
+  Napi::Value Result(const Napi::CallbackInfo& info);
+  inline Napi::Value Take(Napi::Env env, std::unordered_map<uint64_t, std::shared_ptr<hora::Work>>::iterator it);
   static inline bool PlainSuccess(const hora::Work& w);
   inline Napi::Value ResultOf(Napi::Env env, hora::Work& w);
   static inline Napi::Array CountsArray(Napi::Env env, const std::vector<uint64_t>& counts);
   inline void Recycle(std::shared_ptr<hora::Work>&& w);
   inline void Adopt(Napi::Env env, const std::shared_ptr<hora::Work>& w);
-
-  friend Napi::Value TakeResult(const Napi::CallbackInfo& info);
 
   std::unique_ptr<hora::Communicator> comm_;
   Napi::ThreadSafeFunction tsfn_;
@@ -85,8 +81,5 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   Napi::Reference<Napi::Array> keys_;  // the ItemKey names
   std::shared_ptr<CommunicatorWrap*> self_ = std::make_shared<CommunicatorWrap*>(this);  // see bindOwn()
 };
-
-// take(communicator, id): the result of a completed work, once; null if already taken (e.g. by wait()).
-Napi::Value TakeResult(const Napi::CallbackInfo& info);
 
 }  // namespace hora::binding

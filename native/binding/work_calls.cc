@@ -87,7 +87,7 @@ hora::Scaling scalingOf(const Napi::Value& v) {
 // submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}], willWait?); a send or
 // recv item (kinds 6, 7) carries peer and tag and is posted at once, beside the batch; a device item
 // has device >= 0, devicePtr, count, stream (and outPtr for reducescatter) instead of data and out.
-// willWait: the caller goes on to wait() for one of the items at once.
+// willWait: the caller goes on to wait for one of the items at once (result(id, -1)).
 Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Array arr = info[0].As<Napi::Array>();
@@ -168,15 +168,20 @@ Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// submitOne(id, code, root, data, out, name): a batch of one host collective (not a message, not a
-// device item, not an invalid call), positional; bit 16 of code is willWait. A small collective waited
-// at once costs a microsecond or two in all, and reading a dozen properties of an item object through
-// Node-API was a good part of that.
-// Returns the result when the collective ran at once (Communicator::runIfReady: it could not wait on a
-// peer), else undefined: it is queued, and completes through the callback or wait().
-Napi::Value CommunicatorWrap::SubmitOne(const Napi::CallbackInfo& info) {
+// collective(id, code, root, data, out, name): a batch of one host collective (not a message, not a
+// device item, not an invalid call), positional. A small collective waited at once costs a microsecond or
+// two in all, and reading a dozen properties of an item object through Node-API was a good part of that.
+// The manner of waiting is in code (ts/native.ts Manner):
+// - kWaitNow: handed in and waited for in one call, for a wait() on a collective alone in its batch;
+//   returns what result() would, or for plain success the nanoseconds it took. The work is never tracked
+//   (nothing else can take its result), which saves a crossing into the addon and its bookkeeping.
+// - kWillWait: queued; the caller goes on to result(id, -1) at once. Returns undefined.
+// - neither (awaited): returns the result when the collective ran at once (Communicator::runIfReady: it
+//   could not wait on a peer), else undefined: it is queued, and completes through the callback.
+Napi::Value CommunicatorWrap::Collective(const Napi::CallbackInfo& info) {
   auto w = Untracked(info.Env(), info[0]);
   const int32_t code = FillOne(info, w.get());
+  if (code & kWaitNow) return RunHere(info.Env(), std::move(w));
   const bool willWait = code & kWillWait;
   if (!willWait && comm_->runIfReady(w)) return ResultOf(info.Env(), *w);
   // Pending from here while JavaScript runs: its arrays' memory is held until JS takes the result.
@@ -187,26 +192,22 @@ Napi::Value CommunicatorWrap::SubmitOne(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// runOne(id, code, root, data, out, name): submitOne and wait in one call, for a wait() on a collective
-// that is alone in its batch; returns what wait() would. The work is never tracked (nothing else can
-// take its result), which saves a crossing into the addon and its bookkeeping.
-Napi::Value CommunicatorWrap::RunOne(const Napi::CallbackInfo& info) {
-  auto w = Untracked(info.Env(), info[0]);
-  FillOne(info, w.get());
+// collective() with kWaitNow: runs the work (the calling thread runs it when the engine is idle) and
+// returns its result.
+Napi::Value CommunicatorWrap::RunHere(Napi::Env env, std::shared_ptr<Work>&& w) {
   const hora::IntervalClock& clock = hora::IntervalClock::get();
   const uint64_t start = clock.now();
   comm_->run(w);
   // Plain success comes back as the nanoseconds it took (the Stats report's busy time), which spares
   // the JS side a clock read on each side of the call.
-  Napi::Value result = PlainSuccess(*w) ? Napi::Number::New(info.Env(), clock.nanos(clock.now() - start))
-                                        : ResultOf(info.Env(), *w);
+  Napi::Value result = PlainSuccess(*w) ? Napi::Number::New(env, clock.nanos(clock.now() - start)) : ResultOf(env, *w);
   Recycle(std::move(w));
   return result;
 }
 
-// A work for runOne(), runMessage() and submitMessage() (which adopts it once it is read): like Track(),
-// but kept out of pending_. The work of the last runOne() is made anew in place when nothing else holds
-// it (see Recycle()), rather than allocated.
+// A work for collective() and message() (adopted once it is read, unless waited for in the same call):
+// like Track(), but kept out of pending_. The work of the last collective waited for in its call is made
+// anew in place when nothing else holds it (see Recycle()), rather than allocated.
 std::shared_ptr<Work> CommunicatorWrap::Untracked(Napi::Env env, const Napi::Value& idValue) {
   if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
   std::shared_ptr<Work> w;
@@ -222,13 +223,14 @@ std::shared_ptr<Work> CommunicatorWrap::Untracked(Napi::Env env, const Napi::Val
   return w;
 }
 
-// Waits for an untracked work (the calling thread runs it when the engine is idle) and returns its result.
+// message() with kWaitNow: waits for the untracked message (the calling thread moves messages meanwhile) and
+// returns its result.
 Napi::Value CommunicatorWrap::WaitHere(Napi::Env env, const std::shared_ptr<Work>& w) {
   comm_->waitFor(w);
   return ResultOf(env, *w);
 }
 
-// The collective of submitOne() and runOne(), from arguments 1 to 5: code (ts/native.ts packCode: kind,
+// The collective of collective(), from arguments 1 to 5: code (ts/native.ts packCode: kind,
 // op, dtype and algorithm, four bits each, then flags), root, data, out and name. Five arguments and no
 // more: Node-API copies up to six into the call's frame, more into a heap array of their own. The flags
 // say which of data, out and name are there, so an absent one costs no call to ask. Returns the code.
@@ -238,7 +240,7 @@ int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
   if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
   w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, hora::kNumKinds);
   if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv || w->kind == hora::Kind::kInvalid) {
-    throw Napi::TypeError::New(env, "native: submitOne and runOne take collectives only");
+    throw Napi::TypeError::New(env, "native: collective() takes collectives only");
   }
   w->op = enumFrom<hora::ReduceOp>(env, (code >> 4) & 15, kOp, hora::kNumReduceOps);
   w->dtype = enumFrom<hora::DType>(env, (code >> 8) & 15, kDtype, hora::kNumDTypes);
@@ -253,35 +255,32 @@ int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
   return code;
 }
 
-// submitMessage(id, code, data, peer, tag, group): one host send or recv (kinds 6, 7), positional,
-// posted at once; code is packed as for submitOne (kind, dtype, willWait); group 0 is the world. As with
-// submitOne, reading an item object's properties cost more than moving a small message.
-Napi::Value CommunicatorWrap::SubmitMessage(const Napi::CallbackInfo& info) {
+// message(id, code, data, peer, tag, group): one host send or recv (kinds 6, 7), positional, posted at
+// once; code is packed as for collective() (kind, dtype, the manner of waiting); group 0 is the world. As
+// with collective(), reading an item object's properties cost more than moving a small message.
+// kWaitNow: posted and waited for in one call, for a wait() on a message alone in its batch; returns what
+// result() would. Otherwise undefined (kWillWait: the caller goes on to result(id, -1) at once).
+Napi::Value CommunicatorWrap::Message(const Napi::CallbackInfo& info) {
   auto w = Untracked(info.Env(), info[0]);
-  const bool willWait = FillMessage(info, w.get());
+  const int32_t code = FillMessage(info, w.get());
+  if (code & kWaitNow) {
+    comm_->post(w, true);
+    return WaitHere(info.Env(), w);
+  }
   w->keepAlive[0] = hora::binding::holdBackingStore(info.Env(), info[2]);
   Adopt(info.Env(), w);
-  comm_->post(std::move(w), willWait);
+  comm_->post(std::move(w), code & kWillWait);
   return info.Env().Undefined();
 }
 
-// runMessage(id, code, data, peer, tag, group): submitMessage and wait in one call, for a wait() on a
-// message alone in its batch, as runOne for a collective; returns what wait() would.
-Napi::Value CommunicatorWrap::RunMessage(const Napi::CallbackInfo& info) {
-  auto w = Untracked(info.Env(), info[0]);
-  FillMessage(info, w.get());
-  comm_->post(w, true);
-  return WaitHere(info.Env(), w);
-}
-
-// The message of submitMessage() and runMessage(), from arguments 1 to 5; returns code's willWait.
-bool CommunicatorWrap::FillMessage(const Napi::CallbackInfo& info, Work* w) {
+// The message of message(), from arguments 1 to 5; returns the code.
+int32_t CommunicatorWrap::FillMessage(const Napi::CallbackInfo& info, Work* w) {
   Napi::Env env = info.Env();
   const int32_t code = int32Or(info[1], -1);
   if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
   w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, hora::kNumKinds);
   if (w->kind != hora::Kind::kSend && w->kind != hora::Kind::kRecv) {
-    throw Napi::TypeError::New(env, "native: submitMessage and runMessage take sends and receives only");
+    throw Napi::TypeError::New(env, "native: message() takes sends and receives only");
   }
   w->dtype = enumFrom<hora::DType>(env, (code >> 8) & 15, kDtype, hora::kNumDTypes);
   size_t bytes = 0;
@@ -294,33 +293,31 @@ bool CommunicatorWrap::FillMessage(const Napi::CallbackInfo& info, Work* w) {
     w->group = comm_->findGroup(group);
     if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(group) + " on this rank");
   }
-  return code & kWillWait;
+  return code;
 }
 
-// wait(id): blocks until that work completes; then returns its result like take() would.
-Napi::Value CommunicatorWrap::Wait(const Napi::CallbackInfo& info) {
+// result(id, micros): the one completion step of a tracked work: its result, once; null when it has been
+// taken already (by an earlier result()) or, spinning, has not completed. micros says how to get it:
+// - 0: the completion callback has come (the work is complete): take it;
+// - > 0: spin up to micros for the work to complete; null when it has not (its completion callback comes
+//   later as usual);
+// - < 0: block until it completes (wait(); the calling thread runs queued tasks while the engine is idle).
+Napi::Value CommunicatorWrap::Result(const Napi::CallbackInfo& info) {
   uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
   auto it = pending_.find(id);
   if (it == pending_.end()) return info.Env().Null();
-  comm_->waitFor(it->second);
-  return Take(info.Env(), id);
+  const int64_t micros = info[1].As<Napi::Number>().Int64Value();
+  if (micros < 0) {
+    comm_->waitFor(it->second);
+  } else if (micros > 0 && !comm_->spinFor(it->second, micros)) {
+    return info.Env().Null();
+  }
+  return Take(info.Env(), it);
 }
 
-// spin(id, micros): spins up to micros for that work to complete; its result like take() would, or
-// null when it has not completed (its completion callback comes later as usual).
-Napi::Value CommunicatorWrap::Spin(const Napi::CallbackInfo& info) {
-  uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
-  auto it = pending_.find(id);
-  if (it == pending_.end()) return info.Env().Null();
-  if (!comm_->spinFor(it->second, info[1].As<Napi::Number>().Int64Value())) return info.Env().Null();
-  return Take(info.Env(), id);
-}
-
-// Called by the JS completion callback (through the internal take) and by wait().
-Napi::Value CommunicatorWrap::Take(Napi::Env env, uint64_t id) {
-  auto it = pending_.find(id);
-  if (it == pending_.end()) return env.Null();
-  std::shared_ptr<Work> w = it->second;
+// Hands the result of the work at `it` in pending_ to JS, and forgets the work.
+Napi::Value CommunicatorWrap::Take(Napi::Env env, std::unordered_map<uint64_t, std::shared_ptr<Work>>::iterator it) {
+  std::shared_ptr<Work> w = std::move(it->second);
   pending_.erase(it);
   w->takenInJs = true;
   // The engine is done with the arrays: their memory is JavaScript's alone again.
@@ -388,16 +385,10 @@ void CommunicatorWrap::Recycle(std::shared_ptr<Work>&& w) {
   spare_ = std::move(w);
 }
 
-// Tracks an untracked work from now on: its result is taken through the callback, wait() or spin().
+// Tracks an untracked work from now on: its result is taken through result() (the callback, wait() or spin).
 void CommunicatorWrap::Adopt(Napi::Env env, const std::shared_ptr<Work>& w) {
   if (pending_.empty() && !released_) tsfn_.Ref(env);
   pending_[w->id] = w;
-}
-
-// take(communicator, id): the result of a completed work, once; null if already taken (e.g. by wait()).
-Napi::Value TakeResult(const Napi::CallbackInfo& info) {
-  CommunicatorWrap* c = CommunicatorWrap::Unwrap(info[0].As<Napi::Object>());
-  return c->Take(info.Env(), static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()));
 }
 
 }  // namespace hora::binding

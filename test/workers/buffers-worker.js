@@ -131,8 +131,8 @@ const scenarios = {
     };
     const cases = [];
     const f32 = (n) => new Float32Array(n).fill(r + 1);
-    refuseOnce('submitOne');
-    cases.push({ name: 'awaited allreduce (submitOne)', got: await outcome(() => hora.allreduce(f32(4), { op: 'sum' })) });
+    refuseOnce('collective');
+    cases.push({ name: 'awaited allreduce (collective)', got: await outcome(() => hora.allreduce(f32(4), { op: 'sum' })) });
     cases.push({ name: 'after it', got: await outcome(() => hora.allreduce(f32(4), { op: 'sum' })) });
     refuseOnce('submit');
     const w1 = hora.allreduce(f32(4), { op: 'sum', name: 'batch a' });
@@ -140,15 +140,15 @@ const scenarios = {
     cases.push({ name: 'a batch of two (submit), first', got: await outcome(() => w1) });
     cases.push({ name: 'a batch of two (submit), second', got: await outcome(() => w2) });
     cases.push({ name: 'after it', got: await outcome(() => hora.allreduce(f32(4), { op: 'sum' })) });
-    refuseOnce('runOne');
-    cases.push({ name: 'wait()ed allreduce (runOne)', got: await outcome(() => { const v = hora.allreduce(f32(4), { op: 'sum' }).wait(); return { then: (f) => f(v) }; }) });
+    refuseOnce('collective');
+    cases.push({ name: 'wait()ed allreduce (collective, waited now)', got: await outcome(() => { const v = hora.allreduce(f32(4), { op: 'sum' }).wait(); return { then: (f) => f(v) }; }) });
     cases.push({ name: 'after it', got: await outcome(() => hora.allreduce(f32(4), { op: 'sum' })) });
     // Messages hold no place in the order: only rank 1 calls them, and only rank 1 fails.
     if (r === 1) {
-      refuseOnce('submitMessage');
-      cases.push({ name: 'awaited send (submitMessage)', got: await outcome(() => hora.send(f32(4), { to: 0 })) });
-      refuseOnce('runMessage');
-      cases.push({ name: 'wait()ed recv (runMessage)', got: await outcome(() => { const v = hora.recv(f32(4), { from: 0 }).wait(); return { then: (f) => f(v) }; }) });
+      refuseOnce('message');
+      cases.push({ name: 'awaited send (message)', got: await outcome(() => hora.send(f32(4), { to: 0 })) });
+      refuseOnce('message');
+      cases.push({ name: 'wait()ed recv (message, waited now)', got: await outcome(() => { const v = hora.recv(f32(4), { from: 0 }).wait(); return { then: (f) => f(v) }; }) });
     }
     return { cases, after: await followUp(r, p) };
   },

@@ -108,9 +108,10 @@ async function sweep() {
   const short = new Uint8Array(6);
   // ts/native.ts: allreduce, sum, float32, algorithm auto.
   const item = { kind: 0, op: 0, dtype: 0, algorithm: 0, root: 0, name: '', data: short, out: null };
-  for (const call of ['runOne', 'submitOne']) {
+  // ts/native.ts Manner: WaitNow (a wait()ed call alone, 1 << 20) and Awaited (0).
+  for (const [call, manner] of [['collective, waited now', 1 << 20], ['collective, awaited', 0]]) {
     try {
-      comm[call](1e9, packCode(item, call === 'runOne'), 0, short, null, null);
+      comm.collective(1e9, packCode(item, manner), 0, short, null, null);
       failures.push(`${call} took 6 bytes as 6 float32 elements`);
     } catch (e) {
       if (!(e instanceof RangeError) || !/fewer bytes than its dtype needs/.test(e.message)) failures.push(`${call}: ${e}`);

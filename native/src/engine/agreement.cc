@@ -476,16 +476,21 @@ bool partnerMessageArrived(Context& ctx) {
   return pair->peek(whole, &data, &avail).isOk() && avail >= whole;
 }
 
-bool carriesPayload(const Proposal& p, const Context& ctx) {
+bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen) {
   if (p.kind != static_cast<uint8_t>(Kind::kAllreduce) || p.count == 0 || p.onDevice) return false;
   if (p.count * dtypeSize(static_cast<DType>(p.dtype)) > kSmallAllreduceBytes) return false;
   // The exchange is recursive doubling: it carries the payload when that is the algorithm this
   // allreduce would run anyway (the same choice on every rank: the topology is the same everywhere).
-  AllreduceOptions o;
-  o.count = p.count;
-  o.dtype = static_cast<DType>(p.dtype);
-  o.algorithm = static_cast<Algorithm>(p.algorithm);
-  return chooseAllreduceAlgorithm(ctx, o) == Algorithm::kRecursiveDoubling;
+  Algorithm mine = Algorithm::kAuto;
+  if (chosen == nullptr) chosen = &mine;
+  if (*chosen == Algorithm::kAuto) {
+    AllreduceOptions o;
+    o.count = p.count;
+    o.dtype = static_cast<DType>(p.dtype);
+    o.algorithm = static_cast<Algorithm>(p.algorithm);
+    *chosen = chooseAllreduceAlgorithm(ctx, o);
+  }
+  return *chosen == Algorithm::kRecursiveDoubling;
 }
 
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload,

@@ -82,7 +82,9 @@ Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 // takes the rest up again; every rank computes the same number, so the ranks stay in step.
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr,
              const Layout* layout = nullptr, size_t* alike = nullptr);
-bool carriesPayload(const Proposal& p, const Context& ctx);
+// chosen: the allreduce's algorithm when already chosen (Work::chosen), else kAuto, and then the choice is
+// made here, only if the rest fits, and stored there; nullptr: chosen here and forgotten.
+bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen = nullptr);
 // Whether the next agreement would finish without waiting on a peer: a world of two ranks, whose partner's
 // whole message for it (head, text, payload) has arrived. Takes nothing from the stream (TCP may read
 // bytes into the pair's buffer); call only while no collective runs, as it uses the pair one would read.

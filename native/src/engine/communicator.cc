@@ -15,28 +15,23 @@ namespace {
 constexpr int64_t kQueueSpinMicros = 100;
 // How long a wait() for a message moves messages itself before it sleeps (see waitForMessage()).
 constexpr int64_t kMessageWaitMicros = 2000;
-// Largest tensor that is fused with others (see fusable()).
-constexpr size_t kFusionTensorMaxBytes = 128 * 1024;
-// WorkTimes::algorithm of a small allreduce whose data travelled with the agreement (no separate transfer).
-constexpr const char* kRodeAlong = "agreement";
 
 // Timeline records held for collection; past this (nobody collects) newer ones are dropped.
 constexpr size_t kMaxTimelineRecords = size_t(1) << 20;
 
-// Failures after which the connections can no longer be trusted to be in step.
-bool isFatal(Code c) {
+}  // namespace
+
+bool Communicator::isFatal(Code c) {
   return c == Code::kTimeout || c == Code::kPeerLost || c == Code::kInternal || c == Code::kAuth ||
          c == Code::kShutdown;
 }
 
-std::string describeWork(const Work& w) {
+std::string Communicator::describeWork(const Work& w) {
   std::string s = kindName(w.kind);
   if (!w.name.empty()) s += " '" + w.name + "'";
   if (w.group != nullptr) s += " in " + w.group->label;
   return s;
 }
-
-}  // namespace
 
 Communicator::Communicator(const CommunicatorOptions& options, Completion onComplete)
     : options_(options),
@@ -160,101 +155,6 @@ void Communicator::applyAlgorithmChoice(Work& w) const {
   }
 }
 
-// What submit() and waitFor() would do for an idle engine, less the queue: a small collective waited at
-// once costs about two microseconds, of which the queue (four more lockings, a task and its vector) took
-// a few percent (docs/notes/2026-11-26-small-collectives-run-at-once.md). Larger ones, where that is
-// nothing, take the queue as before.
-void Communicator::run(const std::shared_ptr<Work>& work) {
-  bool here = false;
-  if (work->count * dtypeSize(work->dtype) <= kSmallAllreduceBytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!running_ && queue_.empty() && !p2p_.busy()) {
-      running_ = true;
-      waitedFor_ = work.get();
-      here = true;
-    }
-  }
-  if (!here) {
-    submit({work}, true);
-    waitFor(work);
-    return;
-  }
-  applyAlgorithmChoice(*work);
-  runClaimed(work);
-}
-
-void Communicator::runClaimed(const std::shared_ptr<Work>& work) {
-  if (options_.timeline) work->times.enqueued = monotonicNanos();
-  runHere_.assign(1, work);
-  runBatch(runHere_);
-  runHere_.clear();
-  std::lock_guard<std::mutex> lock(mutex_);
-  running_ = false;
-  waitedFor_ = nullptr;
-  // Tasks queued meanwhile (by another thread) are the communication thread's; it may be asleep.
-  if (!queue_.empty()) queueCv_.notify_one();
-}
-
-// An awaited collective goes to the communication thread, and its completion comes back: on two cores shared
-// by two ranks' JS and communication threads, each hand-off waits for a core. When the partner is there
-// first, its message already waiting, the collective cannot block: the caller runs it at once. So in a loop
-// of awaited small collectives the rank that arrives second runs its call without a hand-off. A peer that
-// is late is never waited for here: the event loop is not held (invariant 1).
-bool Communicator::runsWithoutWaiting(const Work& w) {
-  if (w.group != nullptr || w.device >= 0 || !broken_.isOk()) return false;
-  if (w.kind == Kind::kAllreduce) {
-    if (w.count == 0 || !carriesPayload(proposalFor(w, 0, 1, w.count), ctx_)) return false;
-  } else if (w.kind != Kind::kBarrier) {
-    return false;
-  }
-  return partnerMessageArrived(ctx_);
-}
-
-bool Communicator::runIfReady(const std::shared_ptr<Work>& work) {
-  if (ctx_.size() != 2) return false;
-  applyAlgorithmChoice(*work);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (running_ || !queue_.empty() || p2p_.busy() || waitedFor_ != nullptr || !runsWithoutWaiting(*work)) return false;
-    running_ = true;
-    waitedFor_ = work.get();
-  }
-  runClaimed(work);
-  return true;
-}
-
-// The caller blocks anyway, so while the engine is idle it runs the queued tasks itself, in order, up to
-// the one it waits for: no hand-off to the communication thread and back, which on a machine whose idle
-// cores sleep costs tens of microseconds each way. running_ keeps to one task at a time, whichever thread
-// runs it, so the order of collectives is the order of submission as before.
-//
-// The caller takes the result itself, so completing this work posts no completion callback (see
-// complete()): each one would cost a wake-up of the event loop for a result already taken.
-void Communicator::waitFor(const std::shared_ptr<Work>& work) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    waitedFor_ = work.get();
-  }
-  if (work->kind == Kind::kSend || work->kind == Kind::kRecv) waitForMessage(work);
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!work->completed) {
-    if (!running_ && !queue_.empty() && !queue_.front().stop) {
-      Task task = takeTask();
-      lock.unlock();
-      runTask(task);
-      lock.lock();
-      running_ = false;
-      // Later tasks are the communication thread's once this caller is done; it may be asleep.
-      if (work->completed && !queue_.empty()) queueCv_.notify_one();
-      continue;
-    }
-    awaited_ = work.get();
-    doneCv_.wait(lock, [&] { return work->completed || (!running_ && !queue_.empty() && !queue_.front().stop); });
-    awaited_ = nullptr;
-  }
-  waitedFor_ = nullptr;
-}
-
 // Likewise for a message: the blocked caller moves messages itself for a while (the communication thread
 // may be doing the same; one at a time gets in), so a ping-pong costs no hand-off between threads. After
 // kMessageWaitMicros it leaves the rest to the communication thread and sleeps.
@@ -300,46 +200,18 @@ Communicator::Task Communicator::takeTask() {
   return task;
 }
 
-void Communicator::runTask(Task& task) {
+// The one way a task runs, whichever thread runs it: the communication thread (run()), a caller blocked in
+// waitFor(), or a caller running a small collective at once (runClaimed()). The caller has claimed the
+// engine (running_ set under mutex_: takeTask(), run(), runIfReady()) and holds no lock; the engine is
+// released under `lock`, which is left held.
+void Communicator::runTask(Task& task, std::unique_lock<std::mutex>& lock) {
   if (!task.peers.empty()) {
     runConnect(task);
   } else {
     runBatch(task.batch);
   }
-}
-
-bool Communicator::spinFor(const std::shared_ptr<Work>& work, int64_t micros) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (work->completed) return true;
-    if (ctx_.oversubscribed() || waitedFor_ != nullptr) return false;
-    waitedFor_ = work.get();
-  }
-  const Clock::time_point until = Clock::now() + std::chrono::microseconds(micros);
-  uint64_t seen = completions_.load(std::memory_order_acquire);
-  bool done = false;
-  for (int round = 0;; ++round) {
-    const uint64_t now = completions_.load(std::memory_order_acquire);
-    if (now != seen) {
-      seen = now;
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (work->completed) {
-        done = true;
-        break;
-      }
-    }
-    if (Clock::now() >= until) break;
-    sched_yield();
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  waitedFor_ = nullptr;
-  // Completed between the last look and now: its callback was not posted either.
-  return done || work->completed;
-}
-
-bool Communicator::isDone(const std::shared_ptr<Work>& work) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return work->completed;
+  lock.lock();
+  running_ = false;
 }
 
 void Communicator::abort(const Status& reason) {
@@ -370,25 +242,17 @@ void Communicator::run() {
     // machine with as many cores as ranks a spinning thread would take it.
     auto watchUntil = Clock::now() + std::chrono::microseconds(kQueueSpinMicros);
     while (queued_.load(std::memory_order_acquire) == 0 && !p2p_.busy() && Clock::now() < watchUntil) sched_yield();
-    bool haveTask = false;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      queueCv_.wait(lock, [&] { return (!queue_.empty() && !running_) || p2p_.busy(); });
-      if (!queue_.empty() && !running_) {
-        task = takeTask();
-        haveTask = true;
-      }
-    }
-    if (!haveTask) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    queueCv_.wait(lock, [&] { return (!queue_.empty() && !running_) || p2p_.busy(); });
+    if (queue_.empty() || running_) {
+      lock.unlock();
       progressMessages();
       continue;
     }
+    task = takeTask();
+    lock.unlock();
     if (task.stop) break;
-    runTask(task);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      running_ = false;
-    }
+    runTask(task, lock);
   }
   p2p_.failAll(Status(Code::kShutdown, "the communicator was shut down before this completed"));
   // Whatever is still queued never runs.
@@ -436,15 +300,6 @@ void Communicator::runConnect(Task& task) {
   complete(task.batch.front(), st, "connecting the data plane");
 }
 
-// Fusion trades two copies of a tensor (into the fusion buffer and back) for one collective's fixed
-// cost. That pays for small tensors only: a collective costs some microseconds on shared memory and tens
-// on TCP, which is the time to copy a few hundred KiB, so larger tensors go out on their own.
-bool Communicator::fusable(const Work& w) const {
-  const size_t bytes = w.count * dtypeSize(w.dtype);
-  return w.kind == Kind::kAllreduce && w.device < 0 && options_.fusionBytes > 0 && w.count > 0 && bytes < options_.fusionBytes &&
-         bytes <= kFusionTensorMaxBytes;
-}
-
 void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
   size_t i = 0;
   while (i < batch.size()) {
@@ -484,110 +339,6 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
   }
 }
 
-// Tensor fusion: pack the run of allreduces into one buffer, reduce it once, unpack. Every rank fuses the
-// same runs because batches are formed by program order, or by name (see ts/work.ts), and the agreement
-// checks the run tensor by tensor: a digest of the names and counts in order (engine/layout.h), so
-// that no rank adds a tensor's elements to another's; a difference names the first tensor that differs.
-//
-// When the agreement fails (another rank's call at this position was invalid, or differs), the ranks may
-// have grouped different numbers of calls, so the group cannot fail as a whole: every rank fails only the
-// first call of its group, the one all ranks were checking at this position, and takes the rest up again.
-// That keeps the ranks in step call by call. Where the ranks' runs begin with the same tensors (a rank's
-// run was cut short by an invalid call after them, say), those are reduced and completed instead, and the
-// rest taken up again (agree()'s alike). Returns the index of the first call not yet completed.
-size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end) {
-  const Work& first = *batch[begin];
-  Group& g = groupOf(first);
-  Context& ctx = *g.ctx;
-  const size_t elem = dtypeSize(first.dtype);
-  size_t total = 0;
-  for (size_t k = begin; k < end; ++k) total += batch[k]->count;
-  WorkTimes group;
-  if (options_.timeline) {
-    group.started = monotonicNanos();
-    group.fusedTensors = static_cast<uint32_t>(end - begin);
-    takeKernelTime(nullptr);
-  }
-  if (fusionBuffer_.size() < total * elem) fusionBuffer_.resize(total * elem);
-  uint8_t* buf = fusionBuffer_.data();
-  size_t off = 0;
-  for (size_t k = begin; k < end; ++k) {
-    stamp(&batch[k]->times.copyInStart);
-    memcpy(buf + off, batch[k]->data, batch[k]->count * elem);
-    off += batch[k]->count * elem;
-    stamp(&batch[k]->times.copyInEnd);
-  }
-  ctx.startDeadline();
-  const Layout layout(&batch[begin], end - begin);
-  Proposal proposal = proposalForRun(layout, g.seq++, total);
-  group.seq = proposal.seq;
-  stamp(&group.negotiateStart);
-  Status st;
-  size_t alike = 0;
-  bool rodeAlong = carriesPayload(proposal, ctx);
-  if (rodeAlong) {
-    group.algorithm = kRodeAlong;
-    st = agree(ctx, proposal, "", buf, &layout, &alike);
-    stamp(&group.negotiateEnd);
-    if (st.isOk() && first.op == ReduceOp::kAvg && !first.scaling.active()) scaleForAvg(first.dtype, buf, total, ctx.size());
-  } else {
-    st = agree(ctx, proposal, "", nullptr, &layout, &alike);
-    stamp(&group.negotiateEnd);
-  }
-  if (!st.isOk() && alike > 0) {
-    // Every rank's run begins with these tensors alike: reduce them (nothing rode along), and leave the rest.
-    for (size_t k = begin + alike; k < end; ++k) batch[k]->times.copyInStart = batch[k]->times.copyInEnd = 0;
-    end = begin + alike;
-    total = 0;
-    for (size_t k = begin; k < end; ++k) total += batch[k]->count;
-    if (options_.timeline) group.fusedTensors = static_cast<uint32_t>(alike);
-    rodeAlong = false;
-    st = Status::ok();
-  }
-  // The fused tensors share the group's phases; each keeps its own copies.
-  auto shareGroupTimes = [&](Work& w) {
-    if (!options_.timeline) return;
-    const WorkTimes own = w.times;
-    w.times = group;
-    w.times.enqueued = own.enqueued;
-    w.times.copyInStart = own.copyInStart;
-    w.times.copyInEnd = own.copyInEnd;
-  };
-  if (!st.isOk() && !isFatal(st.code())) {
-    if (options_.timeline) takeKernelTime(&group);
-    shareGroupTimes(*batch[begin]);
-    for (size_t k = begin + 1; k < end; ++k) batch[k]->times.copyInStart = batch[k]->times.copyInEnd = 0;
-    complete(batch[begin], st, st.isOk() ? std::string() : describeWork(first));
-    return begin + 1;
-  }
-  if (st.isOk() && !rodeAlong) {
-    AllreduceOptions o;
-    o.data = buf;
-    o.count = total;
-    o.dtype = first.dtype;
-    o.op = first.op;
-    o.algorithm = first.algorithm;
-    o.scaling = first.scaling;
-    if (options_.timeline) group.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx, o));
-    st = allreduce(ctx, o);
-    stamp(&group.transferEnd);
-  }
-  if (options_.timeline) takeKernelTime(&group);
-  off = 0;
-  for (size_t k = begin; k < end; ++k) {
-    Work& w = *batch[k];
-    shareGroupTimes(w);
-    stamp(&w.times.copyOutStart);
-    if (st.isOk()) memcpy(w.data, buf + off, w.count * elem);
-    stamp(&w.times.copyOutEnd);
-    off += w.count * elem;
-    w.fused = true;
-    complete(batch[k], st, st.isOk() ? std::string()
-                                     : describeWork(w) + " (fused with " + std::to_string(end - begin - 1) + " other tensors)");
-  }
-  return end;
-}
-
 Status Communicator::execute(Work& w) {
   Group& g = groupOf(w);
   Context& ctx = *g.ctx;
@@ -600,7 +351,7 @@ Status Communicator::execute(Work& w) {
   stamp(&w.times.negotiateStart);
   // alike: every other rank's fused run begins with this tensor (see runFused()); it runs as below.
   size_t alike = 0;
-  if (carriesPayload(proposal, ctx)) {
+  if (carriesPayload(proposal, ctx, &w.chosen)) {
     w.times.algorithm = kRodeAlong;
     Status agreed = agree(ctx, proposal, w.invalidReason, w.data, &layout, &alike);
     stamp(&w.times.negotiateEnd);
@@ -645,9 +396,11 @@ Status Communicator::execute(Work& w) {
       o.op = w.op;
       o.algorithm = w.algorithm;
       o.scaling = w.scaling;
-      HORA_TRACE("allreduce '%s' %zu x %s with %s", w.name.c_str(), w.count, dtypeName(w.dtype),
-                 algorithmName(chooseAllreduceAlgorithm(ctx, o)));
-      if (options_.timeline) w.times.algorithm = algorithmName(chooseAllreduceAlgorithm(ctx, o));
+      // Chosen once per Work (Work::chosen): here, unless the agreement's check chose it already.
+      if (w.chosen == Algorithm::kAuto) w.chosen = chooseAllreduceAlgorithm(ctx, o);
+      HORA_TRACE("allreduce '%s' %zu x %s with %s", w.name.c_str(), w.count, dtypeName(w.dtype), algorithmName(w.chosen));
+      if (options_.timeline) w.times.algorithm = algorithmName(w.chosen);
+      o.algorithm = w.chosen;
       return allreduce(ctx, o);
     }
     case Kind::kBroadcast: {

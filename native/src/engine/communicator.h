@@ -111,7 +111,7 @@ class Communicator {
 
   void run();
   Task takeTask();
-  void runTask(Task& task);
+  void runTask(Task& task, std::unique_lock<std::mutex>& lock);
   void runConnect(Task& task);
   void runBatch(std::vector<std::shared_ptr<Work>>& batch);
   size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
@@ -126,11 +126,17 @@ class Communicator {
   // A collective of the world whose whole run is one agreement between two ranks (a small allreduce
   // riding on it, or a barrier), whose partner's message has arrived. Call with mutex_ held and the
   // engine idle.
-  bool runsWithoutWaiting(const Work& w);
+  bool runsWithoutWaiting(Work& w);
   // Runs work on the calling thread, which has claimed the engine for it (running_ and waitedFor_ set),
   // then releases the engine.
   void runClaimed(const std::shared_ptr<Work>& work);
   bool fusable(const Work& w) const;
+  // Failures after which the connections can no longer be trusted to be in step.
+  static bool isFatal(Code c);
+  // "allreduce 'grad' in group 1 (ranks 0, 2)": what a failure's message says was running.
+  static std::string describeWork(const Work& w);
+  // WorkTimes::algorithm of a small allreduce whose data travelled with the agreement (no separate transfer).
+  static constexpr char kRodeAlong[] = "agreement";
   // Timeline: stores the time at *at when the timeline is on; one branch otherwise.
   void stamp(int64_t* at) const {
     if (options_.timeline) *at = monotonicNanos();
@@ -154,8 +160,8 @@ class Communicator {
   std::atomic<int> messageWaiters_{0};
   std::atomic<uint64_t> completions_{0};  // works completed so far, readable without the lock (spinFor)  // JS-thread wait()s moving messages themselves (waitForMessage)
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() sleeps on, if any (under mutex_)
-  // run()'s batch of one, kept to save an allocation per call (only the JS thread calls run()).
-  std::vector<std::shared_ptr<Work>> runHere_;
+  // runClaimed()'s task of one, kept to save an allocation per call (only the JS thread calls it).
+  Task runHere_;
   const Work* waitedFor_ = nullptr;  // the work a waitFor() is in progress for; its caller takes the result (under mutex_)
   bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
   std::atomic<bool> keepOnClose_{false};  // close() hands the connections over: the thread does not hang up

@@ -54,7 +54,10 @@ struct Work {
   ReduceOp op = ReduceOp::kSum;
   DType dtype = DType::kFloat32;
   int root = 0;
-  Algorithm algorithm = Algorithm::kAuto;
+  Algorithm algorithm = Algorithm::kAuto;  // forced (the call's, or HORA_ALGO); kAuto: the engine chooses
+  // allreduce: the algorithm it runs, chosen once by the engine (chooseAllreduceAlgorithm() on its group's
+  // topology) the first time it is needed, and read from here after that; kAuto until then.
+  Algorithm chosen = Algorithm::kAuto;
   std::string name;
   // allreduce, reducescatter of host memory with a float dtype: prescaleFactor and postscaleFactor.
   Scaling scaling;

@@ -1,0 +1,140 @@
+// The calling thread's ways into the engine: a caller that waits for a work runs the queued tasks itself
+// while the engine is idle (waitFor()), a small collective waited for at once runs on the caller without
+// the queue (run()), an awaited one when it cannot wait on a peer (runIfReady()), and an awaited one is
+// watched for a while before the event loop sleeps (spinFor()). Every task still runs through runTask(),
+// one at a time (running_), in the order of submission.
+#include <sched.h>
+
+#include "engine/agreement.h"
+#include "engine/communicator.h"
+
+namespace hora {
+
+// What submit() and waitFor() would do for an idle engine, less the queue: a small collective waited at
+// once costs about two microseconds, of which the queue (four more lockings, a task and its vector) took
+// a few percent (docs/notes/2026-11-26-small-collectives-run-at-once.md). Larger ones, where that is
+// nothing, take the queue as before.
+void Communicator::run(const std::shared_ptr<Work>& work) {
+  bool here = false;
+  if (work->count * dtypeSize(work->dtype) <= kSmallAllreduceBytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_ && queue_.empty() && !p2p_.busy()) {
+      running_ = true;
+      waitedFor_ = work.get();
+      here = true;
+    }
+  }
+  if (!here) {
+    submit({work}, true);
+    waitFor(work);
+    return;
+  }
+  applyAlgorithmChoice(*work);
+  runClaimed(work);
+}
+
+void Communicator::runClaimed(const std::shared_ptr<Work>& work) {
+  if (options_.timeline) work->times.enqueued = monotonicNanos();
+  runHere_.batch.assign(1, work);
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  runTask(runHere_, lock);
+  runHere_.batch.clear();
+  waitedFor_ = nullptr;
+  // Tasks queued meanwhile (by another thread) are the communication thread's; it may be asleep.
+  if (!queue_.empty()) queueCv_.notify_one();
+}
+
+// An awaited collective goes to the communication thread, and its completion comes back: on two cores shared
+// by two ranks' JS and communication threads, each hand-off waits for a core. When the partner is there
+// first, its message already waiting, the collective cannot block: the caller runs it at once. So in a loop
+// of awaited small collectives the rank that arrives second runs its call without a hand-off. A peer that
+// is late is never waited for here: the event loop is not held (invariant 1).
+bool Communicator::runsWithoutWaiting(Work& w) {
+  // Before the connect task has run there is no partner to hear from, and no topology to choose by.
+  if (w.group != nullptr || w.device >= 0 || !broken_.isOk() || !topologyReady_.load(std::memory_order_acquire)) return false;
+  if (w.kind == Kind::kAllreduce) {
+    if (w.count == 0 || !carriesPayload(proposalFor(w, 0, 1, w.count), ctx_, &w.chosen)) return false;
+  } else if (w.kind != Kind::kBarrier) {
+    return false;
+  }
+  return partnerMessageArrived(ctx_);
+}
+
+bool Communicator::runIfReady(const std::shared_ptr<Work>& work) {
+  if (ctx_.size() != 2) return false;
+  applyAlgorithmChoice(*work);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_ || !queue_.empty() || p2p_.busy() || waitedFor_ != nullptr || !runsWithoutWaiting(*work)) return false;
+    running_ = true;
+    waitedFor_ = work.get();
+  }
+  runClaimed(work);
+  return true;
+}
+
+// The caller blocks anyway, so while the engine is idle it runs the queued tasks itself, in order, up to
+// the one it waits for: no hand-off to the communication thread and back, which on a machine whose idle
+// cores sleep costs tens of microseconds each way. running_ keeps to one task at a time, whichever thread
+// runs it, so the order of collectives is the order of submission as before.
+//
+// The caller takes the result itself, so completing this work posts no completion callback (see
+// complete()): each one would cost a wake-up of the event loop for a result already taken.
+void Communicator::waitFor(const std::shared_ptr<Work>& work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waitedFor_ = work.get();
+  }
+  if (work->kind == Kind::kSend || work->kind == Kind::kRecv) waitForMessage(work);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!work->completed) {
+    if (!running_ && !queue_.empty() && !queue_.front().stop) {
+      Task task = takeTask();
+      lock.unlock();
+      runTask(task, lock);
+      // Later tasks are the communication thread's once this caller is done; it may be asleep.
+      if (work->completed && !queue_.empty()) queueCv_.notify_one();
+      continue;
+    }
+    awaited_ = work.get();
+    doneCv_.wait(lock, [&] { return work->completed || (!running_ && !queue_.empty() && !queue_.front().stop); });
+    awaited_ = nullptr;
+  }
+  waitedFor_ = nullptr;
+}
+
+bool Communicator::spinFor(const std::shared_ptr<Work>& work, int64_t micros) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (work->completed) return true;
+    if (ctx_.oversubscribed() || waitedFor_ != nullptr) return false;
+    waitedFor_ = work.get();
+  }
+  const Clock::time_point until = Clock::now() + std::chrono::microseconds(micros);
+  uint64_t seen = completions_.load(std::memory_order_acquire);
+  bool done = false;
+  for (int round = 0;; ++round) {
+    const uint64_t now = completions_.load(std::memory_order_acquire);
+    if (now != seen) {
+      seen = now;
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (work->completed) {
+        done = true;
+        break;
+      }
+    }
+    if (Clock::now() >= until) break;
+    sched_yield();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  waitedFor_ = nullptr;
+  // Completed between the last look and now: its callback was not posted either.
+  return done || work->completed;
+}
+
+bool Communicator::isDone(const std::shared_ptr<Work>& work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return work->completed;
+}
+
+}  // namespace hora
