@@ -383,24 +383,20 @@ Status explainLayouts(Context& ctx, const Proposal& mine, const Layout* layout, 
   return Status(Code::kMismatch, verdict.text, -1);
 }
 
-// The second round of an agreement whose verdict is that names differ (kName), run by every rank: each
-// sends its proposal and the length of its whole name, then the name (up to kMaxAgreedNameBytes), to
-// all; each words the same message from them, naming the first rank whose collective differs from the
-// first rank's, with both names whole. This is the proposal's variable part: a caller that must agree on
-// more than fits a Proposal (the pipeline's per-batch terms, say) puts it in the name, which travels as a
-// digest and is exchanged whole only when the ranks disagree. Nothing from the network sizes an
-// allocation past kMaxAgreedNameBytes a rank.
-Status explainNames(Context& ctx, const Proposal& mine, const Layout* layout, const Message& verdict) {
+// Every rank's `fixed` and its `text` (cut to cap bytes) to all, in two allgathers: the fixed parts with
+// each text's length, then the texts. texts[i] ends in "..." where rank i's was cut; a peer's length is
+// never trusted past cap, so nothing from the network sizes an allocation past cap a rank.
+template <typename Fixed>
+Status allgatherWithText(Context& ctx, const Fixed& fixed, const std::string& text, size_t cap,
+                         std::vector<Fixed>* fixedAll, std::vector<std::string>* texts) {
   const int p = ctx.size();
   struct Head {
-    Proposal proposal;
-    uint64_t nameBytes;
+    Fixed fixed;
+    uint64_t bytes;
   };
-  const std::string own = layout != nullptr && layout->size() == 1 ? (*layout)[0].name
-                                                                  : std::string(mine.name, strnlen(mine.name, sizeof(mine.name)));
   std::vector<Head> heads(p);
-  heads[ctx.rank()].proposal = mine;
-  heads[ctx.rank()].nameBytes = own.size() < kMaxAgreedNameBytes ? own.size() : kMaxAgreedNameBytes;
+  heads[ctx.rank()].fixed = fixed;
+  heads[ctx.rank()].bytes = text.size();
   AllgatherOptions h;
   h.output = reinterpret_cast<uint8_t*>(heads.data());
   h.bytesPerRank.assign(p, sizeof(Head));
@@ -409,53 +405,55 @@ Status explainNames(Context& ctx, const Proposal& mine, const Layout* layout, co
   o.bytesPerRank.resize(p);
   std::vector<size_t> first(p + 1, 0);
   for (int i = 0; i < p; ++i) {
-    o.bytesPerRank[i] = heads[i].nameBytes < kMaxAgreedNameBytes ? heads[i].nameBytes : kMaxAgreedNameBytes;
+    o.bytesPerRank[i] = heads[i].bytes < cap ? heads[i].bytes : cap;
     first[i + 1] = first[i] + o.bytesPerRank[i];
   }
-  std::string names(first[p], '\0');
-  memcpy(&names[first[ctx.rank()]], own.data(), o.bytesPerRank[ctx.rank()]);
-  o.output = reinterpret_cast<uint8_t*>(&names[0]);
+  std::string all(first[p], '\0');
+  memcpy(&all[first[ctx.rank()]], text.data(), o.bytesPerRank[ctx.rank()]);
+  o.output = reinterpret_cast<uint8_t*>(&all[0]);
   HORA_RETURN_IF_ERROR(allgather(ctx, o));
-  auto nameOf = [&](int i) {
-    std::string n = names.substr(first[i], first[i + 1] - first[i]);
-    return heads[i].nameBytes > n.size() ? n + "..." : n;  // (a peer's length is never trusted past the cap)
-  };
-  for (int i = 1; i < p; ++i) {
-    if (nameOf(i) == nameOf(0) && heads[i].proposal.nameHash == heads[0].proposal.nameHash) continue;
-    return Status(Code::kMismatch, "rank " + std::to_string(ctx.worldRank(0)) + " submitted " + describe(heads[0].proposal, nameOf(0)) +
+  fixedAll->resize(p);
+  texts->resize(p);
+  for (int i = 0; i < p; ++i) {
+    (*fixedAll)[i] = heads[i].fixed;
+    (*texts)[i] = all.substr(first[i], first[i + 1] - first[i]) + (heads[i].bytes > cap ? "..." : "");
+  }
+  return Status::ok();
+}
+
+// The second round of an agreement whose verdict is that names differ (kName), run by every rank: each
+// sends its proposal and its whole name (up to kMaxAgreedNameBytes) to all; each words the same message
+// from them, naming the first rank whose collective differs from the first rank's, with both names whole.
+// This is the proposal's variable part: a caller that must agree on more than fits a Proposal (the
+// pipeline's per-batch terms, say) puts it in the name, which travels as a digest and is exchanged whole
+// only when the ranks disagree.
+Status explainNames(Context& ctx, const Proposal& mine, const Layout* layout, const Message& verdict) {
+  const std::string own = layout != nullptr && layout->size() == 1 ? (*layout)[0].name
+                                                                  : std::string(mine.name, strnlen(mine.name, sizeof(mine.name)));
+  std::vector<Proposal> proposals;
+  std::vector<std::string> names;
+  HORA_RETURN_IF_ERROR(allgatherWithText(ctx, mine, own, kMaxAgreedNameBytes, &proposals, &names));
+  for (int i = 1; i < ctx.size(); ++i) {
+    if (names[i] == names[0] && proposals[i].nameHash == proposals[0].nameHash) continue;
+    return Status(Code::kMismatch, "rank " + std::to_string(ctx.worldRank(0)) + " submitted " + describe(proposals[0], names[0]) +
                                        " but rank " + std::to_string(ctx.worldRank(i)) + " submitted " +
-                                       describe(heads[i].proposal, nameOf(i)), -1);
+                                       describe(proposals[i], names[i]), -1);
   }
   return Status(Code::kMismatch, verdict.text, -1);
 }
 
 // The second round of an agreement whose verdict is an invalid call whose reason did not fit the verdict's
-// text, run by every rank (all have the same verdict): each sends the length of its own reason, then the
-// reason (up to kMaxReasonBytes), to all, and the error gives the culprit's whole. A caller may so fail
-// a collective with as long a reason as it has (the pipeline passes its stage's error on this way).
+// text, run by every rank (all have the same verdict): each sends its own reason (up to kMaxReasonBytes) to
+// all, and the error gives the culprit's whole. A caller may so fail a collective with as long a reason as
+// it has (the pipeline passes its stage's error on this way).
 Status explainInvalid(Context& ctx, const std::string& invalidReason, const Message& verdict) {
-  const int p = ctx.size();
-  std::vector<uint64_t> lengths(p);
-  lengths[ctx.rank()] = invalidReason.size() < kMaxReasonBytes ? invalidReason.size() : kMaxReasonBytes;
-  AllgatherOptions h;
-  h.output = reinterpret_cast<uint8_t*>(lengths.data());
-  h.bytesPerRank.assign(p, sizeof(uint64_t));
-  HORA_RETURN_IF_ERROR(allgather(ctx, h));
-  AllgatherOptions o;
-  o.bytesPerRank.resize(p);
-  std::vector<size_t> first(p + 1, 0);
-  for (int i = 0; i < p; ++i) {
-    o.bytesPerRank[i] = lengths[i] < kMaxReasonBytes ? lengths[i] : kMaxReasonBytes;
-    first[i + 1] = first[i] + o.bytesPerRank[i];
-  }
-  std::string reasons(first[p], '\0');
-  memcpy(&reasons[first[ctx.rank()]], invalidReason.data(), o.bytesPerRank[ctx.rank()]);
-  o.output = reinterpret_cast<uint8_t*>(&reasons[0]);
-  HORA_RETURN_IF_ERROR(allgather(ctx, o));
-  for (int i = 0; i < p; ++i) {
-    if (ctx.worldRank(i) != verdict.culprit || first[i + 1] == first[i]) continue;
-    return Status(Code::kInvalidArgument, "rank " + std::to_string(verdict.culprit) + " made an invalid call: " +
-                                              reasons.substr(first[i], first[i + 1] - first[i]), verdict.culprit);
+  std::vector<uint8_t> unused;
+  std::vector<std::string> reasons;
+  HORA_RETURN_IF_ERROR(allgatherWithText(ctx, uint8_t(0), invalidReason, kMaxReasonBytes, &unused, &reasons));
+  for (int i = 0; i < ctx.size(); ++i) {
+    if (ctx.worldRank(i) != verdict.culprit || reasons[i].empty()) continue;
+    return Status(Code::kInvalidArgument, "rank " + std::to_string(verdict.culprit) + " made an invalid call: " + reasons[i],
+                  verdict.culprit);
   }
   return Status(Code::kInvalidArgument, verdict.text, verdict.culprit);
 }
@@ -470,7 +468,7 @@ bool partnerMessageArrived(Context& ctx) {
   size_t avail = 0;
   if (!pair->peek(kHeadBytes, &data, &avail).isOk() || avail < kHeadBytes) return false;
   Message head;
-  memcpy(&head, data, kHeadBytes);
+  memcpy(static_cast<void*>(&head), data, kHeadBytes);
   if (head.payloadBytes > kSmallAllreduceBytes) return false;
   const size_t whole = kHeadBytes + (head.state != 0 ? sizeof(head.text) : 0) + head.payloadBytes;
   return pair->peek(whole, &data, &avail).isOk() && avail >= whole;

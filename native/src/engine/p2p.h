@@ -123,6 +123,9 @@ class PointToPoint : public BackgroundProgress {
     size_t done = 0;           // bytes of head + payload written
     Op* completes = nullptr;   // DATA: the send it completes once written
     Op* owner = nullptr;       // EAGER, RTS, DATA: the send whose memory it reads
+
+    explicit OutFrame(const p2p::FrameHeader& h) : head(p2p::kHeaderBytes) { p2p::encodeHeader(h, head.data()); }
+    OutFrame() = default;
   };
   struct Unexpected {
     p2p::FrameHeader header;

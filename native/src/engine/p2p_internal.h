@@ -8,6 +8,7 @@
 
 #include "common/types.h"
 #include "engine/group.h"
+#include "engine/p2p_frames.h"
 #include "engine/work.h"
 
 namespace hora {
@@ -21,6 +22,18 @@ inline std::string describeMessage(uint64_t count, uint8_t dtype) {
 
 // The process group a message travels in (0: the world).
 inline uint32_t groupOf(const Work& w) { return w.group != nullptr ? w.group->id : 0; }
+
+// The header of a frame that carries or announces w's message (EAGER, RTS, RTS_HEAD, DATA, DATA_TAIL).
+inline FrameHeader messageHeader(FrameType type, const Work& w, uint64_t seq) {
+  FrameHeader h;
+  h.type = type;
+  h.dtype = static_cast<uint8_t>(w.dtype);
+  h.tag = w.tag;
+  h.group = groupOf(w);
+  h.seq = seq;
+  h.count = w.count;
+  return h;
+}
 
 // "tag 3", or "tag 3 of group 1" for a process group's message.
 inline std::string tagText(uint32_t group, int32_t tag) {

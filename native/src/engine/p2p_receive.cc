@@ -235,16 +235,7 @@ void PointToPoint::onHeader(Channel& c) {
                                  peer));
       }
       if (op->eager) return violation("CTS for an eager message");
-      FrameHeader d;
-      d.type = op->head > 0 ? FrameType::kDataTail : FrameType::kData;
-      d.dtype = static_cast<uint8_t>(w.dtype);
-      d.tag = w.tag;
-      d.group = groupOf(w);
-      d.seq = op->seq;
-      d.count = w.count;
-      OutFrame f;
-      f.head.resize(p2p::kHeaderBytes);
-      p2p::encodeHeader(d, f.head.data());
+      OutFrame f(p2p::messageHeader(op->head > 0 ? FrameType::kDataTail : FrameType::kData, w, op->seq));
       f.payload = w.data + op->head;
       f.payloadLen = op->bytes - op->head;
       f.completes = op;

@@ -27,16 +27,7 @@ void PointToPoint::postSend(Channel& c, Op* op) {
   op->seq = c.nextSeq++;
   op->eager = op->bytes <= kEagerBytes && c.unackedEager + op->bytes <= kEagerCredit;
   const bool headed = !op->eager && op->bytes > p2p::kHeadBytes && c.unackedEager + p2p::kHeadBytes <= kEagerCredit;
-  FrameHeader h;
-  h.type = op->eager ? FrameType::kEager : headed ? FrameType::kRtsHead : FrameType::kRts;
-  h.dtype = static_cast<uint8_t>(w.dtype);
-  h.tag = w.tag;
-  h.group = groupOf(w);
-  h.seq = op->seq;
-  h.count = w.count;
-  OutFrame f;
-  f.head.resize(p2p::kHeaderBytes);
-  p2p::encodeHeader(h, f.head.data());
+  OutFrame f(p2p::messageHeader(op->eager ? FrameType::kEager : headed ? FrameType::kRtsHead : FrameType::kRts, w, op->seq));
   f.owner = op;
   if (op->eager) {
     op->credit = op->bytes;
@@ -64,10 +55,7 @@ void PointToPoint::sendControl(Channel& c, FrameType type, uint64_t seq, uint8_t
   h.seq = seq;
   h.dtype = dtype;
   h.count = count;
-  OutFrame f;
-  f.head.resize(p2p::kHeaderBytes);
-  p2p::encodeHeader(h, f.head.data());
-  c.control.push_back(std::move(f));
+  c.control.push_back(OutFrame(h));
 }
 
 bool PointToPoint::writeFrames(Channel& c) {
