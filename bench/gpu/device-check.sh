@@ -34,12 +34,15 @@ HORA_ADDON=$PWD/.gpu/new/hora.node TAP_TIMEOUT=600 timeout 300 node test/cuda.te
 log "cuda.test exit $?: $(grep -c '^ *ok ' "$OUT/cuda-test.tap") ok, $(grep -c '^ *not ok ' "$OUT/cuda-test.tap") not ok"
 grep -E '^ *not ok|^# (fail|pass)|sameAddress|reallocations' "$OUT/cuda-test.tap" | head -20
 
+# BASE_TREE: a checkout of the build before with its own dist/ (needed when the addon's calls changed
+# between the builds); the base build's jobs run there. Default: this tree for both.
 job() {  # job LABEL BUILD NP [env ...] -- latency args
   local label=$1 build=$2 np=$3; shift 3
-  local envs=()
+  local envs=() tree="$PWD"
+  [ "$build" = base ] && [ -n "${BASE_TREE:-}" ] && tree="$BASE_TREE"
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
-  env HORA_ADDON="$PWD/.gpu/$build/hora.node" "${envs[@]}" timeout 150 $HORA run -np "$np" node bench/gpu/latency.js --label "$label" "$@" \
+  (cd "$tree" && env HORA_ADDON="$OLDPWD/.gpu/$build/hora.node" "${envs[@]}" timeout 150 $HORA run -np "$np" node bench/gpu/latency.js --label "$label" "$@") \
     >> "$OUT/latency.jsonl" 2>> "$OUT/log" || log "job $label np=$np failed: $?"
 }
 for round in $(seq 1 "$rounds"); do
