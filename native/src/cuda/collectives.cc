@@ -220,7 +220,7 @@ Status DeviceCollectives::run(DeviceWork& w) {
   Status st;
   switch (s.path) {
     case Path::kNccl: st = s.viaNccl(w); break;
-    case Path::kIpc: st = s.ipc->run(w); break;
+    case Path::kIpc: st = s.ipc->collective(w); break;
     default: st = s.viaStaged(w);
   }
   if (!st.isOk() && w.gatheredDevice != nullptr) {

@@ -266,7 +266,7 @@ Status IpcPath::allgather(DeviceWork& w, Status* local) {
   return Status::ok();
 }
 
-Status IpcPath::run(DeviceWork& w) { return oneGpu_ ? runOneGpu(w) : runSlots(w); }
+Status IpcPath::collective(DeviceWork& w) { return oneGpu_ ? runOneGpu(w) : runSlots(w); }
 
 Status IpcPath::callerIdle(cudaStream_t caller) {
   // A stream with nothing queued answers on the host; recording an event would queue work for this

@@ -74,7 +74,7 @@ class IpcPath {
   Status setUp(int device, bool oneGpu);
   // Runs an allreduce, broadcast, allgather (w.gatheredDevice allocated, w.gatheredCounts known) or
   // reducescatter of device memory; the result is ordered before later work on w.stream.
-  Status run(DeviceWork& w);
+  Status collective(DeviceWork& w);
 
  private:
   enum Ev { kReady, kReduced, kDone, kEvents };

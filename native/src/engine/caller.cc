@@ -1,6 +1,6 @@
 // The calling thread's ways into the engine: a caller that waits for a work runs the queued tasks itself
 // while the engine is idle (waitFor()), a small collective waited for at once runs on the caller without
-// the queue (run()), an awaited one when it cannot wait on a peer (runIfReady()), and an awaited one is
+// the queue (runNow()), an awaited one when it cannot wait on a peer (runIfReady()), and an awaited one is
 // watched for a while before the event loop sleeps (spinFor()). Every task still runs through runTask(),
 // one at a time (running_), in the order of submission.
 #include <sched.h>
@@ -14,7 +14,7 @@ namespace hora {
 // once costs about two microseconds, of which the queue (four more lockings, a task and its vector) took
 // a few percent (docs/notes/2026-11-26-small-collectives-run-at-once.md). Larger ones, where that is
 // nothing, take the queue as before.
-void Communicator::run(const std::shared_ptr<Work>& work) {
+void Communicator::runNow(const std::shared_ptr<Work>& work) {
   bool here = false;
   if (work->count * dtypeSize(work->dtype) <= kSmallAllreduceBytes) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -44,7 +44,7 @@ Communicator::Communicator(const CommunicatorOptions& options, Completion onComp
   ctx_.setBackground(&p2p_);
   ctx_.setKernelTiming(options.timeline);
   ctx_.setElastic(options.elastic);
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] { serve(); });
 }
 
 Communicator::~Communicator() {
@@ -200,9 +200,9 @@ Communicator::Task Communicator::takeTask() {
   return task;
 }
 
-// The one way a task runs, whichever thread runs it: the communication thread (run()), a caller blocked in
+// The one way a task runs, whichever thread runs it: the communication thread (serve()), a caller blocked in
 // waitFor(), or a caller running a small collective at once (runClaimed()). The caller has claimed the
-// engine (running_ set under mutex_: takeTask(), run(), runIfReady()) and holds no lock; the engine is
+// engine (running_ set under mutex_: takeTask(), runNow(), runIfReady()) and holds no lock; the engine is
 // released under `lock`, which is left held.
 void Communicator::runTask(Task& task, std::unique_lock<std::mutex>& lock) {
   if (!task.peers.empty()) {
@@ -233,7 +233,7 @@ void Communicator::close(std::unique_ptr<KeptConnections>* keep) {
   if (keepOnClose_.load()) *keep = ctx_.keepConnections();
 }
 
-void Communicator::run() {
+void Communicator::serve() {
   for (;;) {
     Task task;
     // Training loops submit the next collective a few microseconds after the last one completes;

@@ -82,7 +82,7 @@ class Communicator {
   void waitFor(const std::shared_ptr<Work>& work);
   // submit({work}, true) and waitFor(work) in one: a collective of at most 64 KiB, when the engine is
   // idle, nothing is queued and no message is moving, the caller runs at once, without the queue.
-  void run(const std::shared_ptr<Work>& work);
+  void runNow(const std::shared_ptr<Work>& work);
   // For a collective about to be queued and awaited: runs it at once on the calling thread when that
   // cannot wait on a peer (runsWithoutWaiting), and returns true; its completion posts no callback (the
   // caller takes the result). Otherwise does nothing and returns false.
@@ -109,7 +109,7 @@ class Communicator {
     bool stop = false;
   };
 
-  void run();
+  void serve();
   Task takeTask();
   void runTask(Task& task, std::unique_lock<std::mutex>& lock);
   void runConnect(Task& task);

@@ -47,7 +47,7 @@ class MeshBuilder {
   MeshBuilder(int listenFd, const MeshOptions& o, const Deadline& deadline, std::vector<int>* fds)
       : listenFd_(listenFd), o_(o), deadline_(deadline), fds_(fds), rejectedClaims_(o.size) {}
 
-  Status run() {
+  Status build() {
     fds_->assign(o_.size, -1);
     int flags = fcntl(listenFd_, F_GETFL, 0);
     if (flags < 0 || fcntl(listenFd_, F_SETFL, flags | O_NONBLOCK) != 0) return sysError("O_NONBLOCK on listener");
@@ -526,7 +526,7 @@ Status connectMesh(int listenFd, const MeshOptions& options, const Deadline& dea
                                               std::to_string(options.size) + ", " +
                                               std::to_string(options.peers.size()) + " peer addresses");
   }
-  return MeshBuilder(listenFd, options, deadline, fds).run();
+  return MeshBuilder(listenFd, options, deadline, fds).build();
 }
 
 }  // namespace tcp
