@@ -20,11 +20,7 @@ namespace {
 
 template <typename T>
 T enumFrom(const Napi::Object& o, const char* key, int limit) {
-  int v = o.Has(key) ? o.Get(key).As<Napi::Number>().Int32Value() : 0;
-  if (v < 0 || v >= limit) {
-    throw Napi::RangeError::New(o.Env(), std::string("native: ") + key + " out of range: " + std::to_string(v));
-  }
-  return static_cast<T>(v);
+  return checkedEnum<T>(o.Env(), o.Has(key) ? o.Get(key).As<Napi::Number>().Int32Value() : 0, key, limit);
 }
 
 // {alpha, beta} in seconds and seconds per byte, when present.

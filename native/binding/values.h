@@ -28,6 +28,16 @@ inline void* pointerFrom(const Napi::Value& v, const char* what) {
   return reinterpret_cast<void*>(static_cast<uintptr_t>(raw));
 }
 
+// n as the enum T, or a RangeError naming `what` where n is outside [0, limit) (limit: the enum's count in
+// common/enums.h). The one range check of every enum that crosses the boundary.
+template <typename T>
+T checkedEnum(Napi::Env env, int n, const char* what, int limit) {
+  if (n < 0 || n >= limit) {
+    throw Napi::RangeError::New(env, std::string("native: ") + what + " out of range: " + std::to_string(n));
+  }
+  return static_cast<T>(n);
+}
+
 inline Napi::BigInt pointerValue(Napi::Env env, const void* p) {
   return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)));
 }

@@ -24,10 +24,7 @@ namespace {
 // An enum-valued property; absent counts as 0.
 template <typename T>
 T enumFrom(Napi::Env env, int n, ItemKey key, int limit) {
-  if (n < 0 || n >= limit) {
-    throw Napi::RangeError::New(env, std::string("native: ") + kItemKeyNames[key] + " out of range: " + std::to_string(n));
-  }
-  return static_cast<T>(n);
+  return checkedEnum<T>(env, n, kItemKeyNames[key], limit);
 }
 
 template <typename T>
