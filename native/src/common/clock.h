@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace hora {
 
@@ -15,11 +16,16 @@ inline int64_t monotonicNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+// The one kind of deadline: a collective's step (Context), a message operation (engine/p2p.h), a
+// connection's handshake. Expired from timeoutMs after it started, on Clock.
 class Deadline {
  public:
+  Deadline() = default;  // already expired: assign a started one before use
   explicit Deadline(int64_t timeoutMs) : Deadline(Clock::now(), timeoutMs) {}
   Deadline(Clock::time_point from, int64_t timeoutMs) : at_(from + std::chrono::milliseconds(timeoutMs)) {}
-  bool expired() const { return Clock::now() >= at_; }
+  bool expired() const { return expiredAt(Clock::now()); }
+  // The same with a clock read the caller has already made.
+  bool expiredAt(Clock::time_point now) const { return now >= at_; }
   // Milliseconds left, clamped to [0, capMs]; for poll().
   int remainingMs(int capMs) const {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now()).count();
@@ -30,5 +36,8 @@ class Deadline {
  private:
   Clock::time_point at_;
 };
+
+// How a timeout error says how long it waited: "1.5000 s".
+inline std::string timeoutText(int64_t timeoutMs) { return std::to_string(timeoutMs / 1000.0).substr(0, 6) + " s"; }
 
 }  // namespace hora

@@ -106,7 +106,7 @@ void PointToPoint::take(std::shared_ptr<Work> w) {
   ops_.emplace_back();
   Op* op = &ops_.back();
   op->work = std::move(w);
-  op->deadline = Clock::now() + std::chrono::milliseconds(timeoutMs_);
+  op->deadline = Deadline(timeoutMs_);
   op->bytes = op->work->count * dtypeSize(op->work->dtype);
   const int peer = op->work->peer;
   if (peer < 0 || peer >= ctx_.size() || peer == ctx_.rank() || channels_[peer].pair == nullptr) {
@@ -146,9 +146,9 @@ void PointToPoint::checkDeadlines(Clock::time_point now) {
   for (auto it = ops_.begin(); it != ops_.end();) {
     Op* op = &*it;
     ++it;  // finish() erases op
-    if (now < op->deadline) continue;
+    if (!op->deadline.expiredAt(now)) continue;
     const Work& w = *op->work;
-    const std::string after = std::to_string(timeoutMs_ / 1000.0).substr(0, 6) + " s";
+    const std::string after = timeoutText(timeoutMs_);
     Status st(Code::kTimeout,
               w.kind == Kind::kSend
                   ? "timed out after " + after + ": rank " + std::to_string(w.peer) + " did not receive this rank's message (" +

@@ -108,7 +108,7 @@ class PointToPoint : public BackgroundProgress {
   enum class State { kFramed, kAwaitReply, kPosted, kAwaitData, kStreaming };
   struct Op {
     std::shared_ptr<Work> work;
-    Clock::time_point deadline;
+    Deadline deadline;  // from take(): the engine's rule, as a collective's (common/clock.h)
     State state = State::kFramed;
     uint64_t seq = 0;
     bool eager = false;

@@ -549,7 +549,7 @@ Status Context::timeoutStatus(SendOp* sends, int numSends, RecvOp* recvs, int nu
     if (recvs[i].done < recvs[i].len) {
       int peer = recvs[i].pair->peer();
       return Status(Code::kTimeout,
-                    "timed out after " + std::to_string(timeoutMs_ / 1000.0).substr(0, 6) + " s waiting for rank " +
+                    "timed out after " + timeoutText(timeoutMs_) + " waiting for rank " +
                         std::to_string(peer) + " (received " + std::to_string(recvs[i].done) + " of " +
                         std::to_string(recvs[i].len) + " bytes)",
                     peer);
