@@ -52,7 +52,7 @@ struct World {
   ~World() {
     for (auto& r : ranks) {
       r->stop = true;
-      r->p2p->wake();
+      r->ctx->wake();
       if (r->driver.joinable()) r->driver.join();
     }
   }
@@ -92,6 +92,7 @@ Status connectWorld(Net net, int size, int64_t timeoutMs, World* w) {
       k->done[work->id] = std::move(s);
       k->cv.notify_all();
     });
+    k->ctx->setBackground(k->p2p.get());
     k->driver = std::thread([k] {
       auto idleSince = std::chrono::steady_clock::now();
       while (!k->stop) {
@@ -99,7 +100,7 @@ Status connectWorld(Net net, int size, int64_t timeoutMs, World* w) {
           idleSince = std::chrono::steady_clock::now();
           continue;
         }
-        k->p2p->waitForTraffic(
+        k->ctx->waitForBackground(
             std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - idleSince).count());
       }
     });
@@ -346,7 +347,7 @@ void testPeerGone(Net net, bool notice) {
   // The look itself, with the drivers stopped (one thread at a time looks).
   for (auto& r : w.ranks) {
     r->stop = true;
-    r->p2p->wake();
+    r->ctx->wake();
     r->driver.join();
   }
   Context& ctx = *w.ranks[0]->ctx;

@@ -145,7 +145,8 @@ void Communicator::submit(std::vector<std::shared_ptr<Work>> batch, bool callerW
   // thread as well would put a third thread on cores that the exchange between the two ranks' waiting
   // threads needs: with 2 ranks on 2 cores that cost more than the whole exchange of a small allreduce.
   if (!(callerWillWait && engineIdle)) queueCv_.notify_one();
-  if (p2p_.busy()) p2p_.wake();
+  // The communication thread may be waiting on messages (progressMessages()): it runs the task next.
+  if (p2p_.busy()) ctx_.wake();
 }
 
 void Communicator::applyAlgorithmChoice(Work& w) const {
@@ -166,7 +167,7 @@ void Communicator::waitForMessage(const std::shared_ptr<Work>& work) {
     Communicator* c;
     ~Leave() {
       c->messageWaiters_.fetch_sub(1, std::memory_order_acq_rel);
-      c->p2p_.wake();
+      c->ctx_.wake();
       // Messages still moving are the communication thread's now; it may be asleep (see post()).
       if (c->p2p_.busy()) {
         { std::lock_guard<std::mutex> lock(c->mutex_); }
@@ -214,10 +215,8 @@ void Communicator::runTask(Task& task, std::unique_lock<std::mutex>& lock) {
   running_ = false;
 }
 
-void Communicator::abort(const Status& reason) {
-  ctx_.abort(reason);
-  p2p_.wake();
-}
+// The engine's abort wakes every wait of the engine, the messages' too.
+void Communicator::abort(const Status& reason) { ctx_.abort(reason); }
 
 void Communicator::close(std::unique_ptr<KeptConnections>* keep) {
   if (keep != nullptr && topologyReady_.load(std::memory_order_acquire)) keepOnClose_.store(true, std::memory_order_release);
@@ -270,6 +269,9 @@ void Communicator::serve() {
   if (!keepOnClose_.load(std::memory_order_acquire)) ctx_.hangUp();
 }
 
+// The communication thread between tasks, while messages are in flight: moves them, and waits in the
+// engine (ctx_), which any wake() ends (a message posted, a task queued, a caller done moving messages, an
+// abort).
 void Communicator::progressMessages() {
   Clock::time_point idleSince = Clock::now();
   while (p2p_.busy()) {
@@ -279,7 +281,7 @@ void Communicator::progressMessages() {
       if (!running_) return;
     }
     if (messageWaiters_.load(std::memory_order_acquire) > 0) {
-      p2p_.sleep(kMessageWaitMicros / 1000 + 1);
+      ctx_.sleepUntilWoken(kMessageWaitMicros / 1000 + 1);
       idleSince = Clock::now();
       continue;
     }
@@ -287,7 +289,7 @@ void Communicator::progressMessages() {
       idleSince = Clock::now();
       continue;
     }
-    p2p_.waitForTraffic(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count());
+    ctx_.waitForBackground(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count());
   }
 }
 

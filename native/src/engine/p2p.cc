@@ -1,10 +1,9 @@
 // PointToPoint's engine room (the protocol is in p2p.h; frames out in p2p_send.cc, frames in and matching
-// in p2p_receive.cc): the inbox, progress() over the channels, the wait, and what ends an operation:
-// completion, its deadline, a peer that is gone, a broken channel.
+// in p2p_receive.cc): the inbox, progress() over the channels, what the engine's waits watch, and what
+// ends an operation: completion, its deadline, a peer that is gone, a broken channel.
 #include "engine/p2p.h"
 
 #include <poll.h>
-#include <sched.h>
 
 #include "engine/p2p_internal.h"
 #include "transport/wait.h"
@@ -19,9 +18,7 @@ using p2p::tagText;
 }  // namespace
 
 PointToPoint::PointToPoint(Context& ctx, int64_t timeoutMs, Finish finish)
-    : ctx_(ctx), timeoutMs_(timeoutMs), finish_(std::move(finish)), discard_(64 * 1024) {
-  waker_.open();
-}
+    : ctx_(ctx), timeoutMs_(timeoutMs), finish_(std::move(finish)), discard_(64 * 1024) {}
 
 PointToPoint::~PointToPoint() = default;
 
@@ -31,15 +28,8 @@ void PointToPoint::post(std::shared_ptr<Work> w) {
     inbox_.push_back(std::move(w));
     busy_.store(true, std::memory_order_release);
   }
-  wake();
+  ctx_.wake();
 }
-
-void PointToPoint::sleep(int ms) {
-  pollfd pf{waker_.fd(), POLLIN, 0};
-  if (poll(&pf, 1, ms) > 0) waker_.drain();
-}
-
-void PointToPoint::wake() { waker_.wake(); }
 
 std::string PointToPoint::describe(const Op& op) const {
   const Work& w = *op.work;
@@ -260,34 +250,23 @@ void PointToPoint::failAll(const Status& st) {
   busy_.store(false, std::memory_order_release);
 }
 
-void PointToPoint::waitForTraffic(int64_t idleMicros) {
-  const waits::WaitPolicy& policy = waits::kMessageWait;
-  if (spinRound(policy, idleMicros)) return;
-  std::vector<pollfd> fds;
-  fds.push_back({waker_.fd(), POLLIN, 0});
-  bool spinning = false;
-  {
-    std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
-    if (!lock.owns_lock()) {
-      sched_yield();
-      return;
+int PointToPoint::watch(pollfd* fds, int cap, bool* onSharedMemory) {
+  std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return -1;
+  int n = 0;
+  for (const Channel& c : channels_) {
+    if (c.pair == nullptr || !c.dead.isOk() || !involved(c)) continue;
+    const int fd = c.pair->pollFd();
+    if (fd < 0) {
+      *onSharedMemory = true;
+      continue;
     }
-    for (const Channel& c : channels_) {
-      if (c.pair == nullptr || !c.dead.isOk() || !involved(c)) continue;
-      const int fd = c.pair->pollFd();
-      if (fd < 0) {
-        spinning = true;
-        continue;
-      }
-      short events = POLLIN;
-      if (!c.control.empty() || !c.data.empty()) events |= POLLOUT;
-      fds.push_back({fd, events, 0});
-    }
+    if (n == cap) continue;
+    short events = POLLIN;
+    if (!c.control.empty() || !c.data.empty()) events |= POLLOUT;
+    fds[n++] = {fd, events, 0};
   }
-  sleepWhileIdle(policy, idleMicros, spinning, fds.data(), static_cast<int>(fds.size()), policy.pollCapMs, [&](int r) {
-    if (r > 0 && (fds[0].revents & POLLIN)) waker_.drain();
-    return Status::ok();
-  });
+  return n;
 }
 
 }  // namespace hora

@@ -37,9 +37,12 @@
 //    an operation past its deadline fails alone (ERR_TIMEOUT naming peer and tag), unless its frame was
 //    half-way through the stream, which then cannot go on and fails like a lost peer.
 //
-// Threads. post() may be called from any thread. progress() runs on the communication thread when it has
-// no collective to run, and from inside a collective's waits (Context's background hook), so a message
-// moves while a collective waits on a slow peer; a try-lock keeps it to one thread at a time.
+// Threads. post() may be called from any thread; it wakes the progress engine (Context::wake()). progress()
+// runs on the communication thread when it has no collective to run, and from inside a collective's waits
+// (Context's background hook), so a message moves while a collective waits on a slow peer; a try-lock
+// keeps it to one thread at a time. PointToPoint has no wait of its own: the engine's waits
+// (Context::waitForBackground() between tasks, Context::waitForProgress() in a collective) sleep on what
+// watch() says its channels wait on.
 #pragma once
 
 #include <atomic>
@@ -58,7 +61,6 @@
 #include "engine/p2p_frames.h"
 #include "engine/work.h"
 #include "transport/context.h"
-#include "transport/progress.h"
 
 namespace hora {
 
@@ -86,7 +88,8 @@ class PointToPoint : public BackgroundProgress {
   PointToPoint(Context& ctx, int64_t timeoutMs, Finish finish);
   ~PointToPoint() override;
 
-  // Any thread: queues a Work of kind kSend or kRecv (peer, tag, dtype, data, count set).
+  // Any thread: queues a Work of kind kSend or kRecv (peer, tag, dtype, data, count set), and wakes the
+  // engine's waits.
   void post(std::shared_ptr<Work> w);
   // Anything to do: posted, in flight, or partly framed.
   bool busy() const override { return busy_.load(std::memory_order_acquire); }
@@ -94,13 +97,9 @@ class PointToPoint : public BackgroundProgress {
   // at once when another thread is inside.
   bool progress();
   void progressInBackground() override { progress(); }
-  // Blocks until a channel may have moved, a wake() or a deadline; idleMicros: how long nothing moved.
-  // The progress engine's wait (transport/progress.h) with the messages' policy (waits::kMessageWait).
-  void waitForTraffic(int64_t idleMicros);
-  // Blocks until wake() or for at most ms.
-  void sleep(int ms);
-  // Any thread: ends a waitForTraffic() or sleep() early (new work, a collective queued, an abort).
-  void wake();
+  // Every channel with something owed or awaited: its TCP socket (POLLIN; POLLOUT with frames queued),
+  // or *onSharedMemory. -1 when another thread is inside progress().
+  int watch(pollfd* fds, int cap, bool* onSharedMemory) override;
   // Fails everything posted and not yet complete (the engine is stopping or broken).
   void failAll(const Status& st);
 
@@ -185,7 +184,6 @@ class PointToPoint : public BackgroundProgress {
   std::vector<Channel> channels_;  // by peer rank
   std::list<Op> ops_;
   std::atomic<bool> busy_{false};
-  Waker waker_;  // ends a waitForTraffic() or sleep(): new work, a collective queued, an abort
   Clock::time_point nextDeadlineCheck_{};
   std::mutex progressMutex_;
   std::mutex inboxMutex_;

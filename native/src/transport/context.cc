@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -49,7 +50,9 @@ Status syncLocalPeers(const std::vector<int>& fds, const std::vector<int>& peers
 
 Context::Context(int rank, int size, int64_t timeoutMs)
     : rank_(rank), size_(size), timeoutMs_(timeoutMs), deadline_(timeoutMs) {
-  waker_.open();
+  collectiveWaker_.open();
+  idleWaker_.open();
+  idleFds_.resize(size + 1);
   nextMessageLook_.resize(size);
   pairs_.resize(size);
   p2pChannels_.resize(size);
@@ -288,7 +291,45 @@ void Context::abort(const Status& reason) {
     abortReason_ = reason;
     aborted_.store(true, std::memory_order_release);
   }
-  waker_.wake();
+  wake();
+}
+
+void Context::wake() {
+  if (base_ != nullptr) return base_->wake();
+  idleWaker_.wake();
+  // Whoever wakes changed first what the waits look at (a message posted, the abort flag); the collective's
+  // wait says it listens before it looks at those (waitForProgress). With a full fence on both sides, either
+  // this sees it listening and writes, or its look sees the change.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (collectiveListening_.load(std::memory_order_relaxed)) collectiveWaker_.wake();
+}
+
+void Context::waitForBackground(int64_t idleMicros) {
+  if (base_ != nullptr) return base_->waitForBackground(idleMicros);
+  const waits::WaitPolicy& policy = waits::kMessageWait;
+  if (spinRound(policy, idleMicros)) return;
+  pollfd* fds = idleFds_.data();
+  fds[0] = {idleWaker_.fd(), POLLIN, 0};
+  bool onSharedMemory = false;
+  int n = 0;
+  if (background_ != nullptr) {
+    n = background_->watch(fds + 1, static_cast<int>(idleFds_.size()) - 1, &onSharedMemory);
+    if (n < 0) {
+      // Another thread is moving the messages.
+      sched_yield();
+      return;
+    }
+  }
+  sleepWhileIdle(policy, idleMicros, onSharedMemory, fds, n + 1, policy.pollCapMs, [&](int r) {
+    if (r > 0 && (fds[0].revents & POLLIN)) idleWaker_.drain();
+    return Status::ok();
+  });
+}
+
+void Context::sleepUntilWoken(int ms) {
+  if (base_ != nullptr) return base_->sleepUntilWoken(ms);
+  pollfd pf{idleWaker_.fd(), POLLIN, 0};
+  if (poll(&pf, 1, ms) > 0) idleWaker_.drain();
 }
 
 void Context::hangUp() {
@@ -436,10 +477,18 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   const int64_t idleMicros = std::chrono::duration_cast<std::chrono::microseconds>(now - *idleSince).count();
   if (!trickling && spinRound(policy, idleMicros)) return Status::ok();
   if (deadline_.expired()) return timeoutStatus(sends, numSends, recvs, numRecvs);
+  // From here wake() writes to this wait's eventfd (see wake()); what it wakes for is looked at after.
+  collectiveListening_.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  struct Listening {
+    std::atomic<bool>& on;
+    ~Listening() { on.store(false, std::memory_order_relaxed); }
+  } listening{collectiveListening_};
+  if (aborted_.load(std::memory_order_acquire)) return abortReason();
   const bool background = background_ != nullptr && background_->busy();
   if (background) background_->progressInBackground();
 
-  // Gather what poll() can watch: TCP sockets with pending work, plus the abort eventfd. A pending send
+  // Gather what poll() can watch: TCP sockets with pending work, plus the wake-up eventfd. A pending send
   // also watches for the peer's hang-up: a peer that shut its side never reads again, and a full socket
   // buffer would otherwise wait for the deadline.
   pollfd fds[64];
@@ -453,7 +502,7 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
     }
   };
   bool spinning = false;
-  fds[n++] = {waker_.fd(), POLLIN, 0};
+  fds[n++] = {collectiveWaker_.fd(), POLLIN, 0};
   for (int i = 0; i < numSends && n < 64; ++i) {
     if (sends[i].done == sends[i].len) continue;
     int fd = sends[i].pair->pollFd();
@@ -475,8 +524,17 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
       spinning = true;
     }
   }
+  // A sleep in poll() also watches the background client's channels (after the collective's own, within
+  // the same 64 entries), so bytes arriving for a message end it too. A wait that spins on shared memory
+  // moves the messages at every round anyway.
+  if (background && !spinning && n < 64) {
+    bool messagesOnSharedMemory = false;
+    const int more = background_->watch(fds + n, 64 - n, &messagesOnSharedMemory);
+    if (more > 0) n += more;
+  }
   auto looked = [&](int r) -> Status {
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + strerror(errno));
+    if (r > 0 && (fds[0].revents & POLLIN)) collectiveWaker_.drain();
     for (int i = 1; r > 0 && i < n; ++i) {
       if (noticeOf[i] != nullptr && fds[i].revents != 0) {
         // Only a notice counts: a peer that exited may have left its last bytes to read on the data socket,

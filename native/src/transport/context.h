@@ -1,15 +1,31 @@
-// Context: this rank's connections to every peer, and the progress engine that drives them.
+// Context: this rank's connections to every peer, and the progress engine that drives them: every pair's
+// streams (the collectives' bytes, the messages' channels, the notice sockets), with one liveness rule
+// (transport/liveness.h), one set of wait constants (transport/wait.h) and one wake-up (wake()).
 //
-// The engine's wait (waitForProgress) is transport/progress.h's, with the collectives' policy
-// (transport/wait.h); the messages (engine/p2p.h) are the engine's other client, moved from its idle rounds
-// through the BackgroundProgress hook and waiting the same way with their own policy.
+// The engine has two clients. The collectives (algorithms/) describe one step as a few sends and receives
+// (SendOp / RecvOp) and call progress(), which moves bytes on all of them at once until every one is
+// complete, reducing received data into the destination as it arrives when a RecvOp asks for it. It
+// never blocks on a single socket: it polls the TCP descriptors (and spins on shared-memory rings),
+// checks the deadline of the current collective and the abort flag, and notices at once when a
+// connection to any involved peer hangs up. The messages (engine/p2p.h) are the background client
+// (BackgroundProgress): the engine moves them from a collective's idle rounds, and between tasks the
+// communication thread waits for them in waitForBackground(). Both waits are transport/progress.h's
+// sleepWhileIdle() with their policy, and both watch what the background client says its pending
+// channels wait on (BackgroundProgress::watch()), so bytes arriving for a message end either sleep.
 //
-// The algorithms describe one step as a few sends and receives (SendOp / RecvOp) and call progress(),
-// which moves bytes on all of them at once until every one is complete, reducing received data into the
-// destination as it arrives when a RecvOp asks for it. It never blocks on a single socket: it polls the
-// TCP descriptors (and spins on shared-memory rings), checks the deadline of the current collective and
-// the abort flag, and notices at once when a connection to any involved peer hangs up.
+// Wake-ups. Two threads may sleep in the engine at once: the one running a collective (the
+// communication thread, or the JS thread in wait()) in waitForProgress(), and the communication thread in
+// waitForBackground() or sleepUntilWoken() while the JS thread runs the collective. wake() (any thread:
+// a message posted, a task queued, abort()) ends every wait of the engine in progress or about to start.
+// It takes one eventfd per sleeping thread (Waker), each read only by its own waiter: with one fd for
+// both, a waiter that drained it could leave the other's poll() to find it empty when it looks again
+// after being woken, and sleep on to its cap. The background wait's fd is written whenever wake() finds
+// it unread (as before: a ping-pong pays no write per message while the wait has not drained it); the
+// collective's only while its wait is asleep or about to sleep (collectiveListening_), so a post() costs
+// no second write while no collective sleeps.
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <memory>
@@ -72,13 +88,19 @@ struct RecvOp {
 };
 
 // Work that moves while a collective waits (the point-to-point messages, engine/p2p.h): the progress
-// engine calls it from its idle rounds, so messages are not held up behind a collective.
+// engine calls it from its idle rounds, so messages are not held up behind a collective, and waits for it
+// between tasks (Context::waitForBackground()).
 class BackgroundProgress {
  public:
   virtual ~BackgroundProgress() = default;
   virtual bool busy() const = 0;
   // Must not block; may do nothing when another thread is already at it.
   virtual void progressInBackground() = 0;
+  // What its pending channels wait on, for the engine's waits: writes at most cap entries to fds (TCP
+  // descriptors: POLLIN, and POLLOUT where frames are queued) and returns how many; *onSharedMemory is set
+  // when something pending has no descriptor. Must not block: -1 (nothing written) when another thread
+  // is at it.
+  virtual int watch(pollfd* fds, int cap, bool* onSharedMemory) = 0;
 };
 
 class Context {
@@ -112,6 +134,15 @@ class Context {
   // The stream for point-to-point messages with peer, beside pair(peer) (see engine/p2p.h).
   Pair* p2pChannel(int peer) const { return p2pChannels_[peer].get(); }
   void setBackground(BackgroundProgress* b) { background_ = b; }
+  // Any thread: ends every wait of the engine in progress or about to start (see the head of this file).
+  void wake();
+  // The wait of a thread that has no collective to run while the background client is busy (the
+  // communication thread between tasks): returns when a watched channel may have moved, on wake(), or
+  // after the messages' policy's cap (waits::kMessageWait; idleMicros: how long nothing moved). One thread
+  // at a time.
+  void waitForBackground(int64_t idleMicros);
+  // Returns on wake(), or after at most ms; shares waitForBackground()'s wake-up (the same thread's).
+  void sleepUntilWoken(int ms);
   // Whether peer is gone, for the messages' channel with it (the engine's liveness rule,
   // transport/liveness.h's checkPeer(), on p2pChannel(peer), with pair(peer)'s notice socket: the channel
   // has none of its own). Looks at most once per waits::kMessageLivenessMs per peer: messageLookDue() says
@@ -197,7 +228,13 @@ class Context {
   Deadline deadline_;
   bool deadlinePending_ = false;  // startDeadline() was called; deadline_ starts at the next clock read
   int listenFd_ = -1;
-  Waker waker_;  // woken by abort() so a blocked poll() returns (a group's view has none: it waits in the world)
+  // wake()'s eventfds, one per thread that may sleep (a group's view has none: it waits in the world).
+  // collectiveWaker_: the collective's wait (waitForProgress), written only while collectiveListening_.
+  // idleWaker_: waitForBackground() and sleepUntilWoken(), with idleFds_ for its poll().
+  Waker collectiveWaker_;
+  Waker idleWaker_;
+  std::atomic<bool> collectiveListening_{false};
+  std::vector<pollfd> idleFds_;
   bool oversubscribed_ = false;  // more ranks on this host than cores
   bool elastic_ = false;
   // Liveness state between looks. The collectives': a shm peer's hang-up was seen once; the next sighting

@@ -1,8 +1,10 @@
 // The progress engine's one way to wait: what every wait on pairs does while nothing moves, and how it is
-// woken. Both of the engine's clients use it: the collectives' wait (Context::waitForProgress) and the
-// messages' (PointToPoint::waitForTraffic), each with its WaitPolicy (transport/wait.h). What stays with
-// each client is what it waits on: the collectives' wait has a deadline, a background hook and a look for
-// lost peers at every round; the messages' checks deadlines and liveness per channel in progress().
+// woken. The engine (transport/context.h) has two waits, both this routine, each with its WaitPolicy
+// (transport/wait.h): a collective's (Context::waitForProgress), which has a deadline, the background
+// hook and a look for lost peers at every round, and the background wait between tasks
+// (Context::waitForBackground), while only the messages (engine/p2p.h) are pending; they check their
+// deadlines and liveness per channel in their progress(). Both sleep on what the messages' channels wait
+// on (BackgroundProgress::watch()) and on a Waker that Context::wake() writes.
 //
 // The shape of every wait, round by round while nothing moves (idleMicros: since the last movement):
 //  1. spin (spinRound) for spinMicros: a small message's answer comes within microseconds;
@@ -53,7 +55,9 @@ Status sleepWhileIdle(const waits::WaitPolicy& policy, int64_t idleMicros, bool 
 
 // The wake-up eventfd of a wait: any thread ends a sleepWhileIdle() early by wake(). While a wake-up is
 // unread the fd stays readable, so further wakes need no write (a ping-pong of messages would otherwise
-// pay a system call per message).
+// pay a system call per message). Only its own waiter drains it: a thread that sleeps in the engine has a
+// Waker of its own (Context::wake() writes each), or one waiter's drain could hide the wake-up from the
+// other's poll().
 class Waker {
  public:
   Waker() = default;

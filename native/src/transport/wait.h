@@ -1,9 +1,9 @@
 // How long the progress engine's idle waits spin, yield, nap and sleep: every wait constant in one place.
 //
-// Two waits drive the pairs. A collective's wait (Context::waitForProgress) holds the communication
-// thread, or the JS thread in wait(), until its step's bytes have moved; the messages' wait
-// (PointToPoint::waitForTraffic) is what the communication thread does while it has no task and messages
-// are in flight. Both spin first, because a small message's answer comes within microseconds; then, on
+// The progress engine (transport/context.h) has two waits. A collective's wait (Context::waitForProgress)
+// holds the communication thread, or the JS thread in wait(), until its step's bytes have moved; the
+// background wait (Context::waitForBackground) is what the communication thread does while it has no task
+// and messages are in flight. Both spin first, because a small message's answer comes within microseconds; then, on
 // shared memory, which has no descriptor to sleep on, they yield the core and at last sleep in naps that
 // grow with the time idle; on TCP they sleep in poll() and wake when data arrives.
 //
@@ -86,7 +86,7 @@ constexpr WaitPolicy kOversubscribedCollectiveWait{kOversubscribedSpinMicros, kO
                                                    kCollectiveMaxNapMicros,   kCollectivePollCapMs,
                                                    kCollectivePollCapWithMessagesMs,
                                                    /*lookWhileYielding=*/true, /*lookBeforeNap=*/false};
-// The messages' wait (PointToPoint::waitForTraffic): short yield, longer naps, and a look before each nap
+// The messages' wait (Context::waitForBackground): short yield, longer naps, and a look before each nap
 // (which also takes the wake-up of a message posted meanwhile).
 constexpr WaitPolicy kMessageWait{kSpinMicros,       kMessageYieldMicros, kMessageMaxNapMicros,
                                   kMessagePollCapMs, kMessagePollCapMs,
