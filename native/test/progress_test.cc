@@ -1,6 +1,8 @@
 // Tests for the progress engine's one wait (transport/progress.h): what spinRound() and sleepWhileIdle() do
 // in each phase of a WaitPolicy, what they look at, and how a Waker wakes them. Over an eventfd and
-// connected Unix stream sockets standing in for a pair's socket.
+// connected Unix stream sockets standing in for a pair's socket. And the engine's wake-up
+// (Context::wake()): with a collective's wait and the background wait asleep at once, on two threads,
+// every wake() ends both.
 //
 //   native/test/build.sh /tmp/hora-native-tests && /tmp/hora-native-tests/progress_test
 // Prints "ok N - what" or "not ok N - what: details"; exits 1 if any failed.
@@ -8,12 +10,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
 
 #include "tap.h"
+#include "transport/context.h"
 #include "transport/progress.h"
+#include "transport/tcp/pair.h"
 
 using namespace hora;
 using hora::testing::check;
@@ -161,6 +167,87 @@ void onSharedMemory() {
   close(s[1]);
 }
 
+// Stands in for the messages: busy when the test says so, and the round that takes it says when.
+class Background : public BackgroundProgress {
+ public:
+  bool busy() const override { return pending.load(); }
+  void progressInBackground() override {
+    if (pending.exchange(false)) movedAt.store(monotonicNanos());
+  }
+  int watch(pollfd*, int, bool*) override { return 0; }
+
+  std::atomic<bool> pending{false};
+  std::atomic<int64_t> movedAt{0};
+};
+
+// The engine's two sleepers at once, as in a communicator whose JS thread runs a collective in wait()
+// while the communication thread waits on messages: a collective's step waits on a socket that never
+// delivers (its wait sleeps in poll(), up to kCollectivePollCapMs), and another thread waits in
+// waitForBackground() (up to kMessagePollCapMs). Each trial lets both fall asleep, then does what post()
+// does (work for the background client, then wake()); both waits must end far below either cap. Then an
+// abort while both sleep ends both likewise. With one eventfd read by both waiters, the first to read it
+// leaves the other's poll() to find it empty when it looks again after being woken: it sleeps on to its cap.
+void engineWakes() {
+  constexpr int kTrials = 20;
+  constexpr int64_t kBoundMs = 50;  // both caps are 100 ms or more; generous for a noisy machine
+  int s[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, s) != 0) return check(false, "socketpair", "failed");
+  Context ctx(0, 2, /*timeoutMs=*/60000);
+  Background background;
+  ctx.setBackground(&background);
+  tcp::TcpPair silent(1, s[0]);  // the peer's end, s[1], never writes
+  uint8_t buf[4];
+  Status collective;
+  std::atomic<int64_t> collectiveEndedAt{0};
+  std::thread collectiveThread([&] {
+    RecvOp r{&silent, buf, sizeof(buf)};
+    collective = ctx.progress(nullptr, 0, &r, 1);
+    collectiveEndedAt.store(monotonicNanos());
+  });
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> idleWokenAt{0};
+  std::thread idleThread([&] {
+    while (!stop.load()) {
+      ctx.waitForBackground(/*idleMicros=*/1000000);
+      idleWokenAt.store(monotonicNanos());
+    }
+  });
+  auto waitUntil = [](const std::atomic<int64_t>& at, int64_t after) {
+    const auto giveUp = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+    while (at.load() < after && std::chrono::steady_clock::now() < giveUp) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return (at.load() - after) / 1000000;
+  };
+  int64_t worstCollective = 0, worstIdle = 0;
+  for (int t = 0; t < kTrials; ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // both asleep in poll() again
+    const int64_t t0 = monotonicNanos();
+    background.pending.store(true);
+    ctx.wake();
+    worstCollective = std::max(worstCollective, waitUntil(background.movedAt, t0));
+    worstIdle = std::max(worstIdle, waitUntil(idleWokenAt, t0));
+  }
+  check(worstCollective < kBoundMs, "wake() ends a collective's sleep in poll() while another thread sleeps in the engine",
+        "slowest of " + std::to_string(kTrials) + ": " + std::to_string(worstCollective) + " ms");
+  check(worstIdle < kBoundMs, "wake() ends the background wait while a collective's wait sleeps on another thread",
+        "slowest of " + std::to_string(kTrials) + ": " + std::to_string(worstIdle) + " ms");
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const int64_t t0 = monotonicNanos();
+  ctx.abort(Status(Code::kShutdown, "aborted by the test"));
+  const int64_t collectiveMs = waitUntil(collectiveEndedAt, t0);
+  const int64_t idleMs = waitUntil(idleWokenAt, t0);
+  stop.store(true);
+  ctx.wake();
+  collectiveThread.join();
+  idleThread.join();
+  check(collective.code() == Code::kShutdown && collectiveMs < kBoundMs && idleMs < kBoundMs,
+        "abort() with both waits asleep ends the collective with its reason and wakes the background wait",
+        std::string(codeName(collective.code())) + " after " + std::to_string(collectiveMs) + " ms; background wait woke after " +
+            std::to_string(idleMs) + " ms");
+  close(s[1]);
+}
+
 }  // namespace
 
 int main() {
@@ -170,5 +257,6 @@ int main() {
   waker();
   onSockets();
   onSharedMemory();
+  engineWakes();
   return hora::testing::finish();
 }
