@@ -91,7 +91,8 @@ class Communicator {
   // Spins up to micros for work to complete on the communication thread; true when it has, and then
   // its completion posted no callback (the caller takes the result). Does nothing when oversubscribed.
   bool spinFor(const std::shared_ptr<Work>& work, int64_t micros);
-  // Fails everything queued and everything later with reason; wakes a blocked collective.
+  // Fails everything queued and everything later with reason; wakes every wait of the engine (a blocked
+  // collective, the messages' wait).
   void abort(const Status& reason);
   // Lets the queue drain, then stops the thread and closes every connection; with keep, hands the
   // connections of a connected world to *keep instead (for the next world's connect()).
@@ -120,7 +121,8 @@ class Communicator {
   // The algorithm a submitted collective runs under init's choice (submit()).
   void applyAlgorithmChoice(Work& w) const;
   void complete(const std::shared_ptr<Work>& w, Status st, const std::string& what);
-  // Between collectives: moves messages until a task is queued or nothing is left to move.
+  // Between collectives: moves messages until a task is queued or nothing is left to move, waiting in
+  // the progress engine (ctx_.waitForBackground()) when nothing moves.
   void progressMessages();
   void waitForMessage(const std::shared_ptr<Work>& work);
   // A collective of the world whose whole run is one agreement between two ranks (a small allreduce
