@@ -534,7 +534,9 @@ Status Context::waitForProgress(SendOp* sends, int numSends, RecvOp* recvs, int 
   }
   auto looked = [&](int r) -> Status {
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + strerror(errno));
-    if (r > 0 && (fds[0].revents & POLLIN)) collectiveWaker_.drain();
+    // Taken only by a wait that sleeps in poll(): one on shared memory looks without sleeping and leaves it
+    // readable, so further wakes need no write until a sleep in poll() returns at once and takes it.
+    if (r > 0 && !spinning && (fds[0].revents & POLLIN)) collectiveWaker_.drain();
     for (int i = 1; r > 0 && i < n; ++i) {
       if (noticeOf[i] != nullptr && fds[i].revents != 0) {
         // Only a notice counts: a peer that exited may have left its last bytes to read on the data socket,

@@ -21,8 +21,9 @@
 // both, a waiter that drained it could leave the other's poll() to find it empty when it looks again
 // after being woken, and sleep on to its cap. The background wait's fd is written whenever wake() finds
 // it unread (as before: a ping-pong pays no write per message while the wait has not drained it); the
-// collective's only while its wait is asleep or about to sleep (collectiveListening_), so a post() costs
-// no second write while no collective sleeps.
+// collective's only while its wait is in its sleeping phase (collectiveListening_), and that wait reads
+// it only after a sleep in poll(), so a post() pays a second write at most once per such sleep and none
+// while no collective sleeps.
 #pragma once
 
 #include <poll.h>
