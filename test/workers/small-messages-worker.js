@@ -103,11 +103,11 @@ async function sweep() {
   await hora.barrier();
   // The addon sizes an array by the dtype the call names, bounded by the array's buffer: one whose buffer
   // is too short for that dtype is refused before anything is sent, on every rank, and the world goes on.
-  const { packCode } = require('../../dist/ts/native.js');
+  const { nativeItem, packCode } = require('../../dist/ts/native.js');
   const comm = require('../../dist/ts/hora.js').current('sweep').dispatcher.comm;
   const short = new Uint8Array(6);
-  // ts/native.ts: allreduce, sum, float32, algorithm auto.
-  const item = { kind: 0, op: 0, dtype: 0, algorithm: 0, root: 0, name: '', data: short, out: null };
+  // ts/native.ts: allreduce, sum, float32 (NativeKind, NativeOp, NativeDType 0), algorithm auto.
+  const item = nativeItem(0, 0, 0, 0, '', short, null);
   // ts/native.ts Manner: WaitNow (a wait()ed call alone, 1 << 20) and Awaited (0).
   for (const [call, manner] of [['collective, waited now', 1 << 20], ['collective, awaited', 0]]) {
     try {
