@@ -154,6 +154,7 @@ export function enumTables(): Record<string, readonly unknown[]> {
   return {
     dtypes: valuesOf(DTYPE_NAMES), dtypeBytes: DTYPE_BYTES, ops: valuesOf(OP_NAMES), algorithms: valuesOf(ALGORITHM_NAMES),
     kinds: valuesOf(KIND_NAMES, (k) => k.engine), codes: CODE_NAMES, timelineColumns: valuesOf(TIMELINE_COLUMN_NAMES),
+    itemKeys: ITEM_KEYS,
   };
 }
 
@@ -364,6 +365,15 @@ export interface NativeCuda {
   /** float32 <-> float16 / bfloat16 conversion of count elements, or a copy when the dtypes match; synchronous on stream. */
   cast(device: number, src: bigint, fromDtype: NativeDType, dst: bigint, toDtype: NativeDType, count: number, stream: bigint): void;
 }
+
+/**
+ * The keys of NativeItem the addon reads, in the order of its table (native/binding/communicator.h ItemKey):
+ * test/enums.test.js checks the two entry by entry.
+ */
+export const ITEM_KEYS = [
+  'id', 'code', 'root', 'name', 'invalidReason', 'device', 'devicePtr', 'count', 'stream', 'outPtr', 'data', 'out',
+  'peer', 'tag', 'group', 'scale',
+] as const satisfies readonly (keyof NativeItem)[];
 
 /**
  * An item's kind, op, dtype and algorithm, four bits each: the one encoding of them across the boundary

@@ -19,9 +19,9 @@
 
 namespace hora::binding {
 
-// The properties of a submitted item. Looking a property up by a C string makes and internalizes a V8
-// string each time; with a dozen per item that was a good part of a small collective's cost, so the
-// names are made once per communicator.
+// The properties of a submitted item (ts/native.ts ITEM_KEYS, checked entry by entry by test/enums.test.js).
+// Looking a property up by a C string makes and internalizes a V8 string each time; with a dozen per item
+// that was a good part of a small collective's cost, so the names are made once per communicator.
 enum ItemKey { kId, kCode, kRoot, kName, kInvalidReason, kDevice, kDevicePtr, kCount, kStream, kOutPtr, kData, kOut,
                kPeer, kTag, kGroup, kScale, kNumItemKeys };
 const char* const kItemKeyNames[kNumItemKeys] = {"id", "code", "root", "name", "invalidReason", "device", "devicePtr",
