@@ -58,11 +58,11 @@ void readPeer(const Napi::Value& peer, const Napi::Value& tag, Work* w) {
   w->tag = tag.As<Napi::Number>().Int32Value();
 }
 
-// The element count and first element of a collective's array, whose element size the call's dtype
+// The element count and first element of an item's data array, whose element size the item's dtype
 // gives: viewOf without asking for the array's type, which Node-API answers through a chain of type tests
 // (a Float32Array matches the eighth; about 25 ns of a small collective). The ArrayBuffer bounds the
 // count, so an array whose elements are not the dtype's size (the JS layer never passes one) gives a wrong
-// count, never one that reaches past the buffer.
+// count, never one that reaches past the buffer. Every way in sizes data by it (readData).
 //
 // A view of a SharedArrayBuffer (worker_threads' memory) has no ArrayBuffer to ask: Node-API before
 // node_api_is_sharedarraybuffer (Node 18 to 22) answers napi_get_arraybuffer_info only for an ArrayBuffer,
