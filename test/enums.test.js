@@ -1,7 +1,8 @@
 'use strict';
 // The enum tables on the two sides of the Node-API boundary agree entry by entry: the addon's
 // (native/src/common/enums.h, handed out by enums()) and ts/native.ts's, from which the JS side's
-// names, types and checks derive.
+// names, types and checks derive. So do the keys of a submitted item the addon reads
+// (native/binding/communicator.h ItemKey) and ts/native.ts ITEM_KEYS, each a key of NativeItem.
 const t = require('tap');
 const { loadNative } = require('../dist/ts/loader.js');
 const native = require('../dist/ts/native.js');

@@ -154,6 +154,7 @@ export function enumTables(): Record<string, readonly unknown[]> {
   return {
     dtypes: valuesOf(DTYPE_NAMES), dtypeBytes: DTYPE_BYTES, ops: valuesOf(OP_NAMES), algorithms: valuesOf(ALGORITHM_NAMES),
     kinds: valuesOf(KIND_NAMES, (k) => k.engine), codes: CODE_NAMES, timelineColumns: valuesOf(TIMELINE_COLUMN_NAMES),
+    itemKeys: ITEM_KEYS,
   };
 }
 
@@ -203,11 +204,15 @@ export type NativeKeptConnections = { readonly __brand: 'NativeKeptConnections' 
 
 export interface NativeItem {
   id: number;
+  /**
+   * kind, op and dtype with the algorithm, as itemCode() packs them: what the addon reads of them (kind, op
+   * and dtype are beside it for the JS side's own use, and say the same).
+   */
+  code: number;
   kind: NativeKind;
   op: NativeOp;
   dtype: NativeDType;
   root: number;
-  algorithm: NativeAlgorithm;
   name: string;
   /** allreduce/broadcast: reduced or received in place; allgather/reducescatter: input. */
   data: ArrayBufferView | null;
@@ -362,17 +367,36 @@ export interface NativeCuda {
 }
 
 /**
+ * The keys of NativeItem the addon reads, in the order of its table (native/binding/communicator.h ItemKey):
+ * test/enums.test.js checks the two entry by entry.
+ */
+export const ITEM_KEYS = [
+  'id', 'code', 'root', 'name', 'invalidReason', 'device', 'devicePtr', 'count', 'stream', 'outPtr', 'data', 'out',
+  'peer', 'tag', 'group', 'scale',
+] as const satisfies readonly (keyof NativeItem)[];
+
+/**
+ * An item's kind, op, dtype and algorithm, four bits each: the one encoding of them across the boundary
+ * (native/binding/work_calls.cc decodeCode reads it, for every way in). A batch's item carries it as
+ * `code`; collective() and message() take it in packCode()'s code.
+ */
+export function itemCode(kind: NativeKind, op: NativeOp, dtype: NativeDType, algorithm = NativeAlgorithm.Auto): number {
+  return kind | (op << 4) | (dtype << 8) | (algorithm << 12);
+}
+
+/**
  * The one builder of an item: every plan, process-group call and placeholder makes its item here. A
  * message's peer and tag are in the same literal (a property added to an object afterwards takes an
  * allocation of its own, on the small-message path), and a collective's item has the same eight fields
  * as ever. The rest (scale, group, a device item's fields, invalidReason) is added by the few callers
- * that need it. The addon reads an item in one place per way in (native/binding/work_calls.cc: Submit
- * for an object, FillOne and FillMessage for packCode()'s positional form).
+ * that need it. The addon reads every field with one reader (native/binding/work_calls.cc), whichever way
+ * in the item takes: Submit for an object, FillOne and FillMessage for packCode()'s positional form.
  */
 export function nativeItem(kind: NativeKind, op: NativeOp, dtype: NativeDType, root: number, name: string,
   data: ArrayBufferView | null, out: ArrayBufferView | null, peer?: number, tag?: number): Omit<NativeItem, 'id'> {
-  if (peer === undefined) return { kind, op, dtype, root, algorithm: NativeAlgorithm.Auto, name, data, out };
-  return { kind, op, dtype, root, algorithm: NativeAlgorithm.Auto, name, data, out, peer, tag };
+  const code = itemCode(kind, op, dtype);
+  if (peer === undefined) return { code, kind, op, dtype, root, name, data, out };
+  return { code, kind, op, dtype, root, name, data, out, peer, tag };
 }
 
 /** Bytes an item moves in from this rank: its host view, or count elements of device memory. */
@@ -395,13 +419,12 @@ export const enum Manner {
 }
 
 /**
- * The code argument of collective() and message(): an item's kind, op, dtype and algorithm, four bits
- * each; then the manner of waiting (bits 16 and 20, Manner), and whether data, out and name are given (bits
- * 17-19). Node-API copies a call's first six arguments into its frame and any more into a heap array:
- * packed, a small collective's or message's call stays within six, and the addon asks for no argument
- * that is absent.
+ * The code argument of collective() and message(): the item's code (itemCode(): kind, op, dtype and
+ * algorithm, four bits each); then the manner of waiting (bits 16 and 20, Manner), and whether data, out
+ * and name are given (bits 17-19). Node-API copies a call's first six arguments into its frame and any
+ * more into a heap array: packed, a small collective's or message's call stays within six, and the addon
+ * asks for no argument that is absent.
  */
 export function packCode(item: NativeItem, manner = Manner.Awaited): number {
-  return item.kind | (item.op << 4) | (item.dtype << 8) | (item.algorithm << 12) | manner |
-    (item.data ? 1 << 17 : 0) | (item.out ? 1 << 18 : 0) | (item.name ? 1 << 19 : 0);
+  return item.code | manner | (item.data ? 1 << 17 : 0) | (item.out ? 1 << 18 : 0) | (item.name ? 1 << 19 : 0);
 }

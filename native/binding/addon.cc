@@ -66,7 +66,8 @@ Napi::Value SetLogLevel(const Napi::CallbackInfo& info) {
 }
 
 // enums(): the names of every enum that crosses this boundary, in the order of their values
-// (common/enums.h, and the timeline's columns), for test/enums.test.js to compare with ts/native.ts.
+// (common/enums.h, the timeline's columns, and the keys of a submitted item), for test/enums.test.js to
+// compare with ts/native.ts.
 template <typename E, typename Name>
 Napi::Array namesOf(Napi::Env env, int count, Name name) {
   Napi::Array out = Napi::Array::New(env, count);
@@ -84,6 +85,7 @@ Napi::Value Enums(const Napi::CallbackInfo& info) {
   out.Set("kinds", namesOf<hora::Kind>(env, hora::kNumKinds, hora::kindName));
   out.Set("codes", namesOf<hora::Code>(env, hora::kNumCodes, hora::codeName));
   out.Set("timelineColumns", namesOf<TimelineColumn>(env, kNumTimelineColumns, timelineColumnName));
+  out.Set("itemKeys", namesOf<ItemKey>(env, kNumItemKeys, [](ItemKey k) { return kItemKeyNames[k]; }));
   return out;
 }
 

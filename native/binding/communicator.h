@@ -19,20 +19,21 @@
 
 namespace hora::binding {
 
-// The properties of a submitted item. Looking a property up by a C string makes and internalizes a V8
-// string each time; with a dozen per item that was a good part of a small collective's cost, so the
-// names are made once per communicator.
-enum ItemKey { kId, kKind, kOp, kDtype, kRoot, kAlgorithm, kName, kInvalidReason, kDevice, kDevicePtr, kCount,
-               kStream, kOutPtr, kData, kOut, kPeer, kTag, kGroup, kScale, kNumItemKeys };
-const char* const kItemKeyNames[kNumItemKeys] = {"id", "kind", "op", "dtype", "root", "algorithm", "name",
-                                                  "invalidReason", "device", "devicePtr", "count", "stream",
-                                                  "outPtr", "data", "out", "peer", "tag", "group", "scale"};
+// The properties of a submitted item (ts/native.ts ITEM_KEYS, checked entry by entry by test/enums.test.js).
+// Looking a property up by a C string makes and internalizes a V8 string each time; with a dozen per item
+// that was a good part of a small collective's cost, so the names are made once per communicator.
+enum ItemKey { kId, kCode, kRoot, kName, kInvalidReason, kDevice, kDevicePtr, kCount, kStream, kOutPtr, kData, kOut,
+               kPeer, kTag, kGroup, kScale, kNumItemKeys };
+const char* const kItemKeyNames[kNumItemKeys] = {"id", "code", "root", "name", "invalidReason", "device", "devicePtr",
+                                                  "count", "stream", "outPtr", "data", "out", "peer", "tag", "group",
+                                                  "scale"};
 
-// The flags in the code argument of collective() and message() (ts/native.ts packCode): the manner of
-// waiting (kWillWait, kWaitNow: ts/native.ts Manner; neither: awaited), then which arguments are given.
+// The flags in the code argument of collective() and message() (ts/native.ts packCode), above the item's
+// code (ts/native.ts itemCode; decodeCode in work_calls.cc): the manner of waiting (kWillWait, kWaitNow:
+// ts/native.ts Manner; neither: awaited), then which arguments are given.
 constexpr int32_t kWillWait = 1 << 16, kHasData = 1 << 17, kHasOut = 1 << 18, kHasName = 1 << 19, kWaitNow = 1 << 20;
 static_assert(hora::kNumKinds <= 16 && hora::kNumReduceOps <= 16 && hora::kNumDTypes <= 16 && hora::kNumAlgorithms <= 16,
-              "packCode gives kind, op, dtype and algorithm four bits each");
+              "itemCode gives kind, op, dtype and algorithm four bits each");
 
 class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
  public:
@@ -65,6 +66,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   inline int32_t FillOne(const Napi::CallbackInfo& info, hora::Work* w);
   Napi::Value Message(const Napi::CallbackInfo& info);
   inline int32_t FillMessage(const Napi::CallbackInfo& info, hora::Work* w);
+  inline void ReadGroup(Napi::Env env, const Napi::Value& id, hora::Work* w);
   Napi::Value Result(const Napi::CallbackInfo& info);
   inline Napi::Value Take(Napi::Env env, std::unordered_map<uint64_t, std::shared_ptr<hora::Work>>::iterator it);
   static inline bool PlainSuccess(const hora::Work& w);

@@ -21,22 +21,48 @@ using hora::Work;
 
 namespace {
 
-// An enum-valued property; absent counts as 0.
-template <typename T>
-T enumFrom(Napi::Env env, int n, ItemKey key, int limit) {
-  return checkedEnum<T>(env, n, kItemKeyNames[key], limit);
+// The one reader of each field of an item. There are three ways in (submit()'s item objects, and the
+// positional arguments of collective() and message()); a way in decides only where a field's value comes
+// from (a key of the object, or an argument the code's flags say is there), and every field is decoded
+// here, once. A new field: ts/native.ts nativeItem() (and packCode() for a positional one) and one reader
+// here. All in this file, where the compiler inlines them: the positional ways in are a small collective's
+// and a small message's path.
+
+// A work's id (the JS side's number for it).
+uint64_t idOf(const Napi::Value& v) { return static_cast<uint64_t>(v.As<Napi::Number>().Int64Value()); }
+
+// An item's code (ts/native.ts itemCode(), and packCode() for the positional ways in): kind, op, dtype and
+// algorithm, four bits each from bit 0, each range-checked. The bits above (the manner of waiting and the
+// positional form's flags) are for the way in to read.
+void decodeCode(Napi::Env env, int32_t code, Work* w) {
+  if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
+  w->kind = checkedEnum<hora::Kind>(env, code & 15, "kind", hora::kNumKinds);
+  w->op = checkedEnum<hora::ReduceOp>(env, (code >> 4) & 15, "op", hora::kNumReduceOps);
+  w->dtype = checkedEnum<hora::DType>(env, (code >> 8) & 15, "dtype", hora::kNumDTypes);
+  w->algorithm = checkedEnum<hora::Algorithm>(env, (code >> 12) & 15, "algorithm", hora::kNumAlgorithms);
 }
 
-template <typename T>
-T enumFrom(const Napi::Value& v, ItemKey key, int limit) {
-  return enumFrom<T>(v.Env(), int32Or(v, 0), key, limit);
+// A broadcast's root: asked for of a broadcast only (no other kind has one; theirs stays 0), so root()
+// gives the value only when it is wanted and the other kinds cost no call.
+template <typename Root>
+void readRoot(Root root, Work* w) {
+  if (w->kind == hora::Kind::kBroadcast) w->root = int32Or(root(), 0);
 }
 
-// The element count and first element of a collective's array, whose element size the call's dtype
+// A collective's name (the batch order and the timeline's).
+void readName(const Napi::Value& v, Work* w) { w->name = v.As<Napi::String>().Utf8Value(); }
+
+// A send's or recv's other rank (a world rank) and tag.
+void readPeer(const Napi::Value& peer, const Napi::Value& tag, Work* w) {
+  w->peer = peer.As<Napi::Number>().Int32Value();
+  w->tag = tag.As<Napi::Number>().Int32Value();
+}
+
+// The element count and first element of an item's data array, whose element size the item's dtype
 // gives: viewOf without asking for the array's type, which Node-API answers through a chain of type tests
 // (a Float32Array matches the eighth; about 25 ns of a small collective). The ArrayBuffer bounds the
 // count, so an array whose elements are not the dtype's size (the JS layer never passes one) gives a wrong
-// count, never one that reaches past the buffer.
+// count, never one that reaches past the buffer. Every way in sizes data by it (readData).
 //
 // A view of a SharedArrayBuffer (worker_threads' memory) has no ArrayBuffer to ask: Node-API before
 // node_api_is_sharedarraybuffer (Node 18 to 22) answers napi_get_arraybuffer_info only for an ArrayBuffer,
@@ -68,6 +94,16 @@ size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data) {
   return length;
 }
 
+// A host item's arrays: data (read or reduced in place; its count in elements of the work's dtype, so the
+// code is decoded first) and out (a reducescatter's block). Holding their memory while the work is pending
+// (holdBackingStore) is the way in's: when it is pending differs by way in.
+void readData(const Napi::Value& v, Work* w) { w->count = elementsOf(v, hora::dtypeSize(w->dtype), &w->data); }
+
+void readOut(const Napi::Value& v, Work* w) {
+  size_t bytes = 0;
+  viewOf(v, &w->out, &bytes);
+}
+
 // An item's scale, [prescaleFactor, postscaleFactor] (finite numbers; the JS layer checked them).
 hora::Scaling scalingOf(const Napi::Value& v) {
   if (!v.IsArray()) throw Napi::TypeError::New(v.Env(), "native: scale must be [prescale, postscale]");
@@ -81,10 +117,11 @@ hora::Scaling scalingOf(const Napi::Value& v) {
 
 }  // namespace
 
-// submit(items: [{id, kind, op, dtype, root, algorithm, name, data, out, invalidReason}], willWait?); a send or
-// recv item (kinds 6, 7) carries peer and tag and is posted at once, beside the batch; a device item
-// has device >= 0, devicePtr, count, stream (and outPtr for reducescatter) instead of data and out.
-// willWait: the caller goes on to wait for one of the items at once (result(id, -1)).
+// submit(items: [{id, code, root, name, data, out, invalidReason}], willWait?): code is ts/native.ts
+// itemCode()'s (kind, op, dtype, algorithm). A send or recv item (kinds 6, 7) carries peer and tag and is
+// posted at once, beside the batch; a device item has device >= 0, devicePtr, count, stream (and outPtr
+// for reducescatter) instead of data and out. willWait: the caller goes on to wait for one of the items at
+// once (result(id, -1)). An absent key reads as 0 (code: an allreduce, sum, float32, auto) or as none.
 Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Array arr = info[0].As<Napi::Array>();
@@ -101,28 +138,18 @@ Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
     Napi::Object it = arr.Get(i).As<Napi::Object>();
     auto get = [&](ItemKey k) { return it.Get(keys.Get(static_cast<uint32_t>(k))); };
     auto w = std::make_shared<Work>();
-    w->id = static_cast<uint64_t>(get(kId).As<Napi::Number>().Int64Value());
+    w->id = idOf(get(kId));
     all.push_back(w);
-    w->kind = enumFrom<hora::Kind>(get(kKind), kKind, hora::kNumKinds);
-    w->op = enumFrom<hora::ReduceOp>(get(kOp), kOp, hora::kNumReduceOps);
-    w->dtype = enumFrom<hora::DType>(get(kDtype), kDtype, hora::kNumDTypes);
-    Napi::Value root = get(kRoot);
-    w->root = root.IsUndefined() ? 0 : root.As<Napi::Number>().Int32Value();
-    w->algorithm = enumFrom<hora::Algorithm>(get(kAlgorithm), kAlgorithm, hora::kNumAlgorithms);
+    decodeCode(env, int32Or(get(kCode), 0), w.get());
+    readRoot([&] { return get(kRoot); }, w.get());
     Napi::Value name = get(kName);
-    if (!name.IsUndefined()) w->name = name.As<Napi::String>().Utf8Value();
+    if (!name.IsUndefined()) readName(name, w.get());
     Napi::Value invalidReason = get(kInvalidReason);
     if (!invalidReason.IsUndefined()) w->invalidReason = invalidReason.As<Napi::String>().Utf8Value();
     Napi::Value scale = get(kScale);
     if (!scale.IsUndefined()) w->scaling = scalingOf(scale);
     Napi::Value group = get(kGroup);
-    if (!group.IsUndefined()) {
-      const uint32_t id = group.As<Napi::Number>().Uint32Value();
-      if (id != 0) {
-        w->group = comm_->findGroup(id);
-        if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(id) + " on this rank");
-      }
-    }
+    if (!group.IsUndefined()) ReadGroup(env, group, w.get());
     Napi::Value device = get(kDevice);
     if (device.IsNumber() && device.As<Napi::Number>().Int32Value() >= 0) {
       w->device = device.As<Napi::Number>().Int32Value();
@@ -136,21 +163,17 @@ Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
     }
     Napi::Value data = get(kData);
     if (!data.IsUndefined() && !data.IsNull()) {
-      size_t bytes = 0;
-      viewOf(data, &w->data, &bytes);
-      w->count = bytes / hora::dtypeSize(w->dtype);
+      readData(data, w.get());
       w->keepAlive[0] = hora::binding::holdBackingStore(env, data);
     }
     if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv) {
-      w->peer = get(kPeer).As<Napi::Number>().Int32Value();
-      w->tag = get(kTag).As<Napi::Number>().Int32Value();
+      readPeer(get(kPeer), get(kTag), w.get());
       messages.push_back(std::move(w));
       continue;
     }
     Napi::Value out = get(kOut);
     if (!out.IsUndefined() && !out.IsNull()) {
-      size_t bytes = 0;
-      viewOf(out, &w->out, &bytes);
+      readOut(out, w.get());
       w->keepAlive[1] = hora::binding::holdBackingStore(env, out);
     }
     batch.push_back(std::move(w));
@@ -216,7 +239,7 @@ std::shared_ptr<Work> CommunicatorWrap::Untracked(Napi::Env env, const Napi::Val
   } else {
     w = std::make_shared<Work>();
   }
-  w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
+  w->id = idOf(idValue);
   return w;
 }
 
@@ -227,28 +250,21 @@ Napi::Value CommunicatorWrap::WaitHere(Napi::Env env, const std::shared_ptr<Work
   return ResultOf(env, *w);
 }
 
-// The collective of collective(), from arguments 1 to 5: code (ts/native.ts packCode: kind,
-// op, dtype and algorithm, four bits each, then flags), root, data, out and name. Five arguments and no
-// more: Node-API copies up to six into the call's frame, more into a heap array of their own. The flags
-// say which of data, out and name are there, so an absent one costs no call to ask. Returns the code.
+// The collective of collective(), from arguments 1 to 5: code (ts/native.ts packCode: the item's code,
+// then flags), root, data, out and name. Five arguments and no more: Node-API copies up to six into the
+// call's frame, more into a heap array of their own. The flags say which of data, out and name are there,
+// so an absent one costs no call to ask. Returns the code.
 int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
   Napi::Env env = info.Env();
   const int32_t code = int32Or(info[1], -1);
-  if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
-  w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, hora::kNumKinds);
+  decodeCode(env, code, w);
   if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv || w->kind == hora::Kind::kInvalid) {
     throw Napi::TypeError::New(env, "native: collective() takes collectives only");
   }
-  w->op = enumFrom<hora::ReduceOp>(env, (code >> 4) & 15, kOp, hora::kNumReduceOps);
-  w->dtype = enumFrom<hora::DType>(env, (code >> 8) & 15, kDtype, hora::kNumDTypes);
-  w->algorithm = enumFrom<hora::Algorithm>(env, (code >> 12) & 15, kAlgorithm, hora::kNumAlgorithms);
-  if (w->kind == hora::Kind::kBroadcast) w->root = int32Or(info[2], 0);
-  if (code & kHasData) w->count = elementsOf(info[3], hora::dtypeSize(w->dtype), &w->data);
-  if (code & kHasOut) {
-    size_t bytes = 0;
-    viewOf(info[4], &w->out, &bytes);
-  }
-  if (code & kHasName) w->name = info[5].As<Napi::String>().Utf8Value();
+  readRoot([&] { return info[2]; }, w);
+  if (code & kHasData) readData(info[3], w);
+  if (code & kHasOut) readOut(info[4], w);
+  if (code & kHasName) readName(info[5], w);
   return code;
 }
 
@@ -274,23 +290,23 @@ Napi::Value CommunicatorWrap::Message(const Napi::CallbackInfo& info) {
 int32_t CommunicatorWrap::FillMessage(const Napi::CallbackInfo& info, Work* w) {
   Napi::Env env = info.Env();
   const int32_t code = int32Or(info[1], -1);
-  if (code < 0) throw Napi::RangeError::New(env, "native: code out of range: " + std::to_string(code));
-  w->kind = enumFrom<hora::Kind>(env, code & 15, kKind, hora::kNumKinds);
+  decodeCode(env, code, w);
   if (w->kind != hora::Kind::kSend && w->kind != hora::Kind::kRecv) {
     throw Napi::TypeError::New(env, "native: message() takes sends and receives only");
   }
-  w->dtype = enumFrom<hora::DType>(env, (code >> 8) & 15, kDtype, hora::kNumDTypes);
-  size_t bytes = 0;
-  viewOf(info[2], &w->data, &bytes);
-  w->count = bytes / hora::dtypeSize(w->dtype);
-  w->peer = info[3].As<Napi::Number>().Int32Value();
-  w->tag = info[4].As<Napi::Number>().Int32Value();
-  const uint32_t group = info[5].As<Napi::Number>().Uint32Value();
-  if (group != 0) {
-    w->group = comm_->findGroup(group);
-    if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(group) + " on this rank");
-  }
+  readData(info[2], w);
+  readPeer(info[3], info[4], w);
+  ReadGroup(env, info[5], w);
   return code;
+}
+
+// The process group an item names by id (added by addGroup()); 0 is the world. A RangeError when this rank
+// has no group of that id.
+void CommunicatorWrap::ReadGroup(Napi::Env env, const Napi::Value& id, Work* w) {
+  const uint32_t group = id.As<Napi::Number>().Uint32Value();
+  if (group == 0) return;
+  w->group = comm_->findGroup(group);
+  if (w->group == nullptr) throw Napi::RangeError::New(env, "native: no group " + std::to_string(group) + " on this rank");
 }
 
 // result(id, micros): the one completion step of a tracked work: its result, once; null when it has been
@@ -368,7 +384,7 @@ Napi::Array CommunicatorWrap::CountsArray(Napi::Env env, const std::vector<uint6
 std::shared_ptr<Work> CommunicatorWrap::Track(Napi::Env env, const Napi::Value& idValue) {
   if (comm_ == nullptr) throw Napi::Error::New(env, "native: communicator is closed");
   auto w = std::make_shared<Work>();
-  w->id = static_cast<uint64_t>(idValue.As<Napi::Number>().Int64Value());
+  w->id = idOf(idValue);
   Adopt(env, w);
   return w;
 }

@@ -103,18 +103,34 @@ async function sweep() {
   await hora.barrier();
   // The addon sizes an array by the dtype the call names, bounded by the array's buffer: one whose buffer
   // is too short for that dtype is refused before anything is sent, on every rank, and the world goes on.
-  const { packCode } = require('../../dist/ts/native.js');
+  // One reader of an item's array serves every way in (native/binding/work_calls.cc readData): a batch's
+  // item (submit()) and a message alone (message()) are refused alike; a view of a SharedArrayBuffer
+  // (no ArrayBuffer to bound it) is refused by its element type.
+  const { nativeItem, packCode } = require('../../dist/ts/native.js');
   const comm = require('../../dist/ts/hora.js').current('sweep').dispatcher.comm;
   const short = new Uint8Array(6);
-  // ts/native.ts: allreduce, sum, float32, algorithm auto.
-  const item = { kind: 0, op: 0, dtype: 0, algorithm: 0, root: 0, name: '', data: short, out: null };
+  const shared = new Uint8Array(new SharedArrayBuffer(6));
+  // ts/native.ts: allreduce, sum, float32 (NativeKind, NativeOp, NativeDType 0), algorithm auto.
+  const item = nativeItem(0, 0, 0, 0, '', short, null);
+  const tooShort = /fewer bytes than its dtype needs/, notItsSize = /the array's elements are not its dtype's size/;
   // ts/native.ts Manner: WaitNow (a wait()ed call alone, 1 << 20) and Awaited (0).
-  for (const [call, manner] of [['collective, waited now', 1 << 20], ['collective, awaited', 0]]) {
+  const refusals = [
+    ['collective, waited now', () => comm.collective(1e9, packCode(item, 1 << 20), 0, short, null, null), tooShort],
+    ['collective, awaited', () => comm.collective(1e9, packCode(item, 0), 0, short, null, null), tooShort],
+    ['collective of a SharedArrayBuffer view', () => comm.collective(1e9, packCode(item, 0), 0, shared, null, null), notItsSize],
+    ['submit', () => comm.submit([{ ...item, id: 1e9 }], false), tooShort],
+    ['submit of a SharedArrayBuffer view', () => comm.submit([{ ...item, data: shared, id: 1e9 }], false), notItsSize],
+  ];
+  // A send (NativeKind 6) of float32 to the next rank, awaited; no rank receives it, so none may be posted.
+  const send = nativeItem(6, 0, 0, 0, '', short, null, (hora.rank() + 1) % p, 999);
+  refusals.push(['message', () => comm.message(1e9, packCode(send, 0), short, send.peer, send.tag, 0), tooShort]);
+  refusals.push(['message of a SharedArrayBuffer view', () => comm.message(1e9, packCode(send, 0), shared, send.peer, send.tag, 0), notItsSize]);
+  for (const [call, refused, why] of refusals) {
     try {
-      comm.collective(1e9, packCode(item, manner), 0, short, null, null);
-      failures.push(`${call} took 6 bytes as 6 float32 elements`);
+      refused();
+      failures.push(`${call} took 6 bytes as float32 elements`);
     } catch (e) {
-      if (!(e instanceof RangeError) || !/fewer bytes than its dtype needs/.test(e.message)) failures.push(`${call}: ${e}`);
+      if (!(e instanceof RangeError) || !why.test(e.message)) failures.push(`${call}: ${e}`);
     }
   }
   const after = hora.allreduce(new Float32Array([hora.rank() + 1]), { op: 'sum' }).wait();
