@@ -376,7 +376,8 @@ export class Dispatcher implements WorkDriver {
       this.refused([one], e);
       return;
     }
-    if (result !== undefined) this.settle(id, result);
+    // A result back from the same call: no JavaScript ran while the engine had the array.
+    if (result !== undefined) this.settle(id, result, true);
   }
 
   /** flush() of a batch: messages are posted each alone, collectives go to the engine together. */
@@ -437,6 +438,12 @@ export class Dispatcher implements WorkDriver {
 
   /** lend() for an item alone in its batch; undefined when its array changed (its place is then held). */
   private lendLone(id: number, one: NativeItem, pending: boolean): ArrayBufferView | null | undefined {
+    if (!pending) {
+      // Handed in and waited for in one call (a small collective's wait()): no stage, only the look for a
+      // change, written out here because it is on every such call.
+      const o = this.outstanding.get(id);
+      if (o === undefined || o.lent === null || o.lent.byteLength === o.lentBytes) return one.data;
+    }
     const data = this.lend(id, one.data, pending);
     if (!(data instanceof HoraError)) return data;
     if (!isMessage(one)) this.holdPlaces([{ ...invalidItem(data.message, one.group, one.name), id }]);
@@ -533,13 +540,17 @@ export class Dispatcher implements WorkDriver {
     if (result) this.settle(id, result);
   }
 
-  /** taken: a result; true for plain success; a number for plain success that took that many nanoseconds (Manner.WaitNow). */
-  private settle(id: number, taken: NativeResult | true | number): void {
+  /**
+   * taken: a result; true for plain success; a number for plain success that took that many nanoseconds
+   * (Manner.WaitNow). held: the result came back from the call that handed the work in, so no JavaScript
+   * ran while the engine had the array, and it cannot have changed since lend() looked.
+   */
+  private settle(id: number, taken: NativeResult | true | number, held = false): void {
     const o = this.outstanding.take(id);
     if (!o) return;
     const result = typeof taken === 'object' ? taken : SUCCESS;
     if (o.stats) this.stats.settled(o.stats, result, typeof taken === 'number' ? taken / 1e6 : 0);
-    if (o.stage !== null ? this.giveBack(o, !result.code) : o.lent !== null && !result.code && this.lost(o)) return;
+    if (o.stage !== null ? this.giveBack(o, !result.code) : o.lent !== null && !held && !result.code && this.lost(o)) return;
     if (result.code) {
       const peer = result.peer ?? -1;
       const place = peer >= 0 && peer !== this.rank ? this.peerPlaces[peer] : undefined;
