@@ -68,10 +68,12 @@ export type Plan<T> = {
   keep: unknown[] | null;
   /** The result in a world of one; null: `value`. */
   local: (() => T) | null;
-  value?: T;
-  /** What the engine does with item.data when it is the user's array (ts/lend.ts); absent: it is hora's, or none. */
-  lends?: Lend;
+  value: T | undefined;
+  /** What the engine does with item.data when it is the user's array (ts/lend.ts); None: it is hora's, or none. */
+  lends: Lend;
 };
+// Every plan literal lists the same keys in this order, so that V8 gives them one shape and the code that
+// reads a plan (submitCollective, runMessage) stays monomorphic across collectives.
 
 /**
  * Starts one collective: validates through `plan` (which throws HoraError on bad input), then either
@@ -138,7 +140,7 @@ function planAllreduce<T extends CollectiveInput>(w: Scope, x: T, options?: Allr
   // dtypeOf took x: a typed array or else a DeviceBuffer (a test cheaper than instanceof's walk).
   if (!ArrayBuffer.isView(x)) {
     const out = (inplace ? x : deviceCopy(c, x as DeviceBuffer)) as T & DeviceBuffer;
-    return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: null, keep: [out], local: null, value: out };
+    return { item: deviceItem(NativeKind.Allreduce, op, dtype, 0, name, out), finish: null, keep: [out], local: null, value: out, lends: Lend.None };
   }
   const out = inplace ? x : copyOf(x as Tensor) as T;
   const item = nativeItem(NativeKind.Allreduce, op, dtype, 0, name, out as Tensor, null);
@@ -171,7 +173,7 @@ export function broadcastPlan<T extends CollectiveInput>(x: T, options?: Broadca
     const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
     if (x instanceof DeviceBuffer) {
       const out = (inplace ? x : deviceCopy(c, x)) as T & DeviceBuffer;
-      return { item: deviceItem(NativeKind.Broadcast, NativeOp.Sum, dtype, root, name, out), finish: () => out, keep: [out], local: () => out };
+      return { item: deviceItem(NativeKind.Broadcast, NativeOp.Sum, dtype, root, name, out), finish: () => out, keep: [out], local: () => out, value: undefined, lends: Lend.None };
     }
     const out = inplace ? x : copyOf(x as Tensor) as T;
     return {
@@ -204,13 +206,13 @@ export function allgatherPlan<T extends CollectiveInput>(x: T, options?: Allgath
       };
       return {
         item: deviceItem(NativeKind.Allgather, NativeOp.Sum, dtype, 0, name, x), finish: adopt, keep: [x],
-        local: () => deviceCopy(c, x) as T & DeviceBuffer,
+        local: () => deviceCopy(c, x) as T & DeviceBuffer, value: undefined, lends: Lend.None,
       };
     }
     const Ctor = x.constructor as new (buffer: ArrayBuffer) => T;
     return {
       item: nativeItem(NativeKind.Allgather, NativeOp.Sum, dtype, 0, name, x as Tensor, null),
-      finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x as Tensor) as T, lends: Lend.Reads,
+      finish: (r) => new Ctor(r.gathered as ArrayBuffer), keep: [x], local: () => copyOf(x as Tensor) as T, value: undefined, lends: Lend.Reads,
     };
   };
 }
@@ -235,17 +237,17 @@ export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: Red
     const scale = o.prescaleFactor === undefined && o.postscaleFactor === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
     if (x instanceof DeviceBuffer) {
       const local = () => deviceCopy(c, x) as T & DeviceBuffer;
-      if (!w.dispatcher) return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x), finish: local, keep: [], local };
+      if (!w.dispatcher) return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x), finish: local, keep: [], local, value: undefined, lends: Lend.None };
       const [begin, end] = blockRange(x.count, w.size, w.rank);
       const out = deviceAlloc(c, x.dtype, end - begin, x.device, x.stream) as T & DeviceBuffer;
-      return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x, out), finish: () => out, keep: [x, out], local };
+      return { item: deviceItem(NativeKind.ReduceScatter, op, dtype, 0, name, x, out), finish: () => out, keep: [x, out], local, value: undefined, lends: Lend.None };
     }
     const [begin, end] = blockRange((x as Tensor).length, w.size, w.rank);
     const Ctor = x.constructor as new (length: number) => T;
     const out = new Ctor(end - begin);
     const item = nativeItem(NativeKind.ReduceScatter, op, dtype, 0, name, x as Tensor, out as Tensor);
     if (scale) item.scale = scale;
-    return { item, finish: () => out, keep: [x, out], local: () => scaledAlone(copyOf(x as Tensor), dtype, scale) as T, lends: Lend.Reads };
+    return { item, finish: () => out, keep: [x, out], local: () => scaledAlone(copyOf(x as Tensor), dtype, scale) as T, value: undefined, lends: Lend.Reads };
   };
 }
 
@@ -262,7 +264,7 @@ export function barrierPlan(options?: BarrierOptions): (w: Scope) => Plan<void> 
     const name = nameOf(c, o.name, w.self);
     return {
       item: nativeItem(NativeKind.Barrier, NativeOp.Sum, NativeDType.Uint8, 0, name, null, null),
-      finish: () => undefined, keep: [], local: () => undefined,
+      finish: () => undefined, keep: [], local: () => undefined, value: undefined, lends: Lend.None,
     };
   };
 }

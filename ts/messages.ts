@@ -85,7 +85,7 @@ export function sendPlan(x: Tensor, options: SendOptions): (w: Scope) => Plan<vo
     const tag = tagOf(c, o.tag, w.self);
     return {
       item: nativeItem(NativeKind.Send, NativeOp.Sum, dtype, 0, '', x, null, peer, tag),
-      finish: () => undefined, keep: [x], local: () => undefined, lends: Lend.Reads,
+      finish: () => undefined, keep: [x], local: () => undefined, value: undefined, lends: Lend.Reads,
     };
   };
 }
@@ -126,7 +126,7 @@ export function recvPlan(first: unknown, second: unknown): (w: Scope) => Plan<Te
     const tag = tagOf(c, o.tag, w.self);
     return {
       item: nativeItem(NativeKind.Recv, NativeOp.Sum, dtype, 0, '', into, null, peer, tag),
-      finish: () => into, keep: [into], local: () => into, lends: fresh ? Lend.None : Lend.Writes,
+      finish: () => into, keep: [into], local: () => into, value: undefined, lends: fresh ? Lend.None : Lend.Writes,
     };
   };
 }
