@@ -194,6 +194,11 @@ interface Outstanding {
   item: Omit<NativeItem, 'id'> | null;
 }
 
+/** The lent array (o.lent, not null) is not the size it was at the call: detached, or a resizable buffer shrunk. */
+function arrayChanged(o: Outstanding): boolean {
+  return o.lent!.byteLength !== o.lentBytes;
+}
+
 /** An error the binding threw, as the HoraError of the works it was to take. */
 function refusal(call: string, e: unknown, rank: number): HoraError {
   const err = e as { code?: unknown; message?: unknown } | null;
@@ -424,7 +429,7 @@ export class Dispatcher implements WorkDriver {
     const o = this.outstanding.get(id);
     if (o === undefined || o.lent === null) return data;
     const lent = o.lent;
-    if (lent.byteLength !== o.lentBytes) {
+    if (arrayChanged(o)) {
       const err = changedArray(o.item!, lent, o.lentBytes, false, this.rank);
       this.failHere(id, err);
       return err;
@@ -442,7 +447,7 @@ export class Dispatcher implements WorkDriver {
       // Handed in and waited for in one call (a small collective's wait()): no stage, only the look for a
       // change, written out here because it is on every such call.
       const o = this.outstanding.get(id);
-      if (o === undefined || o.lent === null || o.lent.byteLength === o.lentBytes) return one.data;
+      if (o === undefined || o.lent === null || !arrayChanged(o)) return one.data;
     }
     const data = this.lend(id, one.data, pending);
     if (!(data instanceof HoraError)) return data;
@@ -570,7 +575,7 @@ export class Dispatcher implements WorkDriver {
    * the work was pending, and the work has failed here, its result lost (the memory it went to stayed valid).
    */
   private lost(o: Outstanding): boolean {
-    if (o.lent!.byteLength === o.lentBytes || !(o.lends & Lend.Writes)) return false;
+    if (!arrayChanged(o) || !(o.lends & Lend.Writes)) return false;
     o.work.reject(o.site.attach(changedArray(o.item!, o.lent!, o.lentBytes, true, this.rank)));
     return true;
   }
@@ -584,7 +589,7 @@ export class Dispatcher implements WorkDriver {
     o.stage = null;
     let failed = false;
     if (succeeded && o.lends & Lend.Writes) {
-      if (lent.byteLength === o.lentBytes) copyBack(lent, stage);
+      if (!arrayChanged(o)) copyBack(lent, stage);
       else {
         o.work.reject(o.site.attach(changedArray(o.item!, lent, o.lentBytes, true, this.rank)));
         failed = true;
