@@ -125,7 +125,8 @@ function dtypeOfArray(where: string, array: unknown, dtype: unknown): DType {
     throw invalidArgument(where, 'options.dtype', "'float16' or 'bfloat16' for a Uint16Array", dtype);
   } else {
     throw invalidArgument(where, 'array',
-      'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16)', array);
+      'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16); ' +
+      'int8, int16 and uint16 are for host arrays only', array);
   }
   if (dtype !== undefined && dtype !== natural) throw invalidArgument(where, 'options.dtype', `undefined or the array's own type ('${natural}')`, dtype);
   return natural;
