@@ -36,3 +36,13 @@ t.test('the JS lists that users see derive from the tables', async (t) => {
   t.same(MESSAGE_KINDS, ['send', 'recv'], 'and the messages');
   t.equal(native.DTYPE_OF_NAME.bfloat16, ours.dtypes.indexOf('bfloat16'), 'DTYPE_OF_NAME gives a name its value');
 });
+
+t.test('dtypes: appended after the first seven, and every kind, op, dtype and algorithm fits its 4 bits of itemCode()', async (t) => {
+  t.same(ours.dtypes, ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'int8', 'int16', 'uint16'],
+    'the wire values of the dtypes (never renumbered; new ones go last)');
+  t.same(ours.dtypeBytes, [4, 8, 2, 2, 4, 8, 1, 1, 2, 2], 'bytes per element');
+  for (const table of ['kinds', 'ops', 'dtypes', 'algorithms']) t.ok(ours[table].length <= 16, `${table}: ${ours[table].length} fit in 4 bits`);
+  for (let d = 0; d < ours.dtypes.length; d++) {
+    t.equal((native.itemCode(7, 4, d, 4) >> 8) & 15, d, `itemCode keeps dtype ${ours.dtypes[d]}`);
+  }
+});

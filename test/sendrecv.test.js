@@ -25,8 +25,8 @@ for (const [transport, env] of TRANSPORTS) {
       t.ok(r, `rank ${rank} reported`, { output: tail(job) });
       if (!r) continue;
       t.same(r.failures, [], `rank ${rank}: every message arrived intact`);
-      // rank 0 exchanges with both peers; each peer with rank 0: 7 dtypes x 7 sizes.
-      t.equal(r.checked, rank === 0 ? 98 : 49, `rank ${rank}: checked every message`);
+      // rank 0 exchanges with both peers; each peer with rank 0: 10 dtypes x 7 sizes.
+      t.equal(r.checked, rank === 0 ? 140 : 70, `rank ${rank}: checked every message`);
     }
   });
 
@@ -96,7 +96,7 @@ t.test('bad arguments are rejected on the calling rank only, naming the argument
   for (const [rank, r] of results.entries()) {
     t.ok(r, `rank ${rank} reported`);
     if (!r) continue;
-    t.ok(r.results.length >= 22, `rank ${rank}: every case ran`);
+    t.ok(r.results.length >= 24, `rank ${rank}: every case ran`);
     for (const { name, argument, got } of r.results) {
       t.notOk(got.sync, `rank ${rank}, ${name}: reported through the Work, not thrown`);
       t.equal(got.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}, ${name}: ERR_INVALID_ARGUMENT`, { got });

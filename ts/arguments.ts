@@ -12,8 +12,8 @@ import { joinedWorld } from './world';
 const OPS = valueOfName(OP_NAMES) as Record<ReduceOp, NativeOp>;
 const OP_LIST = valuesOf(OP_NAMES).map((op) => `'${op}'`).join(', ');
 
-const TYPE_LIST = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array, Uint16Array (with dtype float16 or bfloat16) ' +
-  'or hora.cuda.DeviceBuffer';
+const TYPE_LIST = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array, Int8Array, Int16Array, ' +
+  "Uint16Array (with dtype 'uint16', 'float16' or 'bfloat16') or hora.cuda.DeviceBuffer";
 
 export function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): NativeDType {
   // The typed arrays first: they are the usual input, and each test of an instanceof walks x's prototypes.
@@ -24,10 +24,13 @@ export function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: nu
   else if (x instanceof BigInt64Array) natural = NativeDType.Int64;
   else if (x instanceof Uint8Array) natural = NativeDType.Uint8;
   else if (x instanceof Uint16Array) {
+    // Never inferred: a float16 array whose dtype was forgotten must not become an integer sum.
     if (dtype === 'float16') return NativeDType.Float16;
     if (dtype === 'bfloat16') return NativeDType.BFloat16;
-    throw invalidArgument(collective, 'options.dtype', "'float16' or 'bfloat16' for a Uint16Array", dtype, rank);
-  } else if (x instanceof DeviceBuffer) {
+    if (dtype === 'uint16') return NativeDType.Uint16;
+    throw invalidArgument(collective, 'options.dtype', "'uint16', 'float16' or 'bfloat16' for a Uint16Array", dtype, rank);
+  } else if (x instanceof Int8Array) natural = NativeDType.Int8;
+  else if (x instanceof Int16Array) natural = NativeDType.Int16; else if (x instanceof DeviceBuffer) {
     return deviceDtypeOf(collective, x, dtype, rank);
   } else {
     throw invalidArgument(collective, 'x', TYPE_LIST, x, rank);

@@ -12,7 +12,9 @@ import { loadNative } from './loader';
 import { DTYPE_BYTES, DTYPE_NAMES, DTYPE_OF_NAME, NativeDType, lookupName, valuesOf } from './native';
 import type { DType, NativeCuda, Tensor } from './native';
 
-const DTYPE_LIST = valuesOf(DTYPE_NAMES).map((d) => `'${d}'`).join(', ');
+// int8, int16 and uint16 are host memory only: NCCL has no 16-bit integers and the device kernels no rows for them.
+const HOST_ONLY: readonly DType[] = ['int8', 'int16', 'uint16'];
+const DTYPE_LIST = valuesOf(DTYPE_NAMES).filter((d) => !HOST_ONLY.includes(d)).map((d) => `'${d}'`).join(', ');
 const MAX_U64 = (1n << 64n) - 1n;
 
 let nativeCuda: NativeCuda | null | undefined;
@@ -74,7 +76,9 @@ function native<T>(where: string, call: () => T): T {
 // Argument checks, shared by the factories and the methods.
 
 function dtypeArg(where: string, argument: string, v: unknown): DType {
-  if (lookupName(DTYPE_OF_NAME, v) === undefined) throw invalidArgument(where, argument, `one of ${DTYPE_LIST}`, v);
+  if (lookupName(DTYPE_OF_NAME, v) === undefined || HOST_ONLY.includes(v as DType)) {
+    throw invalidArgument(where, argument, `one of ${DTYPE_LIST} (int8, int16 and uint16 are for host arrays only)`, v);
+  }
   return v as DType;
 }
 
@@ -121,7 +125,8 @@ function dtypeOfArray(where: string, array: unknown, dtype: unknown): DType {
     throw invalidArgument(where, 'options.dtype', "'float16' or 'bfloat16' for a Uint16Array", dtype);
   } else {
     throw invalidArgument(where, 'array',
-      'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16)', array);
+      'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16); ' +
+      'int8, int16 and uint16 are for host arrays only', array);
   }
   if (dtype !== undefined && dtype !== natural) throw invalidArgument(where, 'options.dtype', `undefined or the array's own type ('${natural}')`, dtype);
   return natural;
@@ -135,6 +140,9 @@ export function hostArray(dtype: DType, count: number): Tensor {
     case 'int32': return new Int32Array(count);
     case 'int64': return new BigInt64Array(count);
     case 'uint8': return new Uint8Array(count);
+    case 'int8': return new Int8Array(count);
+    case 'int16': return new Int16Array(count);
+    case 'uint16':
     case 'float16':
     case 'bfloat16': return new Uint16Array(count);
   }

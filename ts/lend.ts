@@ -43,7 +43,7 @@ export const enum Lend {
 }
 
 /** A typed array (the engine's arrays are always one). */
-type View = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array;
+type View = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array | Int8Array | Int16Array;
 
 /** Stages kept for reuse, at most this many bytes in all: a loop of awaited collectives reuses one. */
 const SPARE_BYTES = 256 * 1024 * 1024;

@@ -21,7 +21,7 @@ const SEND_OPTIONS = knownOptions<SendOptions>({ to: true, tag: true, dtype: tru
 const RECV_OPTIONS = knownOptions<RecvOptions>({ from: true, tag: true, dtype: true, count: true });
 
 const TAG_LIMIT = 2 ** 31;
-const P2P_TYPES = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array or Uint16Array (with dtype float16 or bfloat16); ' +
+const P2P_TYPES = "a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array, Int8Array, Int16Array or Uint16Array (with dtype 'uint16', 'float16' or 'bfloat16'); " +
   'send and recv take typed arrays, not hora.cuda.DeviceBuffer';
 
 function peerOf(call: string, key: string, v: unknown, w: Scope): number {

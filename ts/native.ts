@@ -31,7 +31,8 @@
  */
 
 export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7 }
-export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6 }
+export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6,
+  Int8 = 7, Int16 = 8, Uint16 = 9 }
 export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
 export const enum NativeAlgorithm { Auto = 0, Ring = 1, RecursiveDoubling = 2, Hierarchical = 3, MultiDim = 4 }
 export const enum NativeTransport { Auto = 0, Tcp = 1 }
@@ -40,17 +41,22 @@ export const enum NativeTransport { Auto = 0, Tcp = 1 }
 export const DTYPE_NAMES = {
   [NativeDType.Float32]: 'float32', [NativeDType.Float64]: 'float64', [NativeDType.Float16]: 'float16',
   [NativeDType.BFloat16]: 'bfloat16', [NativeDType.Int32]: 'int32', [NativeDType.Int64]: 'int64', [NativeDType.Uint8]: 'uint8',
+  [NativeDType.Int8]: 'int8', [NativeDType.Int16]: 'int16', [NativeDType.Uint16]: 'uint16',
 } as const satisfies { readonly [D in NativeDType]: string };
-/** Element types. float16 and bfloat16 travel in Uint16Array and are reduced in float32. */
+/**
+ * Element types. float16 and bfloat16 travel in Uint16Array and are reduced in float32; uint16 travels in
+ * Uint16Array too, so a Uint16Array always names its dtype. The integers wrap around on overflow.
+ */
 export type DType = (typeof DTYPE_NAMES)[NativeDType];
 
 /** The arrays collectives accept, at any byteOffset. */
-export type Tensor = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array;
+export type Tensor = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array | Int8Array | Int16Array;
 
 /** Bytes per element of each NativeDType (the addon's dtypeSize). */
 export const DTYPE_BYTES: readonly number[] = valuesOf({
   [NativeDType.Float32]: 4, [NativeDType.Float64]: 8, [NativeDType.Float16]: 2, [NativeDType.BFloat16]: 2,
   [NativeDType.Int32]: 4, [NativeDType.Int64]: 8, [NativeDType.Uint8]: 1,
+  [NativeDType.Int8]: 1, [NativeDType.Int16]: 2, [NativeDType.Uint16]: 2,
 } satisfies { readonly [D in NativeDType]: number });
 
 /** Reduction operators (the op option). */

@@ -37,7 +37,7 @@ export interface AllreduceOptions {
   name?: string;
   /** Write the result into x itself instead of a new array (default false). */
   inplace?: boolean;
-  /** Element type of a Uint16Array: 'float16' or 'bfloat16' (required for Uint16Array); for a DeviceBuffer, its own dtype if given. */
+  /** Element type of a Uint16Array: 'uint16', 'float16' or 'bfloat16' (required for Uint16Array); for a DeviceBuffer, its own dtype if given. */
   dtype?: DType;
   /** Multiplies every rank's x before the reduction (Horovod's prescale_factor): finite; float dtypes, host arrays. Default 1. */
   prescaleFactor?: number;
@@ -82,7 +82,7 @@ export interface SendOptions {
   to: number;
   /** Integer 0 <= tag < 2^31 (default 0). Messages of one (sender, tag) arrive in order. */
   tag?: number;
-  /** Element type of a Uint16Array: 'float16' or 'bfloat16' (required for Uint16Array). */
+  /** Element type of a Uint16Array: 'uint16', 'float16' or 'bfloat16' (required for Uint16Array). */
   dtype?: DType;
 }
 
@@ -91,7 +91,7 @@ export interface RecvOptions {
   from: number;
   /** Integer 0 <= tag < 2^31 (default 0). */
   tag?: number;
-  /** Without an array to receive into: the element type of the new array; with a Uint16Array, 'float16' or 'bfloat16'. */
+  /** Without an array to receive into: the element type of the new array; with a Uint16Array, 'uint16', 'float16' or 'bfloat16'. */
   dtype?: DType;
   /** Without an array to receive into: its length in elements. */
   count?: number;

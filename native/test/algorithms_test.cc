@@ -188,7 +188,7 @@ std::string firstFailure(const std::vector<Status>& st) {
 // Elements and the scalar reference.
 
 const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kFloat16,
-                         DType::kBFloat16};
+                         DType::kBFloat16, DType::kInt8, DType::kInt16, DType::kUint16};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd};
 const Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kAuto};
 
@@ -204,6 +204,9 @@ double load(DType t, const uint8_t* p, size_t i) {
     case DType::kInt32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
     case DType::kInt64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return static_cast<double>(v); }
     case DType::kUint8: return p[i];
+    case DType::kInt8: return static_cast<int8_t>(p[i]);
+    case DType::kInt16: { int16_t v; std::memcpy(&v, p + 2 * i, 2); return v; }
+    case DType::kUint16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); return v; }
   }
   return 0;
 }
@@ -217,6 +220,9 @@ void store(DType t, uint8_t* p, size_t i, double v) {
     case DType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p + 4 * i, &x, 4); return; }
     case DType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p + 8 * i, &x, 8); return; }
     case DType::kUint8: p[i] = static_cast<uint8_t>(v); return;
+    case DType::kInt8: p[i] = static_cast<uint8_t>(static_cast<int8_t>(v)); return;
+    case DType::kInt16: { int16_t x = static_cast<int16_t>(v); std::memcpy(p + 2 * i, &x, 2); return; }
+    case DType::kUint16: { uint16_t x = static_cast<uint16_t>(v); std::memcpy(p + 2 * i, &x, 2); return; }
   }
 }
 
@@ -233,7 +239,7 @@ double inputValue(DType t, ReduceOp op, int rank, size_t i, uint64_t salt) {
   const uint64_t h = mix(i * 0x100000001B3ull + static_cast<uint64_t>(rank) * 0x51ED27ull + salt);
   if (op == ReduceOp::kProd) {
     static const double kFactors[4] = {1, -1, 2, -2};
-    return kFactors[h & 3];
+    return t == DType::kUint16 ? (kFactors[h & 3] < 0 ? -kFactors[h & 3] : kFactors[h & 3]) : kFactors[h & 3];  // unsigned: no negative factors
   }
   switch (t) {
     case DType::kFloat32:
@@ -243,6 +249,9 @@ double inputValue(DType t, ReduceOp op, int rank, size_t i, uint64_t salt) {
     case DType::kInt32: return static_cast<double>(static_cast<int64_t>(h % 2000001) - 1000000);
     case DType::kInt64: return static_cast<double>((static_cast<int64_t>(h % 2000001) - 1000000) * (int64_t(1) << 30));
     case DType::kUint8: return static_cast<double>(h % 40);
+    case DType::kInt8: return static_cast<double>(static_cast<int64_t>(h % 41) - 20);
+    case DType::kInt16: return static_cast<double>(static_cast<int64_t>(h % 10001) - 5000);
+    case DType::kUint16: return static_cast<double>(h % 10000);
   }
   return 0;
 }

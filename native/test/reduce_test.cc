@@ -154,6 +154,9 @@ void refElement(ReduceOp op, DType t, void* out, const void* a, const void* b) {
     HORA_REF(DType::kInt32, int32_t, refInt<int32_t>(op, x, y))
     HORA_REF(DType::kInt64, int64_t, refInt<int64_t>(op, x, y))
     HORA_REF(DType::kUint8, uint8_t, refInt<uint8_t>(op, x, y))
+    HORA_REF(DType::kInt8, int8_t, refInt<int8_t>(op, x, y))
+    HORA_REF(DType::kInt16, int16_t, refInt<int16_t>(op, x, y))
+    HORA_REF(DType::kUint16, uint16_t, refInt<uint16_t>(op, x, y))
 #undef HORA_REF
   }
 }
@@ -209,12 +212,22 @@ void fillRandom(DType t, uint8_t* p, size_t count, std::mt19937_64& rng) {
         break;
       }
       case DType::kUint8: *e = static_cast<uint8_t>(r); break;
+      case DType::kInt8: *e = static_cast<uint8_t>(pick == 0 ? ((r >> 40) & 1 ? 0x80 : 0x7f) : r); break;
+      case DType::kInt16:
+      case DType::kUint16: {
+        // Any pattern, with the int16 and uint16 bounds (0x7fff, 0x8000, 0xffff) often.
+        uint16_t v = static_cast<uint16_t>(r);
+        if (pick < 3) v = pick == 0 ? 0x7fff : pick == 1 ? 0x8000 : 0xffff;
+        std::memcpy(e, &v, 2);
+        break;
+      }
     }
   }
 }
 
 const DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                            DType::kInt32,   DType::kInt64,   DType::kUint8};
+                            DType::kInt32,   DType::kInt64,   DType::kUint8,   DType::kInt8,
+                            DType::kInt16,   DType::kUint16};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd};
 
 // A buffer whose data starts `offsetElems` elements past a 64-byte boundary, so vector loops see
@@ -468,6 +481,19 @@ void testScaleForAvg() {
   scaleForAvg(DType::kUint8, u8big.data(), u8big.size(), 256);
   expect(u8big == std::vector<uint8_t>({0, 0}), "scaleForAvg uint8 by a world of 256 (not a uint8 divisor of 0)");
 
+  std::vector<int8_t> i8 = {-7, 7, -128, 127, -1};
+  scaleForAvg(DType::kInt8, i8.data(), i8.size(), 2);
+  expect(i8 == std::vector<int8_t>({-3, 3, -64, 63, 0}), "scaleForAvg int8 keeps the sign, truncates toward zero");
+  std::vector<int8_t> i8big = {-128, 127};
+  scaleForAvg(DType::kInt8, i8big.data(), i8big.size(), 300);
+  expect(i8big == std::vector<int8_t>({0, 0}), "scaleForAvg int8 by a world of 300");
+  std::vector<int16_t> i16 = {-7, 7, -32768, 32767};
+  scaleForAvg(DType::kInt16, i16.data(), i16.size(), 3);
+  expect(i16 == std::vector<int16_t>({-2, 2, -10922, 10922}), "scaleForAvg int16 keeps the sign, truncates toward zero");
+  std::vector<uint16_t> u16 = {65535, 7, 32768};
+  scaleForAvg(DType::kUint16, u16.data(), u16.size(), 2);
+  expect(u16 == std::vector<uint16_t>({32767, 3, 16384}), "scaleForAvg uint16 divides as unsigned");
+
   std::vector<float> f32(1003);
   for (size_t i = 0; i < f32.size(); ++i) f32[i] = static_cast<float>(i) * 0.37f - 100.0f;
   std::vector<float> wantF32 = f32;
@@ -672,7 +698,34 @@ void testScaledSteps() {
   }
 }
 
+// The integers wrap around on overflow, as two's complement (the documented semantics), whatever the width.
+void testIntegerWrap() {
+  int8_t i8a[] = {127, -128, 64, -1}, i8b[] = {1, -1, 2, -1}, i8out[4];
+  reduceTwo(ReduceOp::kSum, DType::kInt8, i8out, i8a, i8b, 4);
+  expect(i8out[0] == -128 && i8out[1] == 127 && i8out[2] == 66 && i8out[3] == -2, "int8 sum wraps: 127 + 1 = -128, -128 - 1 = 127");
+  reduceTwo(ReduceOp::kProd, DType::kInt8, i8out, i8a, i8b, 4);
+  expect(i8out[0] == 127 && i8out[1] == -128 && i8out[2] == -128 && i8out[3] == 1, "int8 prod wraps: 64 * 2 = -128, -128 * -1 = -128");
+  int16_t i16a[] = {32767, -32768, 256}, i16b[] = {1, -1, 256}, i16out[3];
+  reduceTwo(ReduceOp::kSum, DType::kInt16, i16out, i16a, i16b, 3);
+  expect(i16out[0] == -32768 && i16out[1] == 32767 && i16out[2] == 512, "int16 sum wraps: 32767 + 1 = -32768");
+  reduceTwo(ReduceOp::kProd, DType::kInt16, i16out, i16a, i16b, 3);
+  expect(i16out[0] == 32767 && i16out[1] == -32768 && i16out[2] == 0, "int16 prod wraps: 256 * 256 = 0");
+  uint16_t u16a[] = {65535, 65535, 300}, u16b[] = {1, 65535, 300}, u16out[3];
+  reduceTwo(ReduceOp::kSum, DType::kUint16, u16out, u16a, u16b, 3);
+  expect(u16out[0] == 0 && u16out[1] == 65534 && u16out[2] == 600, "uint16 sum wraps: 65535 + 1 = 0");
+  reduceTwo(ReduceOp::kProd, DType::kUint16, u16out, u16a, u16b, 3);
+  expect(u16out[0] == 65535 && u16out[1] == 1 && u16out[2] == 24464, "uint16 prod wraps: 65535 * 65535 = 1 (no signed int overflow)");
+  reduceTwo(ReduceOp::kMin, DType::kUint16, u16out, u16a, u16b, 3);
+  expect(u16out[0] == 1 && u16out[1] == 65535 && u16out[2] == 300, "uint16 min compares unsigned");
+  reduceTwo(ReduceOp::kMax, DType::kInt16, i16out, i16a, i16b, 3);
+  expect(i16out[0] == 32767 && i16out[1] == -1 && i16out[2] == 256, "int16 max compares signed");
+}
+
 void testNames() {
+  expect(std::string(dtypeName(DType::kInt8)) == "int8" && std::string(dtypeName(DType::kInt16)) == "int16" &&
+             std::string(dtypeName(DType::kUint16)) == "uint16" && dtypeSize(DType::kInt8) == 1 &&
+             dtypeSize(DType::kInt16) == 2 && dtypeSize(DType::kUint16) == 2,
+         "dtypeName / dtypeSize of int8, int16, uint16");
   expect(std::string(dtypeName(DType::kBFloat16)) == "bfloat16" && std::string(dtypeName(DType::kUint8)) == "uint8" &&
              std::string(opName(ReduceOp::kAvg)) == "avg" && std::string(opName(ReduceOp::kProd)) == "prod",
          "dtypeName / opName");
@@ -688,6 +741,7 @@ int main() {
   testAliasing();
   testKernelsAgainstReference();
   testScaleForAvg();
+  testIntegerWrap();
   testScaledSteps();
   return testing::finish();
 }

@@ -28,7 +28,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const hora = require('../../dist/ts/index.js');
 
-const DTYPES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8'];
+const DTYPES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'int8', 'int16', 'uint16'];
 const OPS = ['sum', 'avg', 'min', 'max', 'prod'];
 const MAX_REPORTED = 12;
 
@@ -86,6 +86,7 @@ function exactValue(dtype, op, h, h2) {
   const p = worldSize;
   if (op === 'prod') {
     if (dtype === 'uint8') return pick(h, 1, Math.max(1, Math.floor(255 ** (1 / p) + 1e-9))); // 3^5 = 243
+    if (dtype === 'uint16') return pick(h, 1, Math.max(1, Math.floor(65535 ** (1 / p) + 1e-9)));
     return [-1, 1, 2][h % 3];
   }
   const minmax = op === 'min' || op === 'max';
@@ -112,6 +113,12 @@ function exactValue(dtype, op, h, h2) {
     }
     case 'uint8':
       return minmax ? h & 255 : pick(h, 0, Math.floor(255 / p)); // p * max <= 255
+    case 'int8':
+      return minmax ? (h << 24) >> 24 : pick(h, -Math.floor(127 / p), Math.floor(127 / p));
+    case 'int16':
+      return minmax ? (h << 16) >> 16 : pick(h, -Math.floor(32767 / p), Math.floor(32767 / p));
+    case 'uint16':
+      return minmax ? h & 0xffff : pick(h, 0, Math.floor(65535 / p));
   }
   throw new Error(dtype);
 }
@@ -191,11 +198,11 @@ function fromBfloat16(h) {
 
 const CTOR = {
   float32: Float32Array, float64: Float64Array, float16: Uint16Array, bfloat16: Uint16Array,
-  int32: Int32Array, int64: BigInt64Array, uint8: Uint8Array,
+  int32: Int32Array, int64: BigInt64Array, uint8: Uint8Array, int8: Int8Array, int16: Int16Array, uint16: Uint16Array,
 };
 
 function optionsFor(dtype) {
-  return dtype === 'float16' || dtype === 'bfloat16' ? { dtype } : {};
+  return dtype === 'float16' || dtype === 'bfloat16' || dtype === 'uint16' ? { dtype } : {};
 }
 
 /** Typed array holding JS numbers `vals` in `dtype`. */
@@ -219,7 +226,7 @@ function decodeOne(dtype, raw) {
   return raw;
 }
 
-const isInt = (dtype) => dtype === 'int32' || dtype === 'int64' || dtype === 'uint8';
+const isInt = (dtype) => ['int32', 'int64', 'uint8', 'int8', 'int16', 'uint16'].includes(dtype);
 const EPS = { float32: 2 ** -23, float64: 2 ** -52 };
 
 /**
@@ -347,7 +354,10 @@ function patternArray(dtype, rank, n, seed) {
         x[i] = BigInt.asIntN(64, (BigInt(h) << 32n) | BigInt(h2));
         break;
       case 'uint8':
-        x[i] = h & 255;
+      case 'int8':
+      case 'int16':
+      case 'uint16':
+        x[i] = h; // the typed array keeps the low bits
         break;
     }
   }
@@ -571,6 +581,53 @@ async function extras(rank, p, seed) {
   }
 }
 
+/**
+ * The small integers wrap around on overflow, as int32, int64 and uint8 do: sum and prod keep the low bits,
+ * avg divides the wrapped sum by the world size (truncating toward zero), min and max never overflow. The
+ * reference combines in the dtype's own typed array, which wraps the same way; int8 127 + 1 is also checked
+ * against the literal -128.
+ */
+const WRAP_BOUNDS = { int8: [-128, 127], int16: [-32768, 32767], uint16: [0, 65535] };
+async function wraps(rank, p) {
+  // Element i of rank r: at the bounds, one past them, and factors whose product leaves the range.
+  const valueAt = (dtype, r, i) => {
+    const [lo, hi] = WRAP_BOUNDS[dtype];
+    return [hi, lo, r === 0 ? hi : 1, r === 0 ? lo : -1, hi - r, lo + r, 16 + r, -(1 << 7) + 3 * r, 255 + r][i];
+  };
+  const n = 9;
+  for (const dtype of Object.keys(WRAP_BOUNDS)) {
+    const Ctor = CTOR[dtype];
+    const inputs = [];
+    for (let r = 0; r < p; r++) inputs.push(Ctor.from({ length: n }, (_, i) => valueAt(dtype, r, i)));
+    for (const op of OPS) {
+      const want = Ctor.from(inputs[0]);
+      for (let r = 1; r < p; r++) {
+        for (let i = 0; i < n; i++) {
+          const a = want[i], b = inputs[r][i];
+          want[i] = op === 'min' ? Math.min(a, b) : op === 'max' ? Math.max(a, b) : op === 'prod' ? a * b : a + b;
+        }
+      }
+      if (op === 'avg') for (let i = 0; i < n; i++) want[i] = Math.trunc(want[i] / p);
+      const label = `${dtype} op=${op} at its bounds (rank ${rank} of ${p})`;
+      try {
+        const [all, part] = await Promise.all([
+          hora.allreduce(inputs[rank], { ...optionsFor(dtype), op }),
+          hora.reduceScatter(inputs[rank], { ...optionsFor(dtype), op }),
+        ]);
+        sameBytes(`allreduce ${label}`, all, want);
+        const offset = rank * Math.floor(n / p) + Math.min(rank, n % p);
+        sameBytes(`reduceScatter ${label}`, part, want.subarray(offset, offset + part.length));
+        if (dtype === 'int8' && op === 'sum' && p > 1) {
+          check(all[2] === -128 + (p - 2), `allreduce ${label}: 127 + ${p - 1} x 1 is ${all[2]}, expected ${-128 + (p - 2)}`);
+        }
+        hashInto(`wraps ${dtype}`, all, true);
+      } catch (e) {
+        check(false, `${label}: rejected with ${e && e.code} ${e && e.message}`);
+      }
+    }
+  }
+}
+
 /** Every rank must hold identical bytes for every group: allgather the group hashes and compare. */
 async function crossRankCheck(rank, p) {
   const names = [...groupHashes.keys()].sort();
@@ -605,6 +662,7 @@ async function main() {
   for (const dtype of DTYPES) await allgathers(dtype, rank, p, counts, (s += 1000));
   await barriers(rank, p);
   await extras(rank, p, (s += 1000));
+  await wraps(rank, p);
   await crossRankCheck(rank, p);
 
   const report = {

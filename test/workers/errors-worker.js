@@ -41,6 +41,11 @@ function invalidCases(p) {
     ['root out of range', 'options.root', () => hora.broadcast(f32(4), { root: p }), () => hora.broadcast(f32(4), { root: 0 })],
     ['negative root', 'options.root', () => hora.broadcast(f32(4), { root: -1 }), () => hora.broadcast(f32(4), { root: 0 })],
     ['Uint16Array without dtype', 'options.dtype', () => hora.allreduce(new Uint16Array(4)), () => hora.allreduce(new Uint16Array(4), { dtype: 'float16' })],
+    ['Uint16Array without dtype, the others uint16', 'options.dtype', () => hora.reduceScatter(new Uint16Array(4)),
+      () => hora.reduceScatter(new Uint16Array(4), { dtype: 'uint16' })],
+    ['Int8Array with dtype uint8', 'options.dtype', () => hora.allreduce(new Int8Array(4), { dtype: 'uint8' }), () => hora.allreduce(new Int8Array(4))],
+    ['prescaleFactor of an Int16Array', 'options.prescaleFactor', () => hora.allreduce(new Int16Array(4), { op: 'sum', prescaleFactor: 2 }),
+      () => hora.allreduce(new Int16Array(4), { op: 'sum' })],
     ['options not an object', 'options', () => hora.allreduce(f32(4), 5), () => hora.allreduce(f32(4))],
     ['allgather of a string', 'x', () => hora.allgather('abc'), () => hora.allgather(f32(2))],
     ['reduceScatter unknown op', 'options.op', () => hora.reduceScatter(f32(6), { op: 'mean' }), () => hora.reduceScatter(f32(6))],
@@ -97,6 +102,9 @@ async function mismatchScenario() {
     ['reduceScatter count differs', () => hora.reduceScatter(f32(r === last ? 8 : 9))],
     ['broadcast count differs', () => hora.broadcast(f32(r === 0 ? 5 : 6))],
     ['dtype differs', () => hora.allreduce(r === last ? new Int32Array(4) : new Float32Array(4), { op: 'sum' })],
+    // The same bytes under two names: the agreement compares dtypes, not arrays.
+    ['uint16 on the last rank, float16 elsewhere', () => hora.allreduce(new Uint16Array(4), { op: 'sum', dtype: r === last ? 'uint16' : 'float16' })],
+    ['int8 on the last rank, uint8 elsewhere', () => hora.allreduce(r === last ? new Int8Array(4) : new Uint8Array(4), { op: 'sum' })],
     ['op differs', () => hora.allreduce(f32(4), { op: r === last ? 'max' : 'sum' })],
     ['root differs', () => hora.broadcast(f32(4), { root: r === last ? 0 : last })],
     ['allgather on rank 0, allreduce elsewhere', () => (r === 0 ? hora.allgather(f32(4)) : hora.allreduce(f32(4)))],
@@ -196,11 +204,14 @@ async function soloScenario() {
     uint8: new Uint8Array([0, 255, 7]),
     float16: new Uint16Array([0x3c00, 0xc000, 0x7bff]),
     bfloat16: new Uint16Array([0x3f80, 0xc040, 0x7f7f]),
+    int8: new Int8Array([127, -128, 5]),
+    int16: new Int16Array([32767, -32768, -3]),
+    uint16: new Uint16Array([65535, 0, 1234]),
   };
   const same = (a, b) => a.constructor === b.constructor && Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
   const single = [];
   for (const [dtype, x] of Object.entries(arrays)) {
-    const options = dtype === 'float16' || dtype === 'bfloat16' ? { dtype } : {};
+    const options = dtype === 'float16' || dtype === 'bfloat16' || dtype === 'uint16' ? { dtype } : {};
     const keep = x.slice();
     const record = (what, y, inplace) => single.push({ what: `${what} ${dtype}`, equal: same(y, keep), copy: inplace ? y === x : y !== x });
     for (const op of ['sum', 'avg', 'min', 'max', 'prod']) {

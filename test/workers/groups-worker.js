@@ -20,10 +20,11 @@
 const hora = require('../../dist/ts/index.js');
 const { outcome, describeError, runScenarios } = require('../support/worker-util');
 
-const DTYPES = ['float32', 'float64', 'float16', 'int32', 'int64', 'uint8'];
+const DTYPES = ['float32', 'float64', 'float16', 'int32', 'int64', 'uint8', 'int8', 'int16', 'uint16'];
 
 function ctorOf(dtype) {
-  return { float32: Float32Array, float64: Float64Array, float16: Uint16Array, int32: Int32Array, int64: BigInt64Array, uint8: Uint8Array }[dtype];
+  return { float32: Float32Array, float64: Float64Array, float16: Uint16Array, int32: Int32Array, int64: BigInt64Array, uint8: Uint8Array,
+    int8: Int8Array, int16: Int16Array, uint16: Uint16Array }[dtype];
 }
 
 /** float16 bits of a small non-negative integer (exact below 2048). */
@@ -50,7 +51,7 @@ function contribution(dtype, n, r) {
   return x;
 }
 
-const opt = (dtype) => (dtype === 'float16' ? { dtype } : {});
+const opt = (dtype) => (dtype === 'float16' || dtype === 'uint16' ? { dtype } : {});
 
 /** First index where got differs from the expected numbers (encoded), or -1. */
 function firstDifference(dtype, got, expected) {

@@ -21,11 +21,12 @@
 const hora = require('../../dist/ts/index.js');
 const { outcome, runScenarios } = require('../support/worker-util');
 
-const DTYPES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8'];
+const DTYPES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'int8', 'int16', 'uint16'];
 const SIZES = [0, 1, 7, 1023, 4097, 70001, 1 << 20];
 
 function ctorOf(dtype) {
-  return { float32: Float32Array, float64: Float64Array, float16: Uint16Array, bfloat16: Uint16Array, int32: Int32Array, int64: BigInt64Array, uint8: Uint8Array }[dtype];
+  return { float32: Float32Array, float64: Float64Array, float16: Uint16Array, bfloat16: Uint16Array, int32: Int32Array, int64: BigInt64Array, uint8: Uint8Array,
+    int8: Int8Array, int16: Int16Array, uint16: Uint16Array }[dtype];
 }
 
 /** Deterministic contents that differ per (seed, index) and fit every dtype. */
@@ -45,7 +46,7 @@ function sameContents(a, b) {
   return true;
 }
 
-const dtypeOption = (dtype) => (dtype === 'float16' || dtype === 'bfloat16' ? { dtype } : {});
+const dtypeOption = (dtype) => (dtype === 'float16' || dtype === 'bfloat16' || dtype === 'uint16' ? { dtype } : {});
 
 async function sweep(r, p) {
   const failures = [];
@@ -223,6 +224,8 @@ async function invalid(r, p) {
     ['send plain Array', 'x', () => hora.send([1, 2], { to: other })],
     ['send DataView', 'x', () => hora.send(new DataView(new ArrayBuffer(8)), { to: other })],
     ['send Uint16Array without dtype', 'options.dtype', () => hora.send(new Uint16Array(2), { to: other })],
+    ['send Int16Array with dtype uint16', 'options.dtype', () => hora.send(new Int16Array(2), { to: other, dtype: 'uint16' })],
+    ['recv into a Uint16Array without dtype', 'options.dtype', () => hora.recv(new Uint16Array(2), { from: other })],
     ['recv from self', 'options.from', () => hora.recv(f, { from: r })],
     ['recv from rank outside the world', 'options.from', () => hora.recv(f, { from: p + 3 })],
     ['recv bad tag', 'options.tag', () => hora.recv(f, { from: other, tag: -5 })],

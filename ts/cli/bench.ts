@@ -118,6 +118,9 @@ const ELEMENT: Record<DType, { bytes: number; make: (n: number) => Tensor; set: 
   int32: { bytes: bytesOf('int32'), make: (n) => new Int32Array(n), set: (x, i, v) => { (x as Int32Array)[i] = v; }, get: (x, i) => (x as Int32Array)[i] },
   int64: { bytes: bytesOf('int64'), make: (n) => new BigInt64Array(n), set: (x, i, v) => { (x as BigInt64Array)[i] = BigInt(v); }, get: (x, i) => Number((x as BigInt64Array)[i]) },
   uint8: { bytes: bytesOf('uint8'), make: (n) => new Uint8Array(n), set: (x, i, v) => { (x as Uint8Array)[i] = v; }, get: (x, i) => (x as Uint8Array)[i] },
+  int8: { bytes: bytesOf('int8'), make: (n) => new Int8Array(n), set: (x, i, v) => { (x as Int8Array)[i] = v; }, get: (x, i) => (x as Int8Array)[i] },
+  int16: { bytes: bytesOf('int16'), make: (n) => new Int16Array(n), set: (x, i, v) => { (x as Int16Array)[i] = v; }, get: (x, i) => (x as Int16Array)[i] },
+  uint16: { bytes: bytesOf('uint16'), make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = v; }, get: (x, i) => (x as Uint16Array)[i] },
   // Small integers are exact in both 16-bit formats: float16 1 = 0x3c00, bfloat16 1 = 0x3f80 (and k = the bits of k).
   float16: { bytes: bytesOf('float16'), make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = halfOf(v); }, get: (x, i) => halfValue((x as Uint16Array)[i]) },
   bfloat16: { bytes: bytesOf('bfloat16'), make: (n) => new Uint16Array(n), set: (x, i, v) => { (x as Uint16Array)[i] = bf16Of(v); }, get: (x, i) => bf16Value((x as Uint16Array)[i]) },
@@ -248,7 +251,9 @@ function check(a: BenchArgs, result: Tensor, count: number): number {
   };
   for (let k = 0; k < result.length; k++) {
     let w = want(k);
-    if (a.reduceOp === 'avg' && (a.dtype === 'int32' || a.dtype === 'int64' || a.dtype === 'uint8') && a.op !== 'broadcast' && a.op !== 'allgather') w = Math.trunc(w);
+    const integer = !(a.dtype === 'float32' || a.dtype === 'float64' || a.dtype === 'float16' || a.dtype === 'bfloat16');
+    if (a.reduceOp === 'avg' && integer && a.op !== 'broadcast' && a.op !== 'allgather') w = Math.trunc(w);
+    if (a.dtype === 'int8' || a.dtype === 'int16' || a.dtype === 'uint16') w = el.get(Object.assign(el.make(1), [w]), 0);  // wraps as the sum does
     const got = el.get(result, k);
     if (Math.abs(got - w) > tol * Math.max(1, Math.abs(w))) wrong++;
   }

@@ -19,8 +19,11 @@ enum class DType : uint8_t {
   kInt32 = 4,
   kInt64 = 5,
   kUint8 = 6,     // bytes: broadcast / allgather; reductions treat them as unsigned integers
+  kInt8 = 7,      // the integers wrap around on overflow, as kInt32, kInt64 and kUint8 do
+  kInt16 = 8,
+  kUint16 = 9,
 };
-constexpr int kNumDTypes = static_cast<int>(DType::kUint8) + 1;
+constexpr int kNumDTypes = static_cast<int>(DType::kUint16) + 1;
 
 enum class ReduceOp : uint8_t {
   kSum = 0,
@@ -81,6 +84,9 @@ constexpr const char* dtypeName(DType t) {
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kUint8: return "uint8";
+    case DType::kInt8: return "int8";
+    case DType::kInt16: return "int16";
+    case DType::kUint16: return "uint16";
   }
   return "unknown-dtype";
 }

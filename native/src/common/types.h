@@ -16,8 +16,11 @@ inline size_t dtypeSize(DType t) {
     case DType::kFloat32:
     case DType::kInt32: return 4;
     case DType::kFloat16:
-    case DType::kBFloat16: return 2;
-    case DType::kUint8: return 1;
+    case DType::kBFloat16:
+    case DType::kInt16:
+    case DType::kUint16: return 2;
+    case DType::kUint8:
+    case DType::kInt8: return 1;
   }
   return 0;
 }

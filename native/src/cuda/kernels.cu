@@ -261,6 +261,10 @@ cudaError_t reduceSources(ReduceOp op, DType dtype, void* dst, const void* const
     case DType::kInt32: return reduceDType<DType::kInt32>(op, dst, srcs, n, count, avgDivisor, stream);
     case DType::kInt64: return reduceDType<DType::kInt64>(op, dst, srcs, n, count, avgDivisor, stream);
     case DType::kUint8: return reduceDType<DType::kUint8>(op, dst, srcs, n, count, avgDivisor, stream);
+    // Host memory only: DeviceBuffer refuses them (ts/device-buffer.ts), as NCCL has no 16-bit integers.
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kUint16: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }

@@ -27,6 +27,9 @@ nccl::DataType ncclType(DType t) {
     case DType::kInt32: return nccl::kInt32;
     case DType::kInt64: return nccl::kInt64;
     case DType::kUint8: return nccl::kUint8;
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kUint16: break;  // host memory only: DeviceBuffer refuses them (ts/device-buffer.ts)
   }
   return nccl::kUint8;
 }

@@ -161,8 +161,9 @@ template <class T> struct IntSum {
   static HORA_INLINE T apply(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b))); }
 };
 template <class T> struct IntProd {
-  using U = std::make_unsigned_t<T>;
-  // uint8 promotes to int before multiplying; 255 * 255 fits, so no signed overflow.
+  // Types narrower than int multiply as unsigned int: a uint16_t would promote to int, where
+  // 65535 * 65535 overflows.
+  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
   static HORA_INLINE T apply(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b))); }
 };
 template <class T> struct IntMin {

@@ -85,7 +85,10 @@ using Kernel = void (*)(void* dst, const void* a, const void* b, size_t n);
   HORA_FOR_EACH_FLOAT_DTYPE(X)              \
   X(I32, Plain<int32_t>, Int, int32_t)      \
   X(I64, Plain<int64_t>, Int, int64_t)      \
-  X(U8, Plain<uint8_t>, Int, uint8_t)
+  X(U8, Plain<uint8_t>, Int, uint8_t)        \
+  X(I8, Plain<int8_t>, Int, int8_t)         \
+  X(I16, Plain<int16_t>, Int, int16_t)      \
+  X(U16, Plain<uint16_t>, Int, uint16_t)
 
 // One row of a kernel table: the four operators of one dtype in the order of opRow.
 #define HORA_OPS_ROW(SUFFIX) {sum##SUFFIX, min##SUFFIX, max##SUFFIX, prod##SUFFIX}
@@ -345,8 +348,10 @@ HORA_INLINE void divideFloats(void* raw, size_t n, int divisor) {
 
 template <class T>
 HORA_INLINE void divideInts(void* raw, size_t n, int divisor) {
-  // Bytes divide as unsigned int: a world of 256 or more ranks must not become a uint8 divisor of 0.
-  using Wide = std::conditional_t<(sizeof(T) < sizeof(int)), unsigned, T>;
+  // Types narrower than int divide as int (signed) or unsigned int: a world of 256 or more ranks must not
+  // become a uint8 divisor of 0, and an int8 or int16 sum must keep its sign.
+  using Narrow = std::conditional_t<std::is_signed_v<T>, int, unsigned>;
+  using Wide = std::conditional_t<(sizeof(T) < sizeof(int)), Narrow, T>;
   T* p = static_cast<T*>(raw);
   const Wide d = static_cast<Wide>(divisor);
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<Wide>(p[i]) / d);  // truncates toward zero
@@ -359,6 +364,9 @@ HORA_CLONES void scaleBF16(void* p, size_t n, int d) { divideFloats<BFloat16Code
 HORA_CLONES void scaleI32(void* p, size_t n, int d) { divideInts<int32_t>(p, n, d); }
 HORA_CLONES void scaleI64(void* p, size_t n, int d) { divideInts<int64_t>(p, n, d); }
 HORA_CLONES void scaleU8(void* p, size_t n, int d) { divideInts<uint8_t>(p, n, d); }
+HORA_CLONES void scaleI8(void* p, size_t n, int d) { divideInts<int8_t>(p, n, d); }
+HORA_CLONES void scaleI16(void* p, size_t n, int d) { divideInts<int16_t>(p, n, d); }
+HORA_CLONES void scaleU16(void* p, size_t n, int d) { divideInts<uint16_t>(p, n, d); }
 
 }  // namespace
 
@@ -384,6 +392,9 @@ void scaleForAvg(DType dtype, void* dst, size_t count, int divisor) {
     case DType::kInt32: scaleI32(dst, count, divisor); return;
     case DType::kInt64: scaleI64(dst, count, divisor); return;
     case DType::kUint8: scaleU8(dst, count, divisor); return;
+    case DType::kInt8: scaleI8(dst, count, divisor); return;
+    case DType::kInt16: scaleI16(dst, count, divisor); return;
+    case DType::kUint16: scaleU16(dst, count, divisor); return;
   }
 }
 
