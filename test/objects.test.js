@@ -3,11 +3,12 @@
 // (HORA_TRANSPORT=tcp): nested structures from every root and from every rank, in the world and in a group;
 // a value that cannot be cloned, a value past maxBytes and an unknown option on one rank fail the call on
 // every rank with ERR_INVALID_ARGUMENT (and the next call works); different roots fail it with ERR_MISMATCH on
-// every rank; a world of one gives copies; a killed rank is ERR_PEER_LOST. test/workers/objects-worker.js
+// every rank; a world of one gives copies; a killed rank is ERR_PEER_LOST; an elastic job runs them inside
+// hora.elastic.run, also after it re-forms. test/workers/objects-worker.js
 // runs each scenario inside the ranks.
 const t = require('tap');
 const path = require('node:path');
-const { runScenario, tail } = require('./support/hora-job');
+const { runJob, runScenario, tail } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'objects-worker.js');
 const TRANSPORTS = [['shm', {}], ['tcp', { HORA_TRANSPORT: 'tcp' }]];
@@ -103,4 +104,21 @@ t.test('p=3: a rank killed before allgatherObject: ERR_PEER_LOST on the others, 
     t.equal(r.got.code, 'ERR_PEER_LOST', `rank ${rank}: ERR_PEER_LOST`, { got: r.got });
     t.ok(r.ms < 60000, `rank ${rank}: within a minute (${Math.round(r.ms)} ms)`);
   }
+});
+
+t.test('an elastic job (-np 3 --min-np 2): refused outside hora.elastic.run, working inside it, also after a worker is lost', async (t) => {
+  const job = await runJob(3, WORKER, { args: ['elastic'], launcherArgs: ['--min-np', '2'], env: { HORA_ELASTIC_SETTLE_S: '2' }, timeoutMs: 120000 });
+  t.equal(job.code, 0, 'the job succeeds', { output: tail(job) });
+  for (const rank of [0, 1]) {
+    const r = job.reports[rank] && job.reports[rank].result;
+    if (!t.ok(r, `worker ${rank} reported`, { output: tail(job) })) continue;
+    t.equal(r.outside.code, 'ERR_INVALID_ARGUMENT', `worker ${rank}: outside hora.elastic.run: ERR_INVALID_ARGUMENT`);
+    t.match(r.outside.message, /hora\.allgatherObject: this is an elastic job \(hora run --min-np\): collectives run inside hora\.elastic\.run/, `worker ${rank}: says where to call it`);
+    const first = r.seen[0];
+    t.same(first, { size: 3, step: 0, workers: [0, 1, 2], steps: [0, 0, 0], root: 2, date: 0 }, `worker ${rank}: step 0 in the world of three`);
+    const after = r.seen.slice(-2);
+    t.same(after, [1, 2].map((step) => ({ size: 2, step, workers: [0, 1], steps: [step, step], root: 1, date: step })),
+      `worker ${rank}: steps 1 and 2 in the re-formed world of two`, { seen: r.seen });
+  }
+  t.notOk(job.reports[2], 'worker 2 (killed) did not report');
 });
