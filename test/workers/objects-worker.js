@@ -63,6 +63,11 @@ async function values(r, p) {
     const b = hora.broadcastObject(r === p - 1 ? 'last' : null, { root: p - 1 });
     return [await a, Array.from(await s), await b];
   }, [Array.from({ length: p }, (_, q) => q), [p], 'last']);
+  // Large values: many shared-memory slots and TCP reads, past the fusion buffer.
+  const big = (q) => ({ q, data: Float64Array.from({ length: 40000 + 1000 * q }, (_, i) => i * (q + 1)) });
+  checks['allgatherObject of 320 KB values'] = await compare(() => hora.allgatherObject(big(r)), Array.from({ length: p }, (_, q) => big(q)));
+  checks['broadcastObject of a 3 MB value'] = await compare(() => hora.broadcastObject(r === p - 1 ? { m: new Map([['x', new Uint8Array(3e6).fill(7)]]) } : null, { root: p - 1 }),
+    { m: new Map([['x', new Uint8Array(3e6).fill(7)]]) });
   checks['a copy on the root'] = await compare(async () => {
     const v = { a: [1] };
     const got = await hora.broadcastObject(v);
