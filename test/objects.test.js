@@ -64,12 +64,16 @@ t.test('p=3: a value past maxBytes on one rank fails the call on every rank, nam
   }
 });
 
-t.test('p=2: an unknown option on one rank fails the call on every rank, naming it', async (t) => {
+t.test('p=2: an unknown option, a root out of range or a bad maxBytes on one rank fails the call on every rank, naming it', async (t) => {
   const { results, job } = await runScenario(t, 2, WORKER, 'unknown');
   if (!everyRankReported(t, results, job)) return;
   for (const [rank, r] of results.entries()) {
     t.equal(r.got.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}: ERR_INVALID_ARGUMENT`, { got: r.got });
     t.match(r.got.message, /hora\.broadcastObject: argument 'options\.rot' is not an option \(received number 1\): did you mean 'root'\? hora\.broadcastObject takes root, maxBytes, name/, `rank ${rank}: names the key and the likely one`);
+    t.equal(r.root.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}: a root out of range: ERR_INVALID_ARGUMENT`, { got: r.root });
+    t.match(r.root.message, /hora\.broadcastObject: argument 'options\.root' must be an integer rank from 0 to 1; received number 7/, `rank ${rank}: names options.root`);
+    t.equal(r.bound.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}: maxBytes -1: ERR_INVALID_ARGUMENT`, { got: r.bound });
+    t.match(r.bound.message, /hora\.allgatherObject: argument 'options\.maxBytes' must be a positive integer \(bytes\); received number -1/, `rank ${rank}: names options.maxBytes`);
     recovered(t, r, rank);
   }
 });

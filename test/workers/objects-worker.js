@@ -7,7 +7,7 @@
 //                last and first ranks; each result compared with the value every rank can build (expected())
 //   uncloneable  the last rank's value is a function (allgatherObject) or, as root, a symbol (broadcastObject)
 //   maxBytes     rank 1's value serializes past maxBytes
-//   unknown      rank 0 passes an option that does not exist ({rot: 1})
+//   unknown      rank 0 passes an option that does not exist ({rot: 1}); rank 1 a root out of range, a maxBytes of -1
 //   roots        each rank names itself the root
 //   one          a world of one: the results are copies
 //   kill         the last rank SIGKILLs itself; the others' next allgatherObject
@@ -97,7 +97,9 @@ async function maxBytes(r, p) {
 
 async function unknown(r, p) {
   const got = await outcome(() => hora.broadcastObject(1, r === 0 ? { rot: 1 } : {}));
-  return { got, after: await after(p) };
+  const root = await outcome(() => hora.broadcastObject(1, { root: r === 1 ? 7 : 0 }));
+  const bound = await outcome(() => hora.allgatherObject(1, { maxBytes: r === 1 ? -1 : 100 }));
+  return { got, root, bound, after: await after(p) };
 }
 
 async function roots(r, p) {
