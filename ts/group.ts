@@ -14,13 +14,13 @@
  */
 import { CallSite, HoraError, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import {
-  Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, recvPlan, reduceScatterPlan, runMessage,
-  sendPlan, submitCollective, submitInvalid,
+  Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, planAllgatherObject, planBroadcastObject,
+  recvPlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
 } from './hora';
 import { DeviceBuffer } from './device-buffer';
 import { NativeDType, NativeKind, NativeOp, NativeResult, nativeItem } from './native';
 import type {
-  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, NewGroupOptions, RecvOptions, ReduceScatterOptions,
+  AllgatherObjectOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastObjectOptions, BroadcastOptions, NewGroupOptions, RecvOptions, ReduceScatterOptions,
   SendOptions, Tensor,
 } from './types';
 import { Work } from './work';
@@ -73,6 +73,18 @@ export class Group {
   /** Completes once every member has called it. */
   barrier(options?: BarrierOptions): Work<void> {
     return submitCollective(this.live('barrier'), 'barrier', this.barrier, barrierPlan(options), undefined, options);
+  }
+
+  /** hora.broadcastObject from group rank `root` (default 0) to the group. */
+  broadcastObject<T = unknown>(value: T, options?: BroadcastObjectOptions): Work<T> {
+    return submitCollective(this.live('broadcastObject'), 'broadcastObject', this.broadcastObject,
+      planBroadcastObject as (w: Scope, a: unknown, b: unknown) => Plan<T>, value, options);
+  }
+
+  /** hora.allgatherObject over the group: every member's value, in group rank order. */
+  allgatherObject<T = unknown>(value: T, options?: AllgatherObjectOptions): Work<T[]> {
+    return submitCollective(this.live('allgatherObject'), 'allgatherObject', this.allgatherObject,
+      planAllgatherObject as (w: Scope, a: unknown, b: unknown) => Plan<T[]>, value, options);
   }
 
   /** hora.send to group rank `to`. */

@@ -8,6 +8,7 @@
  *   ts/arguments.ts      the argument checks that collectives and messages share
  *   ts/collectives.ts    allreduce, broadcast, allgather, reduceScatter, barrier, failPeers (submitCollective(), Plan)
  *   ts/messages.ts       send and recv (runMessage())
+ *   ts/objects.ts        broadcastObject and allgatherObject (one allgather of serialized values)
  *
  * Plain values, not `export { x } from`: that compiles to a getter on the module object, run on every call
  * of an importer (see ts/index.ts).
@@ -15,6 +16,7 @@
 import * as collectives from './collectives';
 import * as lifecycle from './init';
 import * as messages from './messages';
+import * as objects from './objects';
 import * as world from './world';
 
 export type { Topology, Scope, World } from './world';
@@ -51,6 +53,11 @@ export const barrierPlan = collectives.barrierPlan;
 export const failPeers = collectives.failPeers;
 export const submitInvalid = collectives.submitInvalid;
 export const allreduceEstimate = collectives.allreduceEstimate;
+
+export const broadcastObject = objects.broadcastObject;
+export const planBroadcastObject = objects.planBroadcastObject;
+export const allgatherObject = objects.allgatherObject;
+export const planAllgatherObject = objects.planAllgatherObject;
 
 export const runMessage = messages.runMessage;
 export const send = messages.send;

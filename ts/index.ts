@@ -21,6 +21,8 @@ export const broadcast = core.broadcast;
 export const allgather = core.allgather;
 export const reduceScatter = core.reduceScatter;
 export const barrier = core.barrier;
+export const broadcastObject = core.broadcastObject;
+export const allgatherObject = core.allgatherObject;
 export const failPeers = core.failPeers;
 export const send = core.send;
 export const recv = core.recv;
@@ -36,5 +38,5 @@ export type HoraError = errors.HoraError;
 export type { HoraErrorCode } from './errors';
 export type {
   ReduceOp, DType, Tensor, CollectiveInput, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
-  ReduceScatterOptions, BarrierOptions, SendOptions, RecvOptions, NewGroupOptions,
+  ReduceScatterOptions, BarrierOptions, BroadcastObjectOptions, AllgatherObjectOptions, SendOptions, RecvOptions, NewGroupOptions,
 } from './types';

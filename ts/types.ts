@@ -70,6 +70,20 @@ export interface ReduceScatterOptions {
   postscaleFactor?: number;
 }
 
+export interface BroadcastObjectOptions {
+  /** Rank whose value everyone receives (default 0). */
+  root?: number;
+  /** Bound on the serialized value in bytes, the same on every rank (default 64 MiB); past it the call fails on every rank. */
+  maxBytes?: number;
+  name?: string;
+}
+
+export interface AllgatherObjectOptions {
+  /** Bound on each rank's serialized value in bytes, the same on every rank (default 64 MiB); past it the call fails on every rank. */
+  maxBytes?: number;
+  name?: string;
+}
+
 export interface BarrierOptions {
   name?: string;
 }

@@ -566,7 +566,8 @@ export class Dispatcher implements WorkDriver {
     try {
       o.work.fulfil(o.finish !== null ? o.finish(result) : o.value);
     } catch (e) {
-      o.work.reject(o.site.attach(new HoraError('ERR_INTERNAL', `hora: could not unpack a result: ${(e as Error).message}`, this.rank)));
+      // A finish may refuse a result with a HoraError of its own (an object call whose ranks differ: ts/objects.ts).
+      o.work.reject(o.site.attach(e instanceof HoraError ? e : new HoraError('ERR_INTERNAL', `hora: could not unpack a result: ${(e as Error).message}`, this.rank)));
     }
   }
 

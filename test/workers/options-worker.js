@@ -47,6 +47,8 @@ async function soloScenario() {
     'reduceScatter compression': () => hora.reduceScatter(f32(), { compression: 'fp16' }),
     'reduceScatter prescale': () => hora.reduceScatter(f32(), { prescale: 0.5 }),
     'barrier async_op': () => hora.barrier({ async_op: true }),
+    'broadcastObject src': () => hora.broadcastObject({ a: 1 }, { src: 0 }),
+    'allgatherObject max_bytes': () => hora.allgatherObject({ a: 1 }, { max_bytes: 1024 }),
     'send dst': () => hora.send(f32(), { dst: 1 }),
     'recv src': () => hora.recv({ src: 0, dtype: 'float32', count: 3 }),
     'newGroup timeout': () => hora.newGroup([0], { timeout: 30 }),
