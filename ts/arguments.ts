@@ -15,7 +15,8 @@ const OP_LIST = valuesOf(OP_NAMES).map((op) => `'${op}'`).join(', ');
 const TYPE_LIST = 'a Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array, Int8Array, Int16Array, ' +
   "Uint16Array (with dtype 'uint16', 'float16' or 'bfloat16') or hora.cuda.DeviceBuffer";
 
-export function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number): NativeDType {
+/** x's dtype; `argument`: how errors name x (a grouped call's 'tensors[i]'). */
+export function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: number, argument = 'x'): NativeDType {
   // The typed arrays first: they are the usual input, and each test of an instanceof walks x's prototypes.
   let natural: NativeDType | undefined;
   if (x instanceof Float32Array) natural = NativeDType.Float32;
@@ -33,7 +34,7 @@ export function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: nu
   else if (x instanceof Int16Array) natural = NativeDType.Int16; else if (x instanceof DeviceBuffer) {
     return deviceDtypeOf(collective, x, dtype, rank);
   } else {
-    throw invalidArgument(collective, 'x', TYPE_LIST, x, rank);
+    throw invalidArgument(collective, argument, TYPE_LIST, x, rank);
   }
   if (dtype !== undefined && DTYPE_OF_NAME[dtype as DType] !== natural) {
     throw invalidArgument(collective, 'options.dtype', `undefined or the array's own type`, dtype, rank);
@@ -44,7 +45,7 @@ export function dtypeOf(collective: string, x: unknown, dtype: unknown, rank: nu
       new Uint8Array(view.buffer);
     } catch {
       throw new HoraError('ERR_INVALID_ARGUMENT',
-        `hora.${collective}: argument 'x' must be an array whose buffer is not detached; received ${x.constructor.name} over a detached ArrayBuffer`, rank);
+        `hora.${collective}: argument '${argument}' must be an array whose buffer is not detached; received ${x.constructor.name} over a detached ArrayBuffer`, rank);
     }
   }
   return natural;

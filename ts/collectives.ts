@@ -23,13 +23,17 @@ import { Dispatcher, invalidItem, Work } from './work';
 import { ALGORITHMS, Scope, current, rank } from './world';
 import { Lend } from './lend';
 
-// The options each collective takes (ts/types.ts); any other key is refused (checkOptionKeys).
-const ALLREDUCE_OPTIONS = knownOptions<AllreduceOptions>({
+// The options each collective takes (ts/types.ts; a grouped call, ts/grouped.ts, takes its collective's); any
+// other key is refused (checkOptionKeys).
+/** @internal */
+export const ALLREDUCE_OPTIONS = knownOptions<AllreduceOptions>({
   op: true, name: true, inplace: true, dtype: true, prescaleFactor: true, postscaleFactor: true,
 });
 const BROADCAST_OPTIONS = knownOptions<BroadcastOptions>({ root: true, name: true, inplace: true, dtype: true });
-const ALLGATHER_OPTIONS = knownOptions<AllgatherOptions>({ name: true, dtype: true });
-const REDUCE_SCATTER_OPTIONS = knownOptions<ReduceScatterOptions>({
+/** @internal */
+export const ALLGATHER_OPTIONS = knownOptions<AllgatherOptions>({ name: true, dtype: true });
+/** @internal */
+export const REDUCE_SCATTER_OPTIONS = knownOptions<ReduceScatterOptions>({
   op: true, name: true, dtype: true, prescaleFactor: true, postscaleFactor: true,
 });
 const BARRIER_OPTIONS = knownOptions<BarrierOptions>({ name: true });

@@ -14,8 +14,8 @@
  */
 import { CallSite, HoraError, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import {
-  Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, planAllgatherObject, planBroadcastObject,
-  recvPlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
+  Grouped, Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, planAllgatherObject, planBroadcastObject,
+  groupedOf, recvPlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
 } from './hora';
 import { DeviceBuffer } from './device-buffer';
 import { NativeDType, NativeKind, NativeOp, NativeResult, nativeItem } from './native';
@@ -35,6 +35,8 @@ export class Group {
   /** World rank of each member, by group rank (the list given to newGroup). */
   readonly ranks: readonly number[];
   private readonly scope: Scope;
+  /** hora.grouped's allreduce, allgather and reduceScatter over the group (ts/grouped.ts). */
+  readonly grouped: Grouped = groupedOf((call) => this.live(call));
 
   /** @internal */
   constructor(private readonly world: World, id: number, ranks: readonly number[]) {

@@ -9,11 +9,13 @@
  *   ts/collectives.ts    allreduce, broadcast, allgather, reduceScatter, barrier, failPeers (submitCollective(), Plan)
  *   ts/messages.ts       send and recv (runMessage())
  *   ts/objects.ts        broadcastObject and allgatherObject (one allgather of serialized values)
+ *   ts/grouped.ts        hora.grouped: allreduce, allgather and reduceScatter of a list, as one piece of a batch
  *
  * Plain values, not `export { x } from`: that compiles to a getter on the module object, run on every call
  * of an importer (see ts/index.ts).
  */
 import * as collectives from './collectives';
+import * as groupedCalls from './grouped';
 import * as lifecycle from './init';
 import * as messages from './messages';
 import * as objects from './objects';
@@ -58,6 +60,10 @@ export const broadcastObject = objects.broadcastObject;
 export const planBroadcastObject = objects.planBroadcastObject;
 export const allgatherObject = objects.allgatherObject;
 export const planAllgatherObject = objects.planAllgatherObject;
+
+export const grouped = groupedCalls.grouped;
+export const groupedOf = groupedCalls.groupedOf;
+export type { Grouped } from './grouped';
 
 export const runMessage = messages.runMessage;
 export const send = messages.send;

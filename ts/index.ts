@@ -23,6 +23,8 @@ export const reduceScatter = core.reduceScatter;
 export const barrier = core.barrier;
 export const broadcastObject = core.broadcastObject;
 export const allgatherObject = core.allgatherObject;
+export const grouped = core.grouped;
+export type { Grouped } from './grouped';
 export const failPeers = core.failPeers;
 export const send = core.send;
 export const recv = core.recv;

@@ -32,6 +32,15 @@ export { invalidItem, orderByName, OutstandingTable };
 
 type Finish<T> = (r: NativeResult) => T;
 
+/** One item of a grouped call (Dispatcher.submitGroup): the fields of a collective's Plan that submit() takes. */
+export interface GroupCall {
+  item: Omit<NativeItem, 'id'>;
+  finish: Finish<unknown> | null;
+  keep: unknown;
+  value: unknown;
+  lends: Lend;
+}
+
 const SUCCESS: NativeResult = Object.freeze({});
 /** How long an awaited small collective is watched for before the event loop sleeps (Dispatcher.spinFor). */
 const SPIN_MICROS = 50;
@@ -224,6 +233,8 @@ export class Dispatcher implements WorkDriver {
   private readonly holdsMemory: boolean;
   /** The batch's collectives: NAMED when one is named, UNNAMED when one is not (see orderByName). */
   private batchNames = 0;
+  /** A grouped call's items are going in (submitGroup): no cut by size falls between them. */
+  private wholeGroup = false;
   private flushScheduled = false;
   // A flush microtask is queued and has not run yet. A wait() loop never lets microtasks run, and each
   // wait() flushes the batch itself; queuing a new microtask per call would pile them up without bound.
@@ -318,7 +329,7 @@ export class Dispatcher implements WorkDriver {
     // different call on a rank whose program called the same collectives in another order. A call alone
     // is not cut either: handed over now, its array would be lent while JavaScript runs (a copy, see
     // ts/lend.ts) even when wait() comes next; the next call, or the end of the run, hands it over.
-    if (this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes && this.batchNames !== NAMED && this.rest.length > 0) {
+    if (this.full()) {
       this.flush();
     } else if (!this.flushScheduled) {
       this.flushScheduled = true;
@@ -328,6 +339,29 @@ export class Dispatcher implements WorkDriver {
       }
     }
     return work;
+  }
+
+  /** The batch is to be cut by size now (see submit()). */
+  private full(): boolean {
+    return this.fusionBytes > 0 && this.batchBytes >= this.fusionBytes && this.batchNames !== NAMED && this.rest.length > 0 &&
+      !this.wholeGroup;
+  }
+
+  /**
+   * Queues the items of a grouped call (ts/grouped.ts) as one piece of the batch, in the order given: the
+   * cut by size falls before or after them, never between, so the engine gets the group in one batch (and
+   * every rank the same batches). Returns their Works, in order.
+   */
+  submitGroup(calls: readonly GroupCall[], site: CallSite): Work<unknown>[] {
+    const works: Work<unknown>[] = [];
+    this.wholeGroup = true;
+    try {
+      for (const c of calls) works.push(this.submit(c.item, c.finish, site, c.keep ?? c.value, c.value, c.lends));
+    } finally {
+      this.wholeGroup = false;
+    }
+    if (this.full()) this.flush();
+    return works;
   }
 
   /** Registers a work whose native side is started by `start(id)` (connect). */
