@@ -65,6 +65,25 @@ t.test('world of one: DistributedOptimizer is the inner optimizer; backwardPasse
   t.throws(() => { opt.applyGradients({ unit_v: tf.tensor1d([1, 1]) }); opt.applyGradients({ other: tf.tensor1d([1, 1]) }); }, /every pass of a step must update the same variables/);
 });
 
+t.test('world of one: setSampleCount weighs each pass of a step by its samples', async (t) => {
+  await hora.init();
+  const v = tf.variable(tf.tensor1d([0, 0]), true, 'unit_w');
+  const opt = new tfjs.DistributedOptimizer(tf.train.sgd(1), { backwardPassesPerStep: 2, overlap: false });
+  opt.setSampleCount(3);
+  opt.applyGradients({ unit_w: tf.tensor1d([1, 2]) });
+  opt.setSampleCount(1);
+  opt.applyGradients({ unit_w: tf.tensor1d([5, 6]) });
+  t.same(Array.from(v.dataSync()), [-2, -3], 'the step applies (3 x [1, 2] + 1 x [5, 6]) / 4, not the mean of the passes');
+  opt.setSampleCount(0);
+  opt.applyGradients({ unit_w: tf.tensor1d([NaN, NaN]) });
+  opt.setSampleCount(2);
+  opt.applyGradients({ unit_w: tf.tensor1d([1, 1]) });
+  t.same(Array.from(v.dataSync()), [-3, -4], 'a pass of 0 samples contributes nothing, not even its NaN');
+  t.throws(() => opt.setSampleCount(-1), /DistributedOptimizer\.setSampleCount: argument 'samples' must be an integer >= 0 or null; received -1/);
+  t.throws(() => opt.setSampleCount(2.5), /received 2\.5/);
+  v.dispose();
+});
+
 t.test('shard: equal contiguous or strided parts along axis 0, tensors and arrays', async (t) => {
   const x = tf.tensor2d([[0], [1], [2], [3], [4], [5], [6]]);
   const y = [0, 1, 2, 3, 4, 5, 6];
@@ -77,6 +96,17 @@ t.test('shard: equal contiguous or strided parts along axis 0, tensors and array
   t.ok(b.y instanceof Int32Array, 'typed arrays keep their type');
   t.throws(() => tfjs.shard(x, [1, 2], { rank: 0, size: 2 }), /x has 7 samples but y has 2/);
   t.throws(() => tfjs.shard(x, y, { rank: 3, size: 3 }), /option 'rank' must be an integer from 0 to 2; received 3/);
+});
+
+t.test("shard with remainder: 'keep': every sample, parts differing by at most one", async (t) => {
+  const x = tf.tensor2d([[0], [1], [2], [3], [4], [5], [6], [7]]);
+  const y = [0, 1, 2, 3, 4, 5, 6, 7];
+  const parts = (mode) => [0, 1, 2].map((rank) => tfjs.shard(x, y, { rank, size: 3, mode, remainder: 'keep' }));
+  t.same(parts('contiguous').map((p) => Array.from(p.x.dataSync())), [[0, 1, 2], [3, 4, 5], [6, 7]], 'contiguous: 3 + 3 + 2');
+  t.same(parts('contiguous').map((p) => p.y), [[0, 1, 2], [3, 4, 5], [6, 7]], 'y cut alike');
+  t.same(parts('strided').map((p) => Array.from(p.x.dataSync())), [[0, 3, 6], [1, 4, 7], [2, 5]], 'strided: 3 + 3 + 2');
+  t.same([0, 1, 2].map((rank) => tfjs.shard(x, y, { rank, size: 3 }).y), [[0, 1], [2, 3], [4, 5]], "the default stays 'drop'");
+  t.throws(() => tfjs.shard(x, y, { rank: 0, size: 3, remainder: 'pad' }), /option 'remainder' must be 'drop' or 'keep'; received 'pad'/);
 });
 
 t.test('gradient-ready hooks: a dense kernel is ready before tfjs computes its layer\'s input gradient', async (t) => {

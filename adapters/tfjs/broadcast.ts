@@ -64,15 +64,24 @@ export interface ShardOptions {
   rank?: number;
   /** Defaults to hora.size(). */
   size?: number;
+  /**
+   * What becomes of the n % size samples that do not divide among the ranks: 'drop' (default) leaves them
+   * out, so every rank gets floor(n / size); 'keep' gives one more to each of the first n % size ranks, so
+   * sizes differ by at most one and every sample is trained on (DistributedOptimizer then averages an uneven
+   * step over samples: see docs/tfjs.md).
+   */
+  remainder?: 'drop' | 'keep';
 }
 
 type Shardable = tf.Tensor | unknown[] | ArrayLike<unknown>;
 
-const SHARD_OPTIONS = knownOptions<ShardOptions>({ mode: true, rank: true, size: true }, '');
+const SHARD_OPTIONS = knownOptions<ShardOptions>({ mode: true, rank: true, size: true, remainder: true }, '');
 
 /**
  * Each rank's part of a data set along axis 0. Every rank gets m = floor(n / size) samples (the last
- * n % size are dropped) so that all ranks run the same number of steps; x and y are cut the same way.
+ * n % size are dropped) so that all ranks run the same number of steps; with remainder: 'keep' the first
+ * n % size ranks get one more each (contiguous: rank r's part starts at r*m + min(r, n % size)); x and y
+ * are cut the same way.
  * Tensors come back as new tensors, arrays (and typed arrays) as arrays of the same kind.
  */
 export function shard<X extends Shardable, Y extends Shardable>(x: X, y?: Y, options: ShardOptions = {}): { x: X; y: Y } {
@@ -86,13 +95,18 @@ export function shard<X extends Shardable, Y extends Shardable>(x: X, y?: Y, opt
   if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new TypeError(`shard: option 'rank' must be an integer from 0 to ${size - 1}; received ${String(rank)}`);
   const n = lengthOf(x);
   if (y !== undefined && lengthOf(y) !== n) throw new RangeError(`shard: x has ${n} samples but y has ${lengthOf(y)}`);
-  const m = Math.floor(n / size);
+  const remainder = options.remainder ?? 'drop';
+  if (remainder !== 'drop' && remainder !== 'keep') throw new TypeError(`shard: option 'remainder' must be 'drop' or 'keep'; received '${String(remainder)}'`);
+  const base = Math.floor(n / size);
+  const extra = remainder === 'keep' ? n % size : 0;
+  const m = base + (rank < extra ? 1 : 0);
+  const start = rank * base + Math.min(rank, extra);
   const indices = mode === 'contiguous'
-    ? Array.from({ length: m }, (_, i) => rank * m + i)
+    ? Array.from({ length: m }, (_, i) => start + i)
     : Array.from({ length: m }, (_, i) => rank + i * size);
   const cut = <T extends Shardable>(v: T): T => {
     if (v instanceof tf.Tensor) {
-      if (mode === 'contiguous') return tf.slice(v, rank * m, m) as unknown as T;
+      if (mode === 'contiguous') return tf.slice(v, start, m) as unknown as T;
       return tf.tidy(() => tf.gather(v, tf.tensor1d(indices, 'int32'))) as unknown as T;
     }
     if (Array.isArray(v)) return indices.map((i) => v[i]) as unknown as T;

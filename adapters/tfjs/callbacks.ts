@@ -8,7 +8,7 @@ import { tfl } from './framework';
 import * as hora from '../../ts/index';
 import { checkOptionKeys, knownOptions } from '../../ts/internal';
 import { broadcastModel } from './broadcast';
-import { setLearningRate } from './optimizer';
+import { DistributedOptimizer, setLearningRate } from './optimizer';
 
 /** Broadcasts root's weights to every rank when training begins, so all ranks start identical. */
 export class BroadcastWeightsCallback extends tfl.Callback {
@@ -131,3 +131,40 @@ function stepsPerEpoch(params: Record<string, unknown> | undefined): number | un
   }
   return undefined;
 }
+
+/**
+ * Tells a DistributedOptimizer how many samples each batch of model.fit and fitDataset holds, before the
+ * batch's step, so that an uneven last batch is averaged over samples (DistributedOptimizer.setSampleCount).
+ * fitDataset gives onBatchBegin the batch's `size`; model.fit fills it in only after onBatchBegin, so there
+ * the size comes from fit's params as fit cuts its batches: batch i is [i * batchSize, min(samples, (i + 1) * batchSize)). Not for the user to add: hora/tfjs
+ * registers it with tfjs (registerCallbackConstructor, at verbosity 0), so that every fit and fitDataset
+ * makes one, ahead of the callbacks the user passes; it does nothing for a model with another optimizer.
+ *
+ * The place for what fit must do at the end of an epoch's data on this rank (onEpochEnd here runs on each
+ * rank when its own batches of the epoch are done, before the user's callbacks): hora.join(), so that a
+ * rank with fewer batches takes part in the others' remaining steps with a count of 0.
+ */
+export class SampleCountCallback extends tfl.Callback {
+  async onBatchBegin(batch: number, logs?: Logs): Promise<void> {
+    const optimizer = distributedOptimizerOf(this.model);
+    if (!optimizer) return;
+    const size = typeof logs?.size === 'number' ? logs.size : batchSizeOf(this.params, batch);
+    if (size !== undefined) optimizer.setSampleCount(size);
+  }
+}
+
+/** The samples of model.fit's batch `batch` from fit's params; undefined where they do not tell. */
+function batchSizeOf(params: Record<string, unknown> | undefined, batch: number): number | undefined {
+  const samples = params?.samples, batchSize = params?.batchSize;
+  if (typeof samples !== 'number' || typeof batchSize !== 'number' || !(batchSize > 0)) return undefined;
+  return Math.max(0, Math.min(batchSize, samples - batch * batchSize));
+}
+
+/** The model's optimizer when it is a DistributedOptimizer; else null. */
+function distributedOptimizerOf(model: { optimizer?: unknown } | undefined): DistributedOptimizer | null {
+  const optimizer = model?.optimizer;
+  // Not instanceof: tf.Optimizer's Symbol.hasInstance (inherited) says yes to every optimizer.
+  return optimizer && DistributedOptimizer.prototype.isPrototypeOf(optimizer) ? optimizer as DistributedOptimizer : null;
+}
+
+tfl.registerCallbackConstructor(0, SampleCountCallback as unknown as Parameters<typeof tfl.registerCallbackConstructor>[1]);

@@ -20,6 +20,13 @@
  * Either way the inner optimizer sees the averaged gradients under the same names and in the same order
  * it would have seen locally (Adam and friends key their slots by position), so N ranks on batch B/N
  * follow one process on batch B up to float rounding, and both ways give bit-identical weights.
+ *
+ * Uneven batches. With op 'avg', a step whose ranks hold different numbers of samples (the last batch of
+ * an epoch that shard(..., {remainder: 'keep'}) split unevenly) must average over samples, not ranks. A
+ * pass told its sample count n (setSampleCount; model.fit tells it through SampleCountCallback, in
+ * callbacks.ts) sends n x its gradient instead, and the step's count beside the last bucket, in the same
+ * batch (one collective with it when it is small, fused by the engine); the averaged sum is then divided by
+ * the averaged count: sum over ranks of n_r g_r / sum of n_r, as one process on the whole batch computes it.
  */
 import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
@@ -100,6 +107,12 @@ export class DistributedOptimizer extends tf.Optimizer {
   /** Sum of the local gradient sets since the last update (backwardPassesPerStep > 1). */
   private accumulated: { names: string[]; sums: Array<Float32Array | null> } | null = null;
   private passes = 0;
+  /** This rank's samples in the coming pass (setSampleCount); null: not given (the pass weighs 1). */
+  private nextSamples: number | null = null;
+  /** The weights of the passes of this step so far: their samples, 1 for a pass not given any. */
+  private stepSamples = 0;
+  /** What submit() multiplies a bucket by: a weighted step's samples when k = 1 (k > 1 weighs each pass as it sums them), else 1. */
+  private scale = 1;
 
   constructor(optimizer: tf.Optimizer, options: DistributedOptimizerOptions = {}) {
     super();
@@ -151,6 +164,8 @@ export class DistributedOptimizer extends tf.Optimizer {
     }
     // With k > 1 the earlier passes' sums (by name) take this pass's gradients as they become final.
     const earlier = k > 1 && this.accumulated ? new Map(this.accumulated.names.map((n, i) => [n, this.accumulated?.sums[i]])) : null;
+    const weight = this.nextSamples ?? 1;
+    this.scale = k === 1 && this.weighs() ? weight : 1;
     const step = new BucketedStep(this.plan ?? planBuckets([], 0), (data, name) => this.submit(data, name), flushCollectives, variableShape);
     const taken = new Set<string>();
     const tracing = timelineOn();
@@ -169,10 +184,8 @@ export class DistributedOptimizer extends tf.Optimizer {
           } else {
             const sum = earlier?.get(name);
             if (!sum || sum.length !== values.length) return; // applyGradients reports the difference
-            for (let i = 0; i < sum.length; i++) {
-              sum[i] += values[i];
-              sum[i] /= k;
-            }
+            addWeighted(sum, values, weight);
+            for (let i = 0; i < sum.length; i++) sum[i] /= k;
             step.add(name, sum);
           }
           taken.add(name);
@@ -207,6 +220,11 @@ export class DistributedOptimizer extends tf.Optimizer {
       : Object.keys(variableGradients).map((name) => ({ name, tensor: (variableGradients as tf.NamedTensorMap)[name] }));
     const pass = this.inFlight;
     this.inFlight = null;
+    // This pass's samples, taken: the step is weighted when its communicating pass was given them.
+    const weighted = this.weighs();
+    const weight = this.nextSamples ?? 1;
+    this.nextSamples = null;
+    this.stepSamples += weight;
 
     const k = this.backwardPassesPerStep;
     let averaged: Array<Float32Array | null>;
@@ -227,15 +245,14 @@ export class DistributedOptimizer extends tf.Optimizer {
           }
           const sum = (this.accumulated as { sums: Array<Float32Array | null> }).sums[i];
           if (!sum) continue; // no gradient in the earlier passes: applied unaveraged, as without overlap
-          for (let j = 0; j < sum.length; j++) {
-            sum[j] += values[j];
-            sum[j] /= k;
-          }
+          addWeighted(sum, values, weight);
+          for (let j = 0; j < sum.length; j++) sum[j] /= k;
           values = sum;
         }
         pass.step.add(e.name, values);
       }
       t1 = performance.now();
+      const samples = weighted ? this.submitSamples() : null;
       const { results, errors } = pass.step.complete();
       t2 = performance.now();
       if (k > 1) {
@@ -245,13 +262,16 @@ export class DistributedOptimizer extends tf.Optimizer {
       if (errors.length > 0) throw this.explain(errors, pass.step, entries);
       if (!this.plan) this.plan = planBuckets(pass.step.arrivals, this.bucketMB * 1024 * 1024);
       averaged = entries.map((e) => (e.tensor ? results.get(e.name) ?? null : null));
+      if (samples) divideBy(averaged, samples());
     } else {
       let sums: Array<Float32Array | null> | null = null; // k > 1: the passes' averaged sums
       if (k === 1) {
         // Refused before any bucket leaves, so that no rank waits in a bucket this one will not send.
         entries.forEach(checkFloat32);
+        this.scale = weighted ? weight : 1;
       } else {
-        this.accumulate(entries);
+        this.accumulate(entries, weight);
+        this.scale = 1;
         if (++this.passes < k) {
           this.stats.submitMs += performance.now() - t0;
           return;
@@ -270,10 +290,12 @@ export class DistributedOptimizer extends tf.Optimizer {
       // (add copies the values into its bucket, so the backend's own array is read without a copy of ours.)
       for (const i of order) step.add(entries[i].name, sums ? (sums[i] as Float32Array) : ((entries[i].tensor as tf.Tensor).dataSync() as Float32Array));
       t1 = performance.now();
+      const samples = weighted ? this.submitSamples() : null;
       const { results, errors } = step.complete();
       t2 = performance.now();
       if (errors.length > 0) throw this.explain(errors, step, entries);
       averaged = entries.map((e, i) => ((sums ? sums[i] : e.tensor) ? results.get(e.name) ?? null : null));
+      if (samples) divideBy(averaged, samples());
     }
 
     const tensors = averaged.map((data, i) => {
@@ -292,6 +314,8 @@ export class DistributedOptimizer extends tf.Optimizer {
       tensors.forEach((t, i) => { if (t && t !== entries[i].tensor) t.dispose(); });
     }
     const t3 = performance.now();
+    this.stepSamples = 0;
+    this.scale = 1;
     this.stats.steps += 1;
     this.stats.submitMs += t1 - t0;
     this.stats.waitMs += t2 - t1;
@@ -301,9 +325,48 @@ export class DistributedOptimizer extends tf.Optimizer {
     steps.begin();
   }
 
+  /**
+   * The number of samples this rank's next backward pass averages its loss over (its local batch size), or
+   * null. With op 'avg', a step whose communicating pass was given its count averages over samples: each
+   * rank's gradient weighs its count (with backwardPassesPerStep = k, each pass its own), so a global batch
+   * split unevenly among the ranks gives the gradient one process computes on all of it. model.fit and
+   * fitDataset call it before each batch (SampleCountCallback); a custom loop calls it before each
+   * minimize (or applyGradients), on every rank alike: a rank that gives counts where another does not sends
+   * one collective more than it, and the step fails with ERR_MISMATCH. A count of 0 contributes nothing.
+   * Consumed by the next applyGradients.
+   */
+  setSampleCount(samples: number | null): void {
+    if (samples !== null && (typeof samples !== 'number' || !Number.isInteger(samples) || samples < 0)) {
+      const shown = typeof samples === 'string' ? `'${samples}'` : String(samples);
+      throw new TypeError(`DistributedOptimizer.setSampleCount: argument 'samples' must be an integer >= 0 or null; received ${shown}`);
+    }
+    this.nextSamples = samples;
+  }
+
+  /** Whether the coming step averages over samples: op 'avg', and a count given for the pass. */
+  private weighs(): boolean {
+    return this.op === 'avg' && !this.skip && this.nextSamples !== null;
+  }
+
+  /**
+   * Starts the allreduce of the step's count (its passes' weights over k, as the buckets carry their
+   * gradients over k), queued before the last bucket so the two go out in one batch. Returns the wait
+   * for the count averaged over ranks.
+   */
+  private submitSamples(): () => number {
+    const count = Float32Array.of(this.stepSamples / this.backwardPassesPerStep);
+    this.stepSamples = 0;
+    const work = hora.allreduce(count, { op: 'avg', name: 'tfjs samples', inplace: true });
+    return () => work.wait()[0];
+  }
+
   /** Starts one allreduce; returns a function that waits for it and gives the float32 result. */
   private submit(data: Float32Array, name: string): () => Float32Array {
     if (this.skip) return () => data;
+    if (this.scale !== 1) {
+      if (this.scale === 0) data.fill(0);
+      else for (let i = 0; i < data.length; i++) data[i] *= this.scale;
+    }
     if (this.compression === 'none') {
       const work = hora.allreduce(data, { op: this.op, name, inplace: true });
       return () => work.wait();
@@ -321,6 +384,7 @@ export class DistributedOptimizer extends tf.Optimizer {
   private abandon(e: unknown): void {
     this.accumulated = null;
     this.passes = 0;
+    this.stepSamples = 0;
     try {
       hora.failPeers(`rank ${hora.rank()}: DistributedOptimizer's backward pass threw: ${(e as Error)?.message ?? String(e)}`);
     } catch {
@@ -350,18 +414,21 @@ export class DistributedOptimizer extends tf.Optimizer {
     }
   }
 
-  private accumulate(entries: Entry[]): void {
+  /** Adds a pass's gradients, times its weight (its samples, or 1), to the step's sums. */
+  private accumulate(entries: Entry[], weight: number): void {
     if (!this.accumulated) {
-      this.accumulated = { names: entries.map((e) => e.name), sums: entries.map((e) => readGradient(e)) };
-      return;
+      const sums = entries.map((e) => readGradient(e));
+      if (weight !== 1) for (const sum of sums) if (sum) sum.fill(0);
+      this.accumulated = { names: entries.map((e) => e.name), sums };
+      if (weight === 1) return;
+    } else {
+      this.checkSameVariables(entries);
     }
-    this.checkSameVariables(entries);
     const { sums } = this.accumulated;
     entries.forEach((e, i) => {
       const sum = sums[i];
       if (!e.tensor || !sum) return;
-      const g = e.tensor.dataSync() as Float32Array;
-      for (let j = 0; j < sum.length; j++) sum[j] += g[j];
+      addWeighted(sum, e.tensor.dataSync() as Float32Array, weight);
     });
   }
 
@@ -402,6 +469,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   discardPartialStep(): void {
     this.accumulated = null;
     this.passes = 0;
+    this.stepSamples = 0;
+    this.nextSamples = null;
     this.inFlight = null;
   }
 
@@ -469,6 +538,22 @@ function describeDifference(perRank: SentShape[][][]): string {
   }
   const listed = perRank.map((b, r) => `rank ${r}: ${JSON.stringify(b.map((bucket) => bucket.map((v) => v.name)))}`).join('; ');
   return `the ranks computed gradients for the same variables, packed differently, so no bucket was averaged: ${listed}. ${advice}`;
+}
+
+/** sum += weight x values (a weight of 0 adds nothing, not even a NaN of a pass over no samples). */
+function addWeighted(sum: Float32Array, values: ArrayLike<number>, weight: number): void {
+  if (weight === 0) return;
+  if (weight === 1) for (let i = 0; i < sum.length; i++) sum[i] += values[i];
+  else for (let i = 0; i < sum.length; i++) sum[i] += weight * values[i];
+}
+
+/** A weighted step's averaged sums divided by the averaged count; zeros where no rank had a sample. */
+function divideBy(averaged: Array<Float32Array | null>, count: number): void {
+  for (const a of averaged) {
+    if (!a) continue;
+    if (count === 0) a.fill(0);
+    else for (let i = 0; i < a.length; i++) a[i] /= count;
+  }
 }
 
 /** Indices of the entries in the order of their names: the same on every rank whatever order they came in. */

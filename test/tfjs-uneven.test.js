@@ -1,0 +1,41 @@
+'use strict';
+// hora/tfjs on uneven data, without join: a data set whose size does not divide by the world size, split by
+// shard(..., {remainder: 'keep'}) (1 and size-1 samples over), batch 4 per rank, shuffle false; every rank
+// takes the same number of steps and the last global batch is uneven. DistributedOptimizer averages that
+// batch over samples (model.fit and fitDataset tell it each batch's size; a custom loop calls
+// setSampleCount), so training ends where one process training on the same global batches ends, within 1e-5:
+// with overlap and without, with backwardPassesPerStep 2, and (rounded, so within 2e-3) with bf16
+// compression. test/workers/tfjs-uneven-worker.js trains and compares inside every rank.
+const t = require('tap');
+const path = require('node:path');
+const { runJob, tail } = require('./support/hora-job');
+
+const WORKER = path.join(__dirname, 'workers', 'tfjs-uneven-worker.js');
+const ALL = ['fit', 'fit-plain', 'fit-k2', 'fit-bf16', 'dataset', 'loop'];
+
+const CASES = [
+  // [ranks, samples, per-rank samples, variants]
+  [2, 14, [7, 7], ['fit', 'loop']],
+  [2, 15, [8, 7], ALL],
+  [3, 22, [8, 7, 7], ALL],
+  [3, 23, [8, 8, 7], ['fit', 'dataset', 'loop']],
+];
+
+for (const [np, n, parts, variants] of CASES) {
+  t.test(`p=${np}, ${n} samples (${parts.join(' + ')}), batch 4 per rank: ${variants.join(', ')} end where one process ends`, async (t) => {
+    const job = await runJob(np, WORKER, { args: ['uneven', String(n), '4', variants.join(',')], timeoutMs: 240000 });
+    t.equal(job.code, 0, 'hora run exits 0', { output: tail(job) });
+    for (let rank = 0; rank < np; rank++) {
+      const r = job.reports[rank] && job.reports[rank].result;
+      if (!t.ok(r && r.variants, `rank ${rank} reported`, { output: tail(job), r })) continue;
+      t.equal(r.samples, parts[rank], `rank ${rank}: shard kept ${parts[rank]} samples`);
+      for (const v of variants) {
+        const got = r.variants[v];
+        const bound = v === 'fit-bf16' ? 2e-3 : 1e-5;
+        t.ok(got.moved > 0.05, `rank ${rank}: ${v}: training moved the weights (${got.moved.toFixed(3)})`);
+        t.ok(got.maxDiff <= bound, `rank ${rank}: ${v}: within ${bound} of one process (${got.maxDiff.toExponential(2)})`);
+        t.equal(got.steps, (v === 'fit-k2' ? 1 : 2) * 3, `rank ${rank}: ${v}: ${(v === 'fit-k2' ? 1 : 2) * 3} steps`);
+      }
+    }
+  });
+}
