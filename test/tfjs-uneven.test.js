@@ -5,6 +5,7 @@
 // batch over samples (model.fit and fitDataset tell it each batch's size; a custom loop calls
 // setSampleCount), so training ends where one process training on the same global batches ends, within 1e-5:
 // with overlap and without, with backwardPassesPerStep 2, and (rounded, so within 2e-3) with bf16
+// compression. The count rides in the last bucket of gradients (no collective of its own), except with
 // compression. test/workers/tfjs-uneven-worker.js trains and compares inside every rank.
 const t = require('tap');
 const path = require('node:path');
@@ -35,6 +36,11 @@ for (const [np, n, parts, variants] of CASES) {
         t.ok(got.moved > 0.05, `rank ${rank}: ${v}: training moved the weights (${got.moved.toFixed(3)})`);
         t.ok(got.maxDiff <= bound, `rank ${rank}: ${v}: within ${bound} of one process (${got.maxDiff.toExponential(2)})`);
         t.equal(got.steps, (v === 'fit-k2' ? 1 : 2) * 3, `rank ${rank}: ${v}: ${(v === 'fit-k2' ? 1 : 2) * 3} steps`);
+        if (v === 'fit-bf16') {
+          t.same([got.carried, got.separate], [0, got.steps], `rank ${rank}: ${v}: the count as a float32 collective of its own each step (bf16 would round it)`);
+        } else {
+          t.same([got.carried, got.separate], [got.steps, 0], `rank ${rank}: ${v}: the count rode in the last bucket each step, no collective of its own`);
+        }
       }
     }
   });

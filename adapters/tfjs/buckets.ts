@@ -16,10 +16,18 @@
  * compares that name bucket by bucket (never only the total of a fused run): ranks with different sets of
  * gradients (a branch one rank's loss did not use) or different shapes fail that bucket with ERR_MISMATCH
  * before any data moves, and nothing is averaged with the wrong tensor.
+ *
+ * A step may carry one number more (`carries`): a float after the last bucket's gradients, reduced with
+ * them (DistributedOptimizer's sample count, see optimizer.ts), so that it costs no collective of its own.
+ * The last bucket's name then says so, and a rank that carries it against one that does not fails that
+ * bucket with ERR_MISMATCH.
  */
 
-/** Starts one allreduce of `data` named `name`; the returned function waits and gives the result. */
-export type Submit = (data: Float32Array, name: string) => () => Float32Array;
+/**
+ * Starts one allreduce of `data` named `name`; the returned function waits and gives the result. tail:
+ * data's last element is the carried number, not a gradient.
+ */
+export type Submit = (data: Float32Array, name: string, tail: boolean) => () => Float32Array;
 
 export interface PlannedBucket {
   names: string[];
@@ -78,6 +86,8 @@ interface Sent {
   counts: number[];
   offsets: number[];
   finish: () => Float32Array;
+  /** The data's last element is the carried number. */
+  tail: boolean;
 }
 
 /** A variable's shape by its name, where known. */
@@ -96,9 +106,12 @@ export class BucketedStep {
   /** performance.now() when the first bucket went out, or null. */
   firstSentAt: number | null = null;
   private next = 0;
+  /** The number the last bucket carries (complete()). */
+  private carry = 0;
 
+  /** carries: the last bucket carries one number after its gradients (complete(carry)). */
   constructor(private readonly plan: PlannedBucket[], private readonly submit: Submit, private readonly flush: () => void,
-    private readonly shapeOf: ShapeOf = () => undefined) {
+    private readonly shapeOf: ShapeOf = () => undefined, readonly carries = false) {
     plan.forEach((b, i) => b.names.forEach((n) => this.bucketOf.set(n, i)));
     this.buffers = plan.map(() => null);
     this.present = plan.map(() => new Set<string>());
@@ -124,7 +137,7 @@ export class BucketedStep {
       return;
     }
     let buffer = this.buffers[b];
-    if (!buffer) buffer = this.buffers[b] = new Float32Array(bucket.total);
+    if (!buffer) buffer = this.buffers[b] = new Float32Array(bucket.total + this.tailOf(b));
     buffer.set(values, bucket.offsets[k]);
     this.present[b].add(name);
     const last = this.plan.length - 1;
@@ -137,8 +150,13 @@ export class BucketedStep {
     if (any) this.flush();
   }
 
-  /** Sends every bucket not yet sent (the last one with the extras), each as a batch of its own, and waits for all of them. */
-  complete(): { results: Map<string, Float32Array>; errors: unknown[] } {
+  /**
+   * Sends every bucket not yet sent (the last one with the extras, and `carry` when the step carries), each
+   * as a batch of its own, and waits for all of them. carried: the carried number, reduced.
+   */
+  complete(carry = 0): { results: Map<string, Float32Array>; errors: unknown[]; carried: number | undefined } {
+    this.carry = carry;
+    let carried: number | undefined;
     while (this.next < this.plan.length) {
       this.send(this.next++);
       this.flush();
@@ -154,8 +172,14 @@ export class BucketedStep {
         continue;
       }
       s.names.forEach((n, i) => results.set(n, data.subarray(s.offsets[i], s.offsets[i] + s.counts[i])));
+      if (s.tail) carried = data[data.length - 1];
     }
-    return { results, errors };
+    return { results, errors, carried };
+  }
+
+  /** 1 for the bucket that carries the number (the last, when the step carries), else 0. */
+  private tailOf(b: number): number {
+    return this.carries && b === this.plan.length - 1 ? 1 : 0;
   }
 
   /** The variables each bucket carried, in order (for explaining a mismatch). */
@@ -169,10 +193,11 @@ export class BucketedStep {
     const present = this.present[b];
     // Sorted by name (stably: a gradient replaced after the hooks sent it follows the one it replaces).
     const extras = isLast ? this.extras.slice().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)) : [];
+    const tail = this.tailOf(b);
     let names: string[], counts: number[], offsets: number[], data: Float32Array;
     if (present.size === bucket.names.length && extras.length === 0) {
       ({ names, counts, offsets } = bucket);
-      data = this.buffers[b] ?? new Float32Array(bucket.total);
+      data = this.buffers[b] ?? new Float32Array(bucket.total + tail);
     } else {
       // Some planned gradient is missing this step, or there are extras: pack what there is.
       names = [];
@@ -192,7 +217,7 @@ export class BucketedStep {
         offsets.push(total);
         total += e.values.length;
       }
-      data = new Float32Array(total);
+      data = new Float32Array(total + tail);
       const buffer = this.buffers[b];
       let at = 0;
       bucket.names.forEach((n, i) => {
@@ -205,8 +230,9 @@ export class BucketedStep {
         at += e.values.length;
       }
     }
-    const name = `tfjs bucket ${b + 1}/${this.plan.length} (${names.length} tensors, #${hashLayout(names, counts, this.shapeOf)})`;
+    if (tail) data[data.length - 1] = this.carry;
+    const name = `tfjs bucket ${b + 1}/${this.plan.length} (${names.length} tensors, #${hashLayout(names, counts, this.shapeOf)})${tail ? ' +1' : ''}`;
     if (this.firstSentAt === null) this.firstSentAt = performance.now();
-    this.sent.push({ names, counts, offsets, finish: this.submit(data, name) });
+    this.sent.push({ names, counts, offsets, finish: this.submit(data, name, tail === 1), tail: tail === 1 });
   }
 }

@@ -24,9 +24,10 @@
  * Uneven batches. With op 'avg', a step whose ranks hold different numbers of samples (the last batch of
  * an epoch that shard(..., {remainder: 'keep'}) split unevenly) must average over samples, not ranks. A
  * pass told its sample count n (setSampleCount; model.fit tells it through SampleCountCallback, in
- * callbacks.ts) sends n x its gradient instead, and the step's count beside the last bucket, in the same
- * batch (one collective with it when it is small, fused by the engine); the averaged sum is then divided by
- * the averaged count: sum over ranks of n_r g_r / sum of n_r, as one process on the whole batch computes it.
+ * callbacks.ts) sends n x its gradient instead, and the step's count as one float more in the last bucket
+ * (buckets.ts: carries), so no collective more; the averaged sum is then divided by the averaged count: sum
+ * over ranks of n_r g_r / sum of n_r, as one process on the whole batch computes it. With compression the
+ * count would be rounded to 16 bits: it goes as a float32 allreduce of its own in the last bucket's batch.
  */
 import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
@@ -166,7 +167,8 @@ export class DistributedOptimizer extends tf.Optimizer {
     const earlier = k > 1 && this.accumulated ? new Map(this.accumulated.names.map((n, i) => [n, this.accumulated?.sums[i]])) : null;
     const weight = this.nextSamples ?? 1;
     this.scale = k === 1 && this.weighs() ? weight : 1;
-    const step = new BucketedStep(this.plan ?? planBuckets([], 0), (data, name) => this.submit(data, name), flushCollectives, variableShape);
+    const step = new BucketedStep(this.plan ?? planBuckets([], 0), (data, name, tail) => this.submit(data, name, tail), flushCollectives, variableShape,
+      this.carriesSamples());
     const taken = new Set<string>();
     const tracing = timelineOn();
     let backwardAt = performance.now();
@@ -252,8 +254,8 @@ export class DistributedOptimizer extends tf.Optimizer {
         pass.step.add(e.name, values);
       }
       t1 = performance.now();
-      const samples = weighted ? this.submitSamples() : null;
-      const { results, errors } = pass.step.complete();
+      const samples = weighted ? this.submitSamples(pass.step) : null;
+      const { results, errors, carried } = pass.step.complete(this.stepCount());
       t2 = performance.now();
       if (k > 1) {
         this.accumulated = null;
@@ -262,7 +264,7 @@ export class DistributedOptimizer extends tf.Optimizer {
       if (errors.length > 0) throw this.explain(errors, pass.step, entries);
       if (!this.plan) this.plan = planBuckets(pass.step.arrivals, this.bucketMB * 1024 * 1024);
       averaged = entries.map((e) => (e.tensor ? results.get(e.name) ?? null : null));
-      if (samples) divideBy(averaged, samples());
+      if (weighted) divideBy(averaged, samples ? samples() : carried ?? 0);
     } else {
       let sums: Array<Float32Array | null> | null = null; // k > 1: the passes' averaged sums
       if (k === 1) {
@@ -285,17 +287,17 @@ export class DistributedOptimizer extends tf.Optimizer {
       const order = byName(entries).filter((i) => (sums ? sums[i] : entries[i].tensor));
       const sizes = order.map((i) => ({ name: entries[i].name, count: sums ? (sums[i] as Float32Array).length : (entries[i].tensor as tf.Tensor).size }));
       const shapes = new Map(entries.map((e) => [e.name, e.tensor ? e.tensor.shape : undefined]));
-      const step = new BucketedStep(planBuckets(sizes, this.bucketMB * 1024 * 1024), (data, name) => this.submit(data, name), flushCollectives,
-        (name) => shapes.get(name) ?? variableShape(name));
+      const step = new BucketedStep(planBuckets(sizes, this.bucketMB * 1024 * 1024), (data, name, tail) => this.submit(data, name, tail), flushCollectives,
+        (name) => shapes.get(name) ?? variableShape(name), weighted && this.compression === 'none');
       // (add copies the values into its bucket, so the backend's own array is read without a copy of ours.)
       for (const i of order) step.add(entries[i].name, sums ? (sums[i] as Float32Array) : ((entries[i].tensor as tf.Tensor).dataSync() as Float32Array));
       t1 = performance.now();
-      const samples = weighted ? this.submitSamples() : null;
-      const { results, errors } = step.complete();
+      const samples = weighted ? this.submitSamples(step) : null;
+      const { results, errors, carried } = step.complete(this.stepCount());
       t2 = performance.now();
       if (errors.length > 0) throw this.explain(errors, step, entries);
       averaged = entries.map((e, i) => ((sums ? sums[i] : e.tensor) ? results.get(e.name) ?? null : null));
-      if (samples) divideBy(averaged, samples());
+      if (weighted) divideBy(averaged, samples ? samples() : carried ?? 0);
     }
 
     const tensors = averaged.map((data, i) => {
@@ -348,24 +350,37 @@ export class DistributedOptimizer extends tf.Optimizer {
     return this.op === 'avg' && !this.skip && this.nextSamples !== null;
   }
 
-  /**
-   * Starts the allreduce of the step's count (its passes' weights over k, as the buckets carry their
-   * gradients over k), queued before the last bucket so the two go out in one batch. Returns the wait
-   * for the count averaged over ranks.
-   */
-  private submitSamples(): () => number {
-    const count = Float32Array.of(this.stepSamples / this.backwardPassesPerStep);
+  /** Whether the coming step's count rides in its last bucket (float32 buckets: no compression). */
+  private carriesSamples(): boolean {
+    return this.weighs() && this.compression === 'none';
+  }
+
+  /** The step's count as it travels: its passes' weights over k, as the buckets carry their gradients over k. */
+  private stepCount(): number {
+    const count = this.stepSamples / this.backwardPassesPerStep;
     this.stepSamples = 0;
-    const work = hora.allreduce(count, { op: 'avg', name: 'tfjs samples', inplace: true });
+    return count;
+  }
+
+  /**
+   * A step whose last bucket does not carry its count (compression): starts the float32 allreduce of the
+   * count, queued before the last bucket so the two go out in one batch; returns the wait for the count
+   * averaged over ranks. null where the bucket carries it.
+   */
+  private submitSamples(step: BucketedStep): (() => number) | null {
+    if (step.carries) return null;
+    const work = hora.allreduce(Float32Array.of(this.stepCount()), { op: 'avg', name: 'tfjs samples', inplace: true });
     return () => work.wait()[0];
   }
 
   /** Starts one allreduce; returns a function that waits for it and gives the float32 result. */
-  private submit(data: Float32Array, name: string): () => Float32Array {
+  private submit(data: Float32Array, name: string, tail = false): () => Float32Array {
     if (this.skip) return () => data;
     if (this.scale !== 1) {
-      if (this.scale === 0) data.fill(0);
-      else for (let i = 0; i < data.length; i++) data[i] *= this.scale;
+      // Not the carried count (tail): it is a count, not a gradient.
+      const end = tail ? data.length - 1 : data.length;
+      if (this.scale === 0) data.fill(0, 0, end);
+      else for (let i = 0; i < end; i++) data[i] *= this.scale;
     }
     if (this.compression === 'none') {
       const work = hora.allreduce(data, { op: this.op, name, inplace: true });

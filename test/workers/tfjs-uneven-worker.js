@@ -11,9 +11,11 @@
 //   fit-bf16      model.fit, compression: 'bf16' (rounded: the test allows more)
 //   dataset       model.fitDataset over the rank's part
 //   loop          a custom loop: setSampleCount(the batch's samples) before each minimize
-// Reports {variants: {name: {maxDiff, steps}}}.
+// Reports {variants: {name: {maxDiff, moved, steps, carried, separate}}}: carried, the steps whose last bucket
+// carried the sample count (its name ends ' +1'); separate, those that sent it as a collective of its own.
 const tf = require('@tensorflow/tfjs');
 const hora = require('../../dist/ts/index.js');
+const core = require('../../dist/ts/hora.js');
 const { DistributedOptimizer, shard } = require('../../dist/adapters/tfjs/index.js');
 const { prng, runScenarios } = require('../support/worker-util');
 
@@ -59,6 +61,26 @@ async function reference(data, n, b, p, k) {
   return flatWeights(model);
 }
 
+/** Runs fn with the dispatcher's communicator watched: the names of the collectives handed to the engine. */
+async function watchingNames(fn) {
+  const dispatcher = core.current('test').dispatcher;
+  const comm = dispatcher.comm;
+  const names = [];
+  dispatcher.comm = new Proxy(comm, {
+    get(target, key) {
+      if (key === 'submit') return (items, willWait) => (names.push(...items.map((it) => it.name)), target.submit(items, willWait));
+      if (key === 'collective') return (...args) => (names.push(args[5]), target.collective(...args));
+      const v = target[key];
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  try {
+    return { result: await fn(), names };
+  } finally {
+    dispatcher.comm = comm;
+  }
+}
+
 async function trainVariant(variant, mine, b) {
   const options = { 'fit-plain': { overlap: false }, 'fit-k2': { backwardPassesPerStep: 2 }, 'fit-bf16': { compression: 'bf16' } }[variant] ?? {};
   const opt = new DistributedOptimizer(tf.train.sgd(LR), options);
@@ -90,14 +112,16 @@ async function uneven(r, p) {
   const mine = shard(data.x, data.y, { remainder: 'keep' });
   const out = { samples: mine.x.shape[0], variants: {} };
   for (const variant of variants) {
-    const { weights, steps } = await trainVariant(variant, mine, b);
+    const { result: { weights, steps }, names } = await watchingNames(() => trainVariant(variant, mine, b));
     const want = await reference(data, n, b, p, variant === 'fit-k2' ? 2 : 1);
     let maxDiff = 0;
     for (let i = 0; i < want.length; i++) maxDiff = Math.max(maxDiff, Math.abs(weights[i] - want[i]));
     const initial = flatWeights(buildModel());
     let moved = 0;
     for (let i = 0; i < want.length; i++) moved = Math.max(moved, Math.abs(want[i] - initial[i]));
-    out.variants[variant] = { maxDiff, moved, steps };
+    const carried = names.filter((n) => typeof n === 'string' && n.startsWith('tfjs bucket') && n.endsWith(' +1')).length;
+    const separate = names.filter((n) => n === 'tfjs samples').length;
+    out.variants[variant] = { maxDiff, moved, steps, carried, separate };
   }
   await hora.barrier();
   return out;
