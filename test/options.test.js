@@ -25,6 +25,8 @@ const SOLO = {
   'barrier async_op': /^hora\.barrier: argument 'options\.async_op' .*returns a Work at once: await it, or call wait\(\)/,
   'broadcastObject src': /^hora\.broadcastObject: argument 'options\.src' .*did you mean 'root'\? hora\.broadcastObject takes root, maxBytes, name$/,
   'allgatherObject max_bytes': /^hora\.allgatherObject: argument 'options\.max_bytes' .*did you mean 'maxBytes'\? hora\.allgatherObject takes maxBytes, name$/,
+  'reduce dst': /^hora\.reduce: argument 'options\.dst' .*did you mean 'root'\? hora\.reduce takes root, op, name, dtype, prescaleFactor, postscaleFactor$/,
+  'gather gather_list': /^hora\.gather: argument 'options\.gather_list' is not an option .*hora\.gather takes root, name, dtype$/,
   'send dst': /^hora\.send: argument 'options\.dst' .*did you mean 'to'\? hora\.send takes to, tag, dtype$/,
   'recv src': /^hora\.recv: argument 'options\.src' .*did you mean 'from'\? hora\.recv takes from, tag, dtype, count$/,
   'newGroup timeout': /^hora\.newGroup: argument 'options\.timeout' is not an option \(received number 30\)\. hora\.newGroup takes no options$/,

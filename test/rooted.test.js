@@ -45,7 +45,7 @@ const ARGUMENT_ERRORS = {
   root: /hora\.reduce: argument 'options\.root' must be an integer rank from 0 to 2; received number 3/,
   gatherRoot: /hora\.gather: argument 'options\.root' must be an integer rank from 0 to 2; received number -1/,
   op: /hora\.reduce: argument 'options\.op' must be one of 'sum', 'avg', 'min', 'max', 'prod'; received the string "mean"/,
-  key: /hora\.gather: argument 'options\.dst' is not an option \(received number 1\)\. hora\.gather takes root, name, dtype/,
+  key: /hora\.gather: argument 'options\.dst' is not an option \(received number 1\): did you mean 'root'\? hora\.gather takes root, name, dtype/,
   notArray: /hora\.reduce: argument 'x' must be a Float32Array.*; received an Array of length 3/,
   intScale: /hora\.reduce: argument 'options\.prescaleFactor' must be 1 or absent for an integer dtype/,
 };

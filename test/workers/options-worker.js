@@ -49,6 +49,8 @@ async function soloScenario() {
     'barrier async_op': () => hora.barrier({ async_op: true }),
     'broadcastObject src': () => hora.broadcastObject({ a: 1 }, { src: 0 }),
     'allgatherObject max_bytes': () => hora.allgatherObject({ a: 1 }, { max_bytes: 1024 }),
+    'reduce dst': () => hora.reduce(f32(), { dst: 0 }),
+    'gather gather_list': () => hora.gather(f32(), { gather_list: [] }),
     'send dst': () => hora.send(f32(), { dst: 1 }),
     'recv src': () => hora.recv({ src: 0, dtype: 'float32', count: 3 }),
     'newGroup timeout': () => hora.newGroup([0], { timeout: 30 }),
