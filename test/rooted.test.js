@@ -47,6 +47,8 @@ const ARGUMENT_ERRORS = {
   op: /hora\.reduce: argument 'options\.op' must be one of 'sum', 'avg', 'min', 'max', 'prod'; received the string "mean"/,
   key: /hora\.gather: argument 'options\.dst' is not an option \(received number 1\): did you mean 'root'\? hora\.gather takes root, name, dtype/,
   notArray: /hora\.reduce: argument 'x' must be a Float32Array.*; received an Array of length 3/,
+  device: /hora\.reduce: argument 'x' must be a typed array \(this call takes host memory; copy a hora\.cuda\.DeviceBuffer to the host first\)/,
+  gatherDevice: /hora\.gather: argument 'x' must be a typed array \(this call takes host memory/,
   intScale: /hora\.reduce: argument 'options\.prescaleFactor' must be 1 or absent for an integer dtype/,
 };
 const MISMATCHES = {

@@ -8,8 +8,9 @@
 //              lengths past the shared-memory slots and the fusion buffer for a few; gather of every dtype
 //              from every root with lengths that differ by rank (rank 0 with nothing, all empty, large)
 //   groups     reduce and gather in a group of the last and first ranks (group ranks reversed)
-//   invalid    one rank passes a root out of range, an unknown op, an unknown option, a DeviceBuffer-less
-//              non-array; then different roots, ops, dtypes and lengths (reduce) on different ranks
+//   invalid    one rank passes a root out of range, an unknown op, an unknown option, a plain Array, a
+//              DeviceBuffer (a look-alike: no GPU needed), an integer array with prescaleFactor; then different
+//              roots, ops, dtypes, kinds and lengths (reduce) on different ranks
 //   kill       the last rank SIGKILLs itself; the others' next reduce and gather
 //   one        a world of one: copies
 //   elastic    under `hora run -np 3 --min-np 2`: refused outside hora.elastic.run; inside, reduce and gather in
@@ -237,6 +238,11 @@ async function invalid(r, p) {
   out.keyAfter = await after(p);
   out.notArray = await outcome(() => hora.reduce(r === 1 ? [1, 2, 3] : x));
   out.notArrayAfter = await after(p);
+  const device = Object.create(hora.cuda.DeviceBuffer.prototype);
+  out.device = await outcome(() => hora.reduce(r === 1 ? device : x));
+  out.deviceAfter = await after(p);
+  out.gatherDevice = await outcome(() => hora.gather(r === 1 ? device : x));
+  out.gatherDeviceAfter = await after(p);
   out.intScale = await outcome(() => hora.reduce(new Int32Array(3), r === 1 ? { prescaleFactor: 2 } : {}));
   out.intScaleAfter = await after(p);
   out.roots = await outcome(() => hora.reduce(x, { root: r }));
