@@ -13,6 +13,8 @@ t.test('bus bandwidth factors are the nccl-tests ones', async (t) => {
   t.equal(busBandwidthFactor('reduceScatter', 4), 0.75);
   t.equal(busBandwidthFactor('broadcast', 4), 1);
   t.equal(busBandwidthFactor('barrier', 4), 0);
+  t.equal(busBandwidthFactor('reduce', 4), 1, 'reduce: as nccl-tests counts it');
+  t.equal(busBandwidthFactor('gather', 4), 0.75, 'gather: its output, as allgather');
 });
 
 t.test('rates come from the last two reports; busbw from bytes over busy time', async (t) => {

@@ -28,6 +28,8 @@ const SOLO = {
   'grouped.allreduce average false': /^hora\.grouped\.allreduce: argument 'options\.average' is not an option \(received boolean false\): for Horovod's average=False use op: 'sum'\. hora\.grouped\.allreduce takes op, name, inplace, dtype, prescaleFactor, postscaleFactor$/,
   'grouped.allgather nam': /^hora\.grouped\.allgather: argument 'options\.nam' .*did you mean 'name'\? hora\.grouped\.allgather takes name, dtype$/,
   'grouped.reduceScatter prescale': /^hora\.grouped\.reduceScatter: argument 'options\.prescale' .*did you mean 'prescaleFactor'\?/,
+  'reduce dst': /^hora\.reduce: argument 'options\.dst' .*did you mean 'root'\? hora\.reduce takes root, op, name, dtype, prescaleFactor, postscaleFactor$/,
+  'gather gather_list': /^hora\.gather: argument 'options\.gather_list' is not an option .*hora\.gather takes root, name, dtype$/,
   'send dst': /^hora\.send: argument 'options\.dst' .*did you mean 'to'\? hora\.send takes to, tag, dtype$/,
   'recv src': /^hora\.recv: argument 'options\.src' .*did you mean 'from'\? hora\.recv takes from, tag, dtype, count$/,
   'newGroup timeout': /^hora\.newGroup: argument 'options\.timeout' is not an option \(received number 30\)\. hora\.newGroup takes no options$/,

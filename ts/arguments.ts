@@ -96,6 +96,15 @@ export function scaleOf(collective: string, o: Partial<AllreduceOptions>, x: unk
   return [pre, post];
 }
 
+/** options.root: a rank of the world or group, default 0. */
+export function rootOf(collective: string, root: unknown, size: number, rank: number): number {
+  if (root === undefined) return 0;
+  if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= size) {
+    throw invalidArgument(collective, 'options.root', `an integer rank from 0 to ${size - 1}`, root, rank);
+  }
+  return root;
+}
+
 function factorOf(collective: string, key: string, v: unknown, rank: number): number {
   if (v === undefined) return 1;
   if (typeof v !== 'number' || !Number.isFinite(v)) throw invalidArgument(collective, `options.${key}`, 'a finite number', v, rank);

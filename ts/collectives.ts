@@ -10,14 +10,15 @@
  * device memory: any new buffer is allocated here, before submission, except an allgather's, which the
  * engine allocates. The buffers are lent to the engine until the work settles (free() refuses meanwhile).
  */
-import { booleanOf, dtypeOf, nameOf, opOf, optionsObject, scaleOf } from './arguments';
+import { booleanOf, dtypeOf, nameOf, opOf, optionsObject, rootOf, scaleOf } from './arguments';
 import { DeviceBuffer, adoptDevicePointer, deviceAlloc, deviceCopy, lend } from './device-buffer';
 import { requireElasticRun } from './elastic/world';
 import { CallSite, HoraError, invalidArgument, knownOptions } from './errors';
 import { loadNative } from './loader';
 import { NativeDType, NativeEstimate, NativeItem, NativeKind, NativeOp, NativeResult, lookupName, nativeItem } from './native';
 import type {
-  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, ReduceScatterOptions, Tensor,
+  AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, GatherOptions, ReduceOptions,
+  ReduceScatterOptions, Tensor,
 } from './types';
 import { Dispatcher, invalidItem, Work } from './work';
 import { ALGORITHMS, Scope, current, rank } from './world';
@@ -37,6 +38,10 @@ export const REDUCE_SCATTER_OPTIONS = knownOptions<ReduceScatterOptions>({
   op: true, name: true, dtype: true, prescaleFactor: true, postscaleFactor: true,
 });
 const BARRIER_OPTIONS = knownOptions<BarrierOptions>({ name: true });
+const REDUCE_OPTIONS = knownOptions<ReduceOptions>({
+  root: true, op: true, name: true, dtype: true, prescaleFactor: true, postscaleFactor: true,
+});
+const GATHER_OPTIONS = knownOptions<GatherOptions>({ root: true, name: true, dtype: true });
 
 /** A world of one's result with factors: nothing is combined, x is scaled alone (native, as a group of one is). */
 function scaledAlone<T extends Tensor>(x: T, dtype: NativeDType, scale: [number, number] | undefined): T {
@@ -253,6 +258,72 @@ export function reduceScatterPlan<T extends CollectiveInput>(x: T, options?: Red
     if (scale) item.scale = scale;
     return { item, finish: () => out, keep: [x, out], local: () => scaledAlone(copyOf(x as Tensor), dtype, scale) as T, value: undefined, lends: Lend.Reads };
   };
+}
+
+/**
+ * Reduces x element-wise across ranks (default op 'sum') into a new array at `root` (default 0); on every
+ * other rank the Work resolves to null. Every rank's x has the same length. Host arrays only: a
+ * DeviceBuffer is refused with ERR_INVALID_ARGUMENT.
+ */
+export function reduce<T extends Tensor>(x: T, options?: ReduceOptions): Work<T | null> {
+  return submitCollective(null, 'reduce', reduce, reducePlan(x, options), undefined, options);
+}
+
+/** @internal */
+export function reducePlan<T extends Tensor>(x: T, options?: ReduceOptions): (w: Scope) => Plan<T | null> {
+  return (w) => {
+    const c = w.prefix + 'reduce';
+    const o = optionsObject<ReduceOptions>(c, options, REDUCE_OPTIONS, w.self);
+    hostArray(c, x, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
+    const root = rootOf(c, o.root, w.size, w.self);
+    const op = opOf(c, o.op, 'sum', w.self);
+    const name = nameOf(c, o.name, w.self);
+    const scale = o.prescaleFactor === undefined && o.postscaleFactor === undefined ? undefined : scaleOf(c, o, x, dtype, w.self);
+    const out = w.rank === root ? new (x.constructor as new (length: number) => T)(x.length) : null;
+    const item = nativeItem(NativeKind.Reduce, op, dtype, root, name, x, out);
+    if (scale) item.scale = scale;
+    return {
+      item, finish: () => out, keep: out ? [x, out] : [x], local: () => scaledAlone(copyOf(x), dtype, scale),
+      value: undefined, lends: Lend.Reads,
+    };
+  };
+}
+
+/**
+ * Concatenates every rank's x in rank order into a new array at `root` (default 0); on every other rank
+ * the Work resolves to null. Ranks may contribute different lengths, zero included; the result says
+ * nothing of where one rank's part ends (send the lengths too, or gather equal lengths, when the root
+ * needs them). Host arrays only: a DeviceBuffer is refused with ERR_INVALID_ARGUMENT.
+ */
+export function gather<T extends Tensor>(x: T, options?: GatherOptions): Work<T | null> {
+  return submitCollective(null, 'gather', gather, gatherPlan(x, options), undefined, options);
+}
+
+/** @internal */
+export function gatherPlan<T extends Tensor>(x: T, options?: GatherOptions): (w: Scope) => Plan<T | null> {
+  return (w) => {
+    const c = w.prefix + 'gather';
+    const o = optionsObject<GatherOptions>(c, options, GATHER_OPTIONS, w.self);
+    hostArray(c, x, w.self);
+    const dtype = dtypeOf(c, x, o.dtype, w.self);
+    const root = rootOf(c, o.root, w.size, w.self);
+    const name = nameOf(c, o.name, w.self);
+    const Ctor = x.constructor as new (buffer: ArrayBuffer) => T;
+    const mine = w.rank === root;
+    return {
+      item: nativeItem(NativeKind.Gather, NativeOp.Sum, dtype, root, name, x, null),
+      finish: (r) => (mine ? new Ctor(r.gathered as ArrayBuffer) : null), keep: [x], local: () => copyOf(x),
+      value: undefined, lends: Lend.Reads,
+    };
+  };
+}
+
+/** reduce and gather take host arrays (their device paths are not written); a DeviceBuffer is refused by name. */
+function hostArray(c: string, x: unknown, rank: number): void {
+  if (x instanceof DeviceBuffer) {
+    throw invalidArgument(c, 'x', 'a typed array (this call takes host memory; copy a hora.cuda.DeviceBuffer to the host first)', x, rank);
+  }
 }
 
 /** Completes once every rank has called it. */

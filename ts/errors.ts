@@ -146,7 +146,7 @@ const FOREIGN_OPTIONS: Record<string, Hint> = {
   blocking: useWork,
   rootrank: renamed('root'),
   src: (v, keys) => renamed('from')(v, keys) ?? renamed('root')(v, keys),
-  dst: renamed('to'),
+  dst: (v, keys) => renamed('to')(v, keys) ?? renamed('root')(v, keys),
   tensorname: renamed('name'),
   reduceop: renamed('op'),
   timeout: (_v, keys) => (keys.includes('timeoutSeconds') ? 'use timeoutSeconds (seconds, for every collective)' : undefined),

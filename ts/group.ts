@@ -14,14 +14,14 @@
  */
 import { CallSite, HoraError, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import {
-  Grouped, Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, planAllgatherObject, planBroadcastObject,
-  groupedOf, recvPlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
+  Grouped, Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, gatherPlan, planAllgatherObject,
+  planBroadcastObject, groupedOf, recvPlan, reducePlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
 } from './hora';
 import { DeviceBuffer } from './device-buffer';
 import { NativeDType, NativeKind, NativeOp, NativeResult, nativeItem } from './native';
 import type {
-  AllgatherObjectOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastObjectOptions, BroadcastOptions, NewGroupOptions, RecvOptions, ReduceScatterOptions,
-  SendOptions, Tensor,
+  AllgatherObjectOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastObjectOptions, BroadcastOptions, GatherOptions, NewGroupOptions,
+  RecvOptions, ReduceOptions, ReduceScatterOptions, SendOptions, Tensor,
 } from './types';
 import { Work } from './work';
 
@@ -70,6 +70,16 @@ export class Group {
   /** hora.reduceScatter over the group: this member's block (by group rank) of the reduction. */
   reduceScatter<T extends Tensor>(x: T, options?: ReduceScatterOptions): Work<T> {
     return submitCollective(this.live('reduceScatter'), 'reduceScatter', this.reduceScatter, hostOnly('reduceScatter', x, reduceScatterPlan(x, options)), undefined, options);
+  }
+
+  /** hora.reduce to group rank `root` (default 0): the reduction there, null on the other members. */
+  reduce<T extends Tensor>(x: T, options?: ReduceOptions): Work<T | null> {
+    return submitCollective(this.live('reduce'), 'reduce', this.reduce, reducePlan(x, options), undefined, options);
+  }
+
+  /** hora.gather to group rank `root` (default 0): every member's x in group rank order there, null on the others. */
+  gather<T extends Tensor>(x: T, options?: GatherOptions): Work<T | null> {
+    return submitCollective(this.live('gather'), 'gather', this.gather, gatherPlan(x, options), undefined, options);
   }
 
   /** Completes once every member has called it. */

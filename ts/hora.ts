@@ -6,7 +6,7 @@
  *   ts/init.ts           init() and shutdown(): joining a fixed world, the checks of the launcher's layout
  *   ts/elastic/world.ts  an elastic job's worlds: joining, forming, re-forming; collectives only in elastic.run
  *   ts/arguments.ts      the argument checks that collectives and messages share
- *   ts/collectives.ts    allreduce, broadcast, allgather, reduceScatter, barrier, failPeers (submitCollective(), Plan)
+ *   ts/collectives.ts    allreduce, broadcast, allgather, reduceScatter, reduce, gather, barrier, failPeers (submitCollective(), Plan)
  *   ts/messages.ts       send and recv (runMessage())
  *   ts/objects.ts        broadcastObject and allgatherObject (one allgather of serialized values)
  *   ts/grouped.ts        hora.grouped: allreduce, allgather and reduceScatter of a list, as one piece of a batch
@@ -50,6 +50,10 @@ export const allgather = collectives.allgather;
 export const allgatherPlan = collectives.allgatherPlan;
 export const reduceScatter = collectives.reduceScatter;
 export const reduceScatterPlan = collectives.reduceScatterPlan;
+export const reduce = collectives.reduce;
+export const reducePlan = collectives.reducePlan;
+export const gather = collectives.gather;
+export const gatherPlan = collectives.gatherPlan;
 export const barrier = collectives.barrier;
 export const barrierPlan = collectives.barrierPlan;
 export const failPeers = collectives.failPeers;

@@ -20,6 +20,8 @@ export const allreduce = core.allreduce;
 export const broadcast = core.broadcast;
 export const allgather = core.allgather;
 export const reduceScatter = core.reduceScatter;
+export const reduce = core.reduce;
+export const gather = core.gather;
 export const barrier = core.barrier;
 export const broadcastObject = core.broadcastObject;
 export const allgatherObject = core.allgatherObject;
@@ -40,5 +42,5 @@ export type HoraError = errors.HoraError;
 export type { HoraErrorCode } from './errors';
 export type {
   ReduceOp, DType, Tensor, CollectiveInput, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
-  ReduceScatterOptions, BarrierOptions, BroadcastObjectOptions, AllgatherObjectOptions, SendOptions, RecvOptions, NewGroupOptions,
+  ReduceScatterOptions, ReduceOptions, GatherOptions, BarrierOptions, BroadcastObjectOptions, AllgatherObjectOptions, SendOptions, RecvOptions, NewGroupOptions,
 } from './types';

@@ -30,7 +30,8 @@
  * test/enums.test.js checks them against these tables entry by entry.
  */
 
-export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7 }
+export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7,
+  Alltoall = 8, Reduce = 9, Gather = 10 }
 export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6,
   Int8 = 7, Int16 = 8, Uint16 = 9 }
 export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
@@ -87,9 +88,19 @@ export const KIND_NAMES = {
   [NativeKind.Invalid]: { api: 'invalid', engine: 'invalid call' },
   [NativeKind.Send]: { api: 'send', engine: 'send' },
   [NativeKind.Recv]: { api: 'recv', engine: 'recv' },
+  // Reserved for alltoall (its own change adds the call); the engine refuses it until then.
+  [NativeKind.Alltoall]: { api: 'alltoall', engine: 'alltoall' },
+  [NativeKind.Reduce]: { api: 'reduce', engine: 'reduce' },
+  [NativeKind.Gather]: { api: 'gather', engine: 'gather' },
 } as const satisfies { readonly [K in NativeKind]: { readonly api: string; readonly engine: string } };
 /** The kinds that are collectives of the ordered queue (not a placeholder, not a message). */
-export type CollectiveNativeKind = NativeKind.Allreduce | NativeKind.Broadcast | NativeKind.Allgather | NativeKind.ReduceScatter | NativeKind.Barrier;
+export type CollectiveNativeKind = NativeKind.Allreduce | NativeKind.Broadcast | NativeKind.Allgather | NativeKind.ReduceScatter | NativeKind.Barrier
+  | NativeKind.Alltoall | NativeKind.Reduce | NativeKind.Gather;
+/** The collectives (every kind but the placeholder and the messages), in the order of their values. */
+export const COLLECTIVE_NATIVE_KINDS = [
+  NativeKind.Allreduce, NativeKind.Broadcast, NativeKind.Allgather, NativeKind.ReduceScatter, NativeKind.Barrier,
+  NativeKind.Alltoall, NativeKind.Reduce, NativeKind.Gather,
+] as const satisfies readonly CollectiveNativeKind[];
 
 /**
  * The codes of a native Status in the addon's order (codeName); every one but 'OK' is a HoraError code
@@ -220,9 +231,9 @@ export interface NativeItem {
   dtype: NativeDType;
   root: number;
   name: string;
-  /** allreduce/broadcast: reduced or received in place; allgather/reducescatter: input. */
+  /** allreduce/broadcast: reduced or received in place; allgather/reducescatter/reduce/gather: input. */
   data: ArrayBufferView | null;
-  /** reducescatter: this rank's block of the result. */
+  /** reducescatter: this rank's block of the result; reduce: the root's result (null on the other ranks). */
   out: ArrayBufferView | null;
   /** kind Invalid: why this rank's call was rejected. */
   invalidReason?: string;
@@ -242,7 +253,7 @@ export interface NativeItem {
   /** reducescatter of a device item: this rank's block of the result, device memory. */
   outPtr?: bigint;
   /**
-   * allreduce, reducescatter of a float dtype on host memory: [prescaleFactor, postscaleFactor], finite;
+   * allreduce, reducescatter, reduce of a float dtype on host memory: [prescaleFactor, postscaleFactor], finite;
    * absent when both are 1. An item with it goes through submit() (collective() has no room for it).
    */
   scale?: [number, number];
@@ -252,11 +263,11 @@ export interface NativeResult {
   code?: string;
   message?: string;
   peer?: number;
-  /** allgather of host memory: every rank's block, concatenated. */
+  /** allgather of host memory, and gather at its root: every rank's block, concatenated. */
   gathered?: ArrayBuffer;
   /** allgather of device memory: the same, in device memory of the item's device, now owned by the JS side. */
   devicePtr?: bigint;
-  /** allgather: elements from each rank. */
+  /** allgather, and gather at its root: elements from each rank. */
   counts?: number[];
   fused?: boolean;
 }

@@ -108,7 +108,7 @@ export class CollectiveStats {
     k.count++;
     // Bus bandwidth counts an allgather by its output, which ranks may size differently: the element
     // count from each rank (host or device memory alike).
-    k.bytes += c.kind === 'allgather' && result.counts ? result.counts.reduce((a, b) => a + b, 0) * c.elementBytes : c.bytes;
+    k.bytes += (c.kind === 'allgather' || c.kind === 'gather') && result.counts ? result.counts.reduce((a, b) => a + b, 0) * c.elementBytes : c.bytes;
   }
 
   /** The Stats message body as of now. */

@@ -296,13 +296,13 @@ export class TimelineWriter {
   private callArgs(call: Call): Record<string, unknown> {
     const args: Record<string, unknown> = { kind: KINDS[call.kind] ?? String(call.kind) };
     if (call.name) args.name = call.name;
-    if (call.kind === NativeKind.Allreduce || call.kind === NativeKind.ReduceScatter) args.op = OPS[call.op];
+    if (call.kind === NativeKind.Allreduce || call.kind === NativeKind.ReduceScatter || call.kind === NativeKind.Reduce) args.op = OPS[call.op];
     if (call.kind !== NativeKind.Barrier && call.kind !== NativeKind.Invalid) {
       args.dtype = DTYPES[call.dtype];
       args.count = call.bytes / (DTYPE_BYTES[call.dtype] ?? 1);
       args.bytes = call.bytes;
     }
-    if (call.kind === NativeKind.Broadcast) args.root = call.root;
+    if (call.kind === NativeKind.Broadcast || call.kind === NativeKind.Reduce || call.kind === NativeKind.Gather) args.root = call.root;
     if (call.kind === NativeKind.Send) args.to = call.peer;
     if (call.kind === NativeKind.Recv) args.from = call.peer;
     if (call.kind === NativeKind.Send || call.kind === NativeKind.Recv) args.tag = call.tag;
@@ -332,7 +332,7 @@ export class TimelineWriter {
       in_engine_queue_us: started && t[C.Enqueued] ? (started - t[C.Enqueued]) / 1000 : undefined,
     });
     if (t[C.CopyInStart]) this.slice(tid, 'copy in', 'phase', t[C.CopyInStart], t[C.CopyInEnd] || done, { bytes: call.bytes });
-    const reduces = call.kind === NativeKind.Allreduce || call.kind === NativeKind.ReduceScatter;
+    const reduces = call.kind === NativeKind.Allreduce || call.kind === NativeKind.ReduceScatter || call.kind === NativeKind.Reduce;
     const reduce = !reduces ? undefined : {
       reduce_us: t[C.ReduceNanos] / 1000, reduce_calls: t[C.ReduceCalls],
       ...(fused > 0 ? { of: `the fusion group of ${fused} tensors` } : {}),

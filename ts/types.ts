@@ -70,6 +70,26 @@ export interface ReduceScatterOptions {
   postscaleFactor?: number;
 }
 
+export interface ReduceOptions {
+  /** Rank that receives the reduction (default 0); every other rank's Work resolves to null. */
+  root?: number;
+  /** Reduction operator (default 'sum', as torch.distributed.reduce; 'avg' divides by the world or group size). */
+  op?: ReduceOp;
+  name?: string;
+  dtype?: DType;
+  /** As for allreduce: multiplies every rank's x before the reduction. Default 1. */
+  prescaleFactor?: number;
+  /** As for allreduce: multiplies the root's result after it. Default 1. */
+  postscaleFactor?: number;
+}
+
+export interface GatherOptions {
+  /** Rank that receives every rank's x, concatenated in rank order (default 0); every other rank's Work resolves to null. */
+  root?: number;
+  name?: string;
+  dtype?: DType;
+}
+
 export interface BroadcastObjectOptions {
   /** Rank whose value everyone receives (default 0). */
   root?: number;

@@ -42,11 +42,13 @@ void decodeCode(Napi::Env env, int32_t code, Work* w) {
   w->algorithm = checkedEnum<hora::Algorithm>(env, (code >> 12) & 15, "algorithm", hora::kNumAlgorithms);
 }
 
-// A broadcast's root: asked for of a broadcast only (no other kind has one; theirs stays 0), so root()
-// gives the value only when it is wanted and the other kinds cost no call.
+// A broadcast's, reduce's or gather's root: asked for of those only (no other kind has one; theirs stays
+// 0), so root() gives the value only when it is wanted and the other kinds cost no call.
 template <typename Root>
 void readRoot(Root root, Work* w) {
-  if (w->kind == hora::Kind::kBroadcast) w->root = int32Or(root(), 0);
+  if (w->kind == hora::Kind::kBroadcast || w->kind == hora::Kind::kReduce || w->kind == hora::Kind::kGather) {
+    w->root = int32Or(root(), 0);
+  }
 }
 
 // A collective's name (the batch order and the timeline's).
@@ -341,7 +343,9 @@ Napi::Value CommunicatorWrap::Take(Napi::Env env, std::unordered_map<uint64_t, s
 }
 
 // Success with nothing to hand back: the common case.
-bool CommunicatorWrap::PlainSuccess(const Work& w) { return w.status.isOk() && w.kind != hora::Kind::kAllgather && !w.fused; }
+bool CommunicatorWrap::PlainSuccess(const Work& w) {
+  return w.status.isOk() && w.kind != hora::Kind::kAllgather && w.kind != hora::Kind::kGather && !w.fused;
+}
 
 // A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
 Napi::Value CommunicatorWrap::ResultOf(Napi::Env env, Work& w) {
@@ -358,7 +362,9 @@ Napi::Value CommunicatorWrap::ResultOf(Napi::Env env, Work& w) {
     r.Set("devicePtr", pointerValue(env, w.gatheredDevice));
     w.gatheredDevice = nullptr;
     r.Set("counts", CountsArray(env, w.gatheredCounts));
-  } else if (w.kind == hora::Kind::kAllgather && w.status.isOk()) {
+  } else if ((w.kind == hora::Kind::kAllgather || (w.kind == hora::Kind::kGather && !w.gatheredCounts.empty())) &&
+             w.status.isOk()) {
+    // A gather's result is the root's alone (its counts are set there only): the others get none.
     auto* storage = new std::vector<uint8_t>(std::move(w.gathered));
     Napi::ArrayBuffer ab = storage->empty()
                                ? Napi::ArrayBuffer::New(env, 0)

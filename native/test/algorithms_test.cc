@@ -550,6 +550,114 @@ void broadcastTests(World& w) {
   }
 }
 
+// Reduce to one root: the root's out holds the reduction (scaled when asked), nobody's input changes,
+// nothing is written past a buffer.
+void reduceCase(World& w, Check& check, Algorithm algo, int root, DType t, ReduceOp op, size_t count,
+                const Scaling& scaling = Scaling()) {
+  std::string what = std::string(algorithmName(algo)) + " root " + std::to_string(root) + " " + caseName(t, op, count);
+  if (scaling.active()) what += " prescale " + fmt(scaling.pre) + " postscale " + fmt(scaling.post);
+  if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+  const uint64_t salt = mix(count * 13 + static_cast<uint64_t>(t) * 3 + static_cast<uint64_t>(op) + 7);
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < w.size; ++r) in.push_back(makeInput(t, op, r, count, salt));
+  const std::vector<std::vector<uint8_t>> before = in;
+  const std::vector<uint8_t> want = scaling.active() ? scaledReference(t, op, in, count, scaling) : reference(t, op, in, count);
+  const size_t bytes = count * dtypeSize(t);
+  std::vector<uint8_t> out(bytes + kGuardBytes, kGuardByte);
+  const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+    ReduceOptions o;
+    o.input = in[r].data();
+    o.output = r == root ? out.data() : nullptr;
+    o.count = count;
+    o.dtype = t;
+    o.op = op;
+    o.algorithm = algo;
+    o.scaling = scaling;
+    o.root = root;
+    return reduce(c, o);
+  });
+  std::string err = firstFailure(st);
+  if (err.empty()) err = compareElements(t, want.data(), out.data(), count, "the root");
+  if (err.empty() && !guardIntact(out, bytes)) err = "the root wrote past the end of its out";
+  for (int r = 0; r < w.size && err.empty(); ++r) {
+    if (in[r] != before[r]) err = "rank " + std::to_string(r) + "'s input changed";
+  }
+  if (err.empty()) check.pass();
+  else check.fail(what + ": " + err);
+}
+
+void reduceTests(World& w) {
+  const size_t smallCounts[] = {0, 1, 7, static_cast<size_t>(w.size) * 3 + 1};
+  for (Algorithm algo : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    Check check("reduce " + w.name() + " " + algorithmName(algo) + ": every root x dtype x op, counts 0, 1, 7, 3p+1");
+    for (int root = 0; root < w.size; ++root) {
+      for (size_t count : smallCounts) {
+        for (DType t : kDTypes) {
+          for (ReduceOp op : kOps) reduceCase(w, check, algo, root, t, op, count);
+        }
+      }
+    }
+  }
+  Check check("reduce " + w.name() + ": every root, counts 100003 and 1<<20 (the ring and the blocks to the root), scaled");
+  for (int root = 0; root < w.size; ++root) {
+    reduceCase(w, check, Algorithm::kAuto, root, DType::kFloat32, ReduceOp::kSum, 100003);
+    reduceCase(w, check, Algorithm::kAuto, root, DType::kInt64, ReduceOp::kMax, 100003);
+    reduceCase(w, check, Algorithm::kAuto, root, DType::kFloat16, ReduceOp::kAvg, 100003);
+    reduceCase(w, check, Algorithm::kAuto, root, DType::kFloat32, ReduceOp::kAvg, size_t(1) << 20);
+    reduceCase(w, check, Algorithm::kAuto, root, DType::kFloat64, ReduceOp::kAvg, 100003, Scaling{0.5, 3});
+    reduceCase(w, check, Algorithm::kRecursiveDoubling, root, DType::kBFloat16, ReduceOp::kSum, 7, Scaling{2, 0.25});
+  }
+}
+
+// Gather to one root: the root's output holds every rank's block in rank order; the others' outputs are
+// not touched.
+void gatherCase(World& w, Check& check, int root, const std::string& pattern, const std::vector<size_t>& bytesPerRank) {
+  const std::string what = "root " + std::to_string(root) + ", bytes per rank " + pattern;
+  if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+  std::vector<size_t> offset(w.size + 1, 0);
+  for (int r = 0; r < w.size; ++r) offset[r + 1] = offset[r] + bytesPerRank[r];
+  const size_t total = offset[w.size];
+  std::vector<uint8_t> want(total);
+  std::vector<std::vector<uint8_t>> in(w.size);
+  for (int r = 0; r < w.size; ++r) {
+    for (size_t i = 0; i < bytesPerRank[r]; ++i) want[offset[r] + i] = patternByte(r, i);
+    in[r].assign(want.begin() + offset[r], want.begin() + offset[r + 1]);
+  }
+  std::vector<std::vector<uint8_t>> out(w.size, std::vector<uint8_t>(total + kGuardBytes, kGuardByte));
+  const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+    GatherOptions o;
+    o.input = in[r].data();
+    o.output = out[r].data();
+    o.bytesPerRank = bytesPerRank;
+    o.root = root;
+    return gather(c, o);
+  });
+  std::string err = firstFailure(st);
+  if (err.empty()) err = compareElements(DType::kUint8, want.data(), out[root].data(), total, "the root");
+  for (int r = 0; r < w.size && err.empty(); ++r) {
+    if (!guardIntact(out[r], r == root ? total : 0)) err = "rank " + std::to_string(r) + " wrote where it should not";
+  }
+  if (err.empty()) check.pass();
+  else check.fail(what + ": " + err);
+}
+
+void gatherTests(World& w) {
+  Check check("gather " + w.name() + ": every root; different bytes per rank, some empty, some past 64 KiB");
+  const int p = w.size;
+  std::vector<size_t> none(p, 0), byRank(p), large(p), oneBig(p, 5);
+  for (int r = 0; r < p; ++r) {
+    byRank[r] = static_cast<size_t>(r);  // rank 0 contributes nothing
+    large[r] = 70001 + 1013 * static_cast<size_t>(r);
+  }
+  oneBig[p - 1] = 600001;
+  for (int root = 0; root < p; ++root) {
+    gatherCase(w, check, root, "0", none);
+    gatherCase(w, check, root, "r", byRank);
+    gatherCase(w, check, root, "70001+1013r", large);
+    gatherCase(w, check, root, "5, last rank 600001", oneBig);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Agreement.
 
@@ -710,6 +818,49 @@ void agreementTests(World& w) {
 }
 
 // The name is the proposal's variable part: names that differ past what a proposal holds are shown whole.
+// Reduce and gather agree on their root; reduce on its count too, gather not (lengths may differ by rank).
+void agreementRootedTests(World& w) {
+  const int p = w.size;
+  Check check("agree " + w.name() + ": reduce and gather: roots compared, reduce's count compared, gather's not");
+  {
+    const uint64_t seq = w.seq++;
+    Work g = makeWork(Kind::kGather, 0);
+    g.root = p - 1;
+    std::string err = firstFailure(agreeOnEveryRank(w, [&](int r) { return proposalFor(g, seq, 1, r * 5); }, noReason));
+    check.expect(err.empty(), "gather with a different count per rank: " + err);
+  }
+  if (p < 2 || w.broken) return;
+  for (Kind kind : {Kind::kReduce, Kind::kGather}) {
+    const uint64_t seq = w.seq++;
+    const std::vector<Status> st = agreeOnEveryRank(
+        w,
+        [&](int r) {
+          Work wk = makeWork(kind, 10);
+          wk.root = r == p - 1 ? 1 : 0;
+          return proposalFor(wk, seq, 1, 10);
+        },
+        noReason);
+    std::string err = expectSameVerdict(st, Code::kMismatch, [&](const std::string& m) -> std::string {
+      return contains(m, std::string(kindName(kind)) + " 'grad/w' (float32 x 10") && contains(m, ", root 1)") ? "" : "message: " + m;
+    });
+    check.expect(err.empty(), std::string(kindName(kind)) + " to root 1 on the last rank only: ERR_MISMATCH on every rank: " + err);
+  }
+  {
+    const uint64_t seq = w.seq++;
+    const std::vector<Status> st = agreeOnEveryRank(
+        w,
+        [&](int r) {
+          const size_t count = r == p - 1 ? 11 : 10;
+          return proposalFor(makeWork(Kind::kReduce, count, DType::kFloat32, ReduceOp::kMax), seq, 1, count);
+        },
+        noReason);
+    std::string err = expectSameVerdict(st, Code::kMismatch, [](const std::string& m) -> std::string {
+      return contains(m, "reduce 'grad/w' (float32 x 11, op max, root 0)") ? "" : "message: " + m;
+    });
+    check.expect(err.empty(), "reduce of 11 on the last rank, 10 on the others: ERR_MISMATCH on every rank: " + err);
+  }
+}
+
 void agreementNameTests(World& w) {
   const int p = w.size;
   if (p < 2) return;
@@ -1445,7 +1596,12 @@ void worldTests(Net net, int size) {
   fresh();
   broadcastTests(w);
   fresh();
+  reduceTests(w);
+  fresh();
+  gatherTests(w);
+  fresh();
   agreementTests(w);
+  agreementRootedTests(w);
   agreementNameTests(w);
   agreementLongReasonTests(w);
   fresh();

@@ -52,6 +52,8 @@ async function soloScenario() {
     'grouped.allreduce average false': () => hora.grouped.allreduce([f32(), f32()], { average: false }),
     'grouped.allgather nam': () => hora.grouped.allgather([f32()], { nam: 'x' }),
     'grouped.reduceScatter prescale': () => hora.grouped.reduceScatter([f32()], { prescale: 0.5 }),
+    'reduce dst': () => hora.reduce(f32(), { dst: 0 }),
+    'gather gather_list': () => hora.gather(f32(), { gather_list: [] }),
     'send dst': () => hora.send(f32(), { dst: 1 }),
     'recv src': () => hora.recv({ src: 0, dtype: 'float32', count: 3 }),
     'newGroup timeout': () => hora.newGroup([0], { timeout: 30 }),

@@ -12,7 +12,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as protobuf from 'protobufjs';
-import { KIND_NAMES, NativeKind, valuesOf } from '../native';
+import { COLLECTIVE_NATIVE_KINDS, KIND_NAMES, NativeKind } from '../native';
 import type { CollectiveNativeKind } from '../native';
 
 /** Bumped when a change would be misread by an older peer; see proto/hora.proto. */
@@ -105,8 +105,8 @@ export interface Heartbeat {
   timeMs: number;
 }
 
-/** Kinds of collective a Stats message may name (the API's names): the kinds before Invalid. */
-export const COLLECTIVE_KINDS = valuesOf(KIND_NAMES, (k) => k.api).slice(0, NativeKind.Invalid) as readonly CollectiveKind[];
+/** Kinds of collective a Stats message may name (the API's names). */
+export const COLLECTIVE_KINDS: readonly CollectiveKind[] = COLLECTIVE_NATIVE_KINDS.map((k) => KIND_NAMES[k].api);
 export type CollectiveKind = (typeof KIND_NAMES)[CollectiveNativeKind]['api'];
 /** Point-to-point calls, counted beside the collectives (but outside their order: no sequence numbers). */
 export const MESSAGE_KINDS = [KIND_NAMES[NativeKind.Send].api, KIND_NAMES[NativeKind.Recv].api] as const;

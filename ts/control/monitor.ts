@@ -42,7 +42,10 @@ export function busBandwidthFactor(kind: CollectiveKind, size: number): number {
     case 'reduceScatter':
       return (size - 1) / size;
     case 'broadcast':
+    case 'reduce':
       return 1;
+    case 'gather':
+      return (size - 1) / size;
     default:
       return 0;
   }

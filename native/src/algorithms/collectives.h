@@ -57,6 +57,30 @@ struct BroadcastOptions {
 };
 Status broadcast(Context& ctx, const BroadcastOptions& opts);
 
+// The rooted collectives (rooted.cc): only the root ends with a result.
+
+struct ReduceOptions {
+  const uint8_t* input = nullptr;  // this rank's values, read only
+  uint8_t* output = nullptr;       // root: count elements, the reduction over all ranks; others: unused
+  size_t count = 0;                // elements, the same on every rank
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;  // kRing or kRecursiveDoubling forces one; anything else: by size
+  Scaling scaling;                 // as in AllreduceOptions
+  int root = 0;
+};
+Status reduce(Context& ctx, const ReduceOptions& opts);
+// The algorithm reduce() runs: kRecursiveDoubling or kRing (same on every rank).
+Algorithm chooseReduceAlgorithm(const Context& ctx, const ReduceOptions& opts);
+
+struct GatherOptions {
+  const uint8_t* input = nullptr;       // this rank's block, read only
+  uint8_t* output = nullptr;            // root: every rank's block, concatenated in rank order; others: unused
+  std::vector<size_t> bytesPerRank;     // size of each rank's block (allgatherCounts gives every rank them)
+  int root = 0;
+};
+Status gather(Context& ctx, const GatherOptions& opts);
+
 // Scratch memory for the calling thread, grown on demand and kept for the next collective.
 uint8_t* threadScratch(size_t bytes);
 

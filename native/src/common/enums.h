@@ -45,8 +45,11 @@ enum class Kind : uint8_t {
   // Point-to-point messages (engine/p2p.h): never part of the agreement, never on the collectives' streams.
   kSend = 6,
   kRecv = 7,
+  kAlltoall = 8,  // reserved here for alltoall (its branch adds the collective); refused until then
+  kReduce = 9,    // every rank's data reduced into the root's out (algorithms/rooted.cc)
+  kGather = 10,   // every rank's data concatenated at the root, lengths may differ (algorithms/rooted.cc)
 };
-constexpr int kNumKinds = static_cast<int>(Kind::kRecv) + 1;
+constexpr int kNumKinds = static_cast<int>(Kind::kGather) + 1;
 
 // The allreduce algorithms (algorithms/collectives.h).
 enum class Algorithm : uint8_t {
@@ -114,6 +117,9 @@ constexpr const char* kindName(Kind k) {
     case Kind::kInvalid: return "invalid call";
     case Kind::kSend: return "send";
     case Kind::kRecv: return "recv";
+    case Kind::kAlltoall: return "alltoall";
+    case Kind::kReduce: return "reduce";
+    case Kind::kGather: return "gather";
   }
   return "unknown collective";
 }

@@ -124,12 +124,12 @@ std::string describe(const Proposal& p, const std::string& name) {
   if (!name.empty()) s += " '" + name + "'";
   if (kind != Kind::kBarrier && kind != Kind::kInvalid) {
     s += " (" + std::string(dtypeName(static_cast<DType>(p.dtype))) + " x " + std::to_string(p.count);
-    if (kind == Kind::kAllreduce || kind == Kind::kReduceScatter) {
+    if (kind == Kind::kAllreduce || kind == Kind::kReduceScatter || kind == Kind::kReduce) {
       s += std::string(", op ") + opName(static_cast<ReduceOp>(p.op));
       if (p.prescale != 1) s += ", prescaleFactor " + shortest(p.prescale);
       if (p.postscale != 1) s += ", postscaleFactor " + shortest(p.postscale);
     }
-    if (kind == Kind::kBroadcast) s += ", root " + std::to_string(p.root);
+    if (kind == Kind::kBroadcast || kind == Kind::kReduce || kind == Kind::kGather) s += ", root " + std::to_string(p.root);
     if (p.numTensors > 1) s += ", " + std::to_string(p.numTensors) + " fused tensors";
     s += p.onDevice ? ", in GPU memory)" : ")";
   }
@@ -142,16 +142,17 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   Proposal p;
   p.seq = seq;
   p.kind = static_cast<uint8_t>(w.kind);
-  p.op = static_cast<uint8_t>(w.kind == Kind::kAllreduce || w.kind == Kind::kReduceScatter ? w.op : ReduceOp::kSum);
+  const bool reduces = w.kind == Kind::kAllreduce || w.kind == Kind::kReduceScatter || w.kind == Kind::kReduce;
+  p.op = static_cast<uint8_t>(reduces ? w.op : ReduceOp::kSum);
   p.dtype = static_cast<uint8_t>(w.dtype);
-  p.root = w.kind == Kind::kBroadcast ? w.root : 0;
+  p.root = w.kind == Kind::kBroadcast || w.kind == Kind::kReduce || w.kind == Kind::kGather ? w.root : 0;
   p.count = w.kind == Kind::kBarrier ? 0 : totalCount;
-  p.compareCount = w.kind == Kind::kAllgather ? 0 : 1;
+  p.compareCount = w.kind == Kind::kAllgather || w.kind == Kind::kGather ? 0 : 1;
   p.numTensors = static_cast<uint32_t>(numTensors);
   p.group = w.group != nullptr ? w.group->id : 0;
   p.algorithm = static_cast<uint8_t>(w.algorithm);
   p.onDevice = w.device >= 0 ? 1 : 0;
-  if (w.kind == Kind::kAllreduce || w.kind == Kind::kReduceScatter) {
+  if (reduces) {
     p.prescale = w.scaling.pre;
     p.postscale = w.scaling.post;
   }

@@ -369,6 +369,9 @@ Status Communicator::execute(Work& w) {
     if (!agreed.isOk() && alike == 0) return agreed;
   }
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
+    if (w.kind == Kind::kReduce || w.kind == Kind::kGather) {
+      return Status(Code::kInvalidArgument, std::string(kindName(w.kind)) + " takes host memory only");
+    }
     if (w.group != nullptr) return Status(Code::kInvalidArgument, "group collectives take host memory only");
     if (w.scaling.active()) return Status(Code::kInvalidArgument, "prescaleFactor and postscaleFactor take host memory only");
     if (device_ == nullptr) device_.reset(new cuda::DeviceCollectives(ctx_, {options_.transport, options_.ipcSlots, options_.nccl}));
@@ -388,6 +391,9 @@ Status Communicator::execute(Work& w) {
     w.gatheredDevice = d.gatheredDevice;
     if (options_.timeline) w.times.algorithm = device_->path();
     return st;
+  }
+  if ((w.kind == Kind::kReduce || w.kind == Kind::kGather) && (w.root < 0 || w.root >= p)) {
+    return Status(Code::kInvalidArgument, "root " + std::to_string(w.root) + " is not a rank of " + std::to_string(p));
   }
   switch (w.kind) {
     case Kind::kAllreduce: {
@@ -443,6 +449,40 @@ Status Communicator::execute(Work& w) {
       o.output = w.gathered.data();
       return allgather(ctx, o);
     }
+    case Kind::kReduce: {
+      ReduceOptions o;
+      o.input = w.data;
+      o.output = r == w.root ? w.out : nullptr;
+      o.count = w.count;
+      o.dtype = w.dtype;
+      o.op = w.op;
+      o.algorithm = w.algorithm;
+      o.scaling = w.scaling;
+      o.root = w.root;
+      if (r == w.root && w.count > 0 && w.out == nullptr) return Status(Code::kInternal, "the root's reduce has no out array");
+      if (options_.timeline) w.times.algorithm = algorithmName(chooseReduceAlgorithm(ctx, o));
+      return reduce(ctx, o);
+    }
+    case Kind::kGather: {
+      const size_t elem = dtypeSize(w.dtype);
+      // The counts first (ranks may contribute different numbers of elements), bounded on every rank alike.
+      std::vector<uint64_t> counts;
+      uint64_t total = 0;
+      HORA_RETURN_IF_ERROR(allgatherCounts(ctx, w.count, elem, &counts, &total));
+      GatherOptions o;
+      o.input = w.data;
+      o.root = w.root;
+      o.bytesPerRank.resize(p);
+      for (int i = 0; i < p; ++i) o.bytesPerRank[i] = counts[i] * elem;
+      if (r == w.root) {
+        w.gathered.resize(total * elem);
+        w.gatheredCounts = std::move(counts);
+      }
+      o.output = w.gathered.data();
+      return gather(ctx, o);
+    }
+    case Kind::kAlltoall:
+      return Status(Code::kInvalidArgument, "alltoall is not in this build");
     case Kind::kBarrier:
     case Kind::kInvalid:
       return Status::ok();
