@@ -21,6 +21,7 @@ export const broadcast = core.broadcast;
 export const allgather = core.allgather;
 export const reduceScatter = core.reduceScatter;
 export const barrier = core.barrier;
+export const join = core.join;
 export const broadcastObject = core.broadcastObject;
 export const allgatherObject = core.allgatherObject;
 export const failPeers = core.failPeers;

@@ -30,7 +30,9 @@
  * test/enums.test.js checks them against these tables entry by entry.
  */
 
-export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7 }
+// Reserved8 to Reserved11: the values of issue 40's other kinds (alltoall, reduce, gather, scatter), which replace them.
+export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7,
+  Reserved8 = 8, Reserved9 = 9, Reserved10 = 10, Reserved11 = 11, Join = 12 }
 export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6,
   Int8 = 7, Int16 = 8, Uint16 = 9 }
 export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
@@ -87,6 +89,11 @@ export const KIND_NAMES = {
   [NativeKind.Invalid]: { api: 'invalid', engine: 'invalid call' },
   [NativeKind.Send]: { api: 'send', engine: 'send' },
   [NativeKind.Recv]: { api: 'recv', engine: 'recv' },
+  [NativeKind.Reserved8]: { api: 'invalid', engine: 'unknown collective' },
+  [NativeKind.Reserved9]: { api: 'invalid', engine: 'unknown collective' },
+  [NativeKind.Reserved10]: { api: 'invalid', engine: 'unknown collective' },
+  [NativeKind.Reserved11]: { api: 'invalid', engine: 'unknown collective' },
+  [NativeKind.Join]: { api: 'join', engine: 'join' },
 } as const satisfies { readonly [K in NativeKind]: { readonly api: string; readonly engine: string } };
 /** The kinds that are collectives of the ordered queue (not a placeholder, not a message). */
 export type CollectiveNativeKind = NativeKind.Allreduce | NativeKind.Broadcast | NativeKind.Allgather | NativeKind.ReduceScatter | NativeKind.Barrier;
@@ -259,6 +266,8 @@ export interface NativeResult {
   /** allgather: elements from each rank. */
   counts?: number[];
   fused?: boolean;
+  /** join: the rank (of the join's group, if any) that joined last. */
+  lastJoined?: number;
 }
 
 export interface NativeCommunicator {

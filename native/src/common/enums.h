@@ -45,8 +45,12 @@ enum class Kind : uint8_t {
   // Point-to-point messages (engine/p2p.h): never part of the agreement, never on the collectives' streams.
   kSend = 6,
   kRecv = 7,
+  // 8 to 11: the other kinds of issue 40 (alltoall, reduce, gather, scatter) take these values.
+  // hora.join() (engine/agreement.h): a rank out of data takes part in the others' collectives with a
+  // neutral contribution until every rank has joined.
+  kJoin = 12,
 };
-constexpr int kNumKinds = static_cast<int>(Kind::kRecv) + 1;
+constexpr int kNumKinds = static_cast<int>(Kind::kJoin) + 1;
 
 // The allreduce algorithms (algorithms/collectives.h).
 enum class Algorithm : uint8_t {
@@ -114,6 +118,7 @@ constexpr const char* kindName(Kind k) {
     case Kind::kInvalid: return "invalid call";
     case Kind::kSend: return "send";
     case Kind::kRecv: return "recv";
+    case Kind::kJoin: return "join";
   }
   return "unknown collective";
 }
