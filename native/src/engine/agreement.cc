@@ -530,6 +530,9 @@ bool partnerMessageArrived(Context& ctx) {
   Message head;
   memcpy(static_cast<void*>(&head), data, kHeadBytes);
   if (head.payloadBytes > kSmallAllreduceBytes) return false;
+  // A partner that has joined (hora.join()) turns a small allreduce into an agreement and an allreduce, and
+  // the second waits on the partner: it goes to the communication thread.
+  if (isJoin(head.proposal)) return false;
   const size_t whole = kHeadBytes + (head.state != 0 ? sizeof(head.text) : 0) + head.payloadBytes;
   return pair->peek(whole, &data, &avail).isOk() && avail >= whole;
 }

@@ -108,7 +108,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
 // made here, only if the rest fits, and stored there; nullptr: chosen here and forgotten.
 bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen = nullptr);
 // Whether the next agreement would finish without waiting on a peer: a world of two ranks, whose partner's
-// whole message for it (head, text, payload) has arrived. Takes nothing from the stream (TCP may read
+// whole message for it (head, text, payload) has arrived, and has not joined (hora.join()). Takes nothing from the stream (TCP may read
 // bytes into the pair's buffer); call only while no collective runs, as it uses the pair one would read.
 bool partnerMessageArrived(Context& ctx);
 
