@@ -495,12 +495,24 @@ Status explainInvalid(Context& ctx, const std::string& invalidReason, const Mess
 
 // The collectives that cannot run while a rank has joined, from the verdict (the same on every rank, so every
 // rank, the joined ones too, returns the same error): a broadcast whose root has joined (it has nothing to
-// send), one on GPU memory (a joined rank has no device buffer to take part with), and a prescaleFactor
-// with op min, max or prod (a neutral element scaled is no longer neutral).
+// send), one on GPU memory (a joined rank has no device buffer to take part with), a prescaleFactor with op
+// min, max or prod (a neutral element scaled is no longer neutral), and a kind that a joined rank does not
+// know how to take part in (Communicator::serveJoined() lists those it does).
 Status refusedWhileJoined(Context& ctx, const Message& verdict) {
   const Proposal& p = verdict.proposal;
   const std::string which = describe(p) + ", while " + std::to_string(ctx.size() - verdict.contributors) + " of " +
                             std::to_string(ctx.size()) + " ranks have joined (hora.join())";
+  switch (static_cast<Kind>(p.kind)) {
+    case Kind::kAllreduce:
+    case Kind::kBroadcast:
+    case Kind::kAllgather:
+    case Kind::kReduceScatter:
+    case Kind::kBarrier:
+    case Kind::kInvalid:
+      break;
+    default:
+      return Status(Code::kInvalidArgument, which + ": a rank that has joined cannot take part in a " + kindName(static_cast<Kind>(p.kind)), -1);
+  }
   if (p.kind == static_cast<uint8_t>(Kind::kBroadcast) && verdict.rootsLive == 0) {
     const int root = p.root >= 0 && p.root < ctx.size() ? ctx.worldRank(p.root) : p.root;
     return Status(Code::kInvalidArgument, which + ": its root, rank " + std::to_string(root) +
