@@ -5,8 +5,8 @@
 // one on the ring, a fused batch), allgather, reduceScatter, broadcast and barrier with a neutral
 // contribution; join resolves on every rank to the rank that joined last (the highest of a tie). A broadcast
 // whose root has joined and a prescaleFactor with op min are ERR_INVALID_ARGUMENT on every live rank; the
-// joined rank's own collectives are refused while its join is pending; a group joins among its members; a
-// killed rank fails a pending join with ERR_PEER_LOST. test/workers/join-worker.js runs each scenario.
+// joined rank's own collectives are refused while its join is pending; live ranks that disagree get
+// ERR_MISMATCH and stay in step; a group joins among its members; a killed rank fails a pending join with ERR_PEER_LOST. test/workers/join-worker.js runs each scenario.
 const t = require('tap');
 const path = require('node:path');
 const { runJob, runScenario, tail } = require('./support/hora-job');
@@ -83,6 +83,20 @@ t.test('p=3: prescaleFactor with op min is refused while a rank has joined; post
     t.equal(r.min.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}: min with prescaleFactor: ERR_INVALID_ARGUMENT`, { got: r.min });
     t.match(r.min.message, /prescaleFactor with op min does not run while a rank has joined/, `rank ${rank}: the message says why`);
     t.same(r.avg, { ok: true, value: r.want }, `rank ${rank}: avg with postscaleFactor 3 over the 2 live ranks`);
+  }
+});
+
+t.test('p=3: live ranks that disagree while one has joined get ERR_MISMATCH, naming their calls; they stay in step', async (t) => {
+  const { results, job } = await runScenario(t, 3, WORKER, 'mismatch');
+  if (!everyRankReported(t, results, job)) return;
+  for (const [rank, r] of results.entries()) {
+    t.equal(r.last, 2, `rank ${rank}: join resolved to rank 2`);
+    if (rank === 0) continue;
+    t.equal(r.lone.code, 'ERR_MISMATCH', `rank ${rank}: counts that differ: ERR_MISMATCH`, { got: r.lone });
+    t.match(r.lone.message, /rank 1 submitted allreduce \(float32 x 3, op sum\) as collective #0 but rank 2 submitted allreduce \(float32 x 4/, `rank ${rank}: the message names the live ranks' calls`);
+    t.same(r.fused.map((f) => f.code), ['ERR_MISMATCH', 'ERR_MISMATCH'], `rank ${rank}: the fused batch whose second tensor differs fails`, { got: r.fused });
+    t.match(r.fused[0].message, /tensor 2 of 2 is 'b1' \(float32 x 1\) on rank 1 but 'b2' \(float32 x 1\) on rank 2/, `rank ${rank}: the layouts were exchanged (the joined rank took part) to name the tensor`);
+    t.same(r.after, { ok: true, value: [3] }, `rank ${rank}: the next allreduce sums the live ranks`);
   }
 });
 

@@ -14,6 +14,8 @@
 //   refused     rank 0 joins and at once calls allreduce, which is refused; its join still resolves
 //   scaled      rank 0 joins at once; the others allreduce with prescaleFactor 2 and op min (refused on every
 //               live rank) and with postscaleFactor 3 and op avg (divided by the contributors, then scaled)
+//   mismatch    rank 0 joins at once; ranks 1 and 2 disagree on a count, then on a fused batch's second
+//               name: ERR_MISMATCH on both; the next allreduce works, and the join resolves
 //   group       a group of the first and last ranks: group rank 0 joins, group rank 1 runs two group
 //               allreduces and joins; then a world allreduce shows every rank in step
 //   kill        rank 0 joins; the last rank SIGKILLs itself; rank 0's join fails with ERR_PEER_LOST
@@ -110,6 +112,18 @@ const scenarios = {
     // The live ranks are 1..p-1: their mean times 3.
     const mean = sum([...Array(p).keys()].slice(1)) / (p - 1);
     return { min, avg, want: [3 * mean, 6 * mean], last: await hora.join() };
+  },
+
+  async mismatch(r) {
+    if (r === 0) return { last: await hora.join() };
+    // A lone allreduce whose count differs, then a fused batch whose second tensor differs by name (the
+    // layouts are exchanged to name it, the joined rank taking part), then one that agrees.
+    const lone = await attempt(() => hora.allreduce(new Float32Array(r + 2), { op: 'sum' }));
+    const batch = [hora.allreduce(new Float32Array([r]), { op: 'sum', name: 'a' }), hora.allreduce(new Float32Array([r]), { op: 'sum', name: `b${r}` })];
+    const fused = [];
+    for (const w of batch) fused.push(await attempt(() => w));
+    const after = await attempt(() => hora.allreduce(new Float32Array([r]), { op: 'sum' }));
+    return { lone, fused, after, last: await hora.join() };
   },
 
   async group(r, p) {
