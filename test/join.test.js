@@ -39,6 +39,12 @@ for (const np of [2, 3, 4]) {
   }
 }
 
+t.test('p=1: a world of one joins at once, to rank 0', async (t) => {
+  const { results, job } = await runScenario(t, 1, WORKER, 'uneven');
+  if (!everyRankReported(t, results, job)) return;
+  checksPassed(t, results, [1], 0);
+});
+
 t.test('p=3: ranks that join at the same place: the highest is the last', async (t) => {
   const { results, job } = await runScenario(t, 3, WORKER, 'tie');
   if (!everyRankReported(t, results, job)) return;
