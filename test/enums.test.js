@@ -52,3 +52,9 @@ t.test('dtypes: appended after the first seven, and every kind, op, dtype and al
     t.equal((native.itemCode(7, 4, d, 4) >> 8) & 15, d, `itemCode keeps dtype ${ours.dtypes[d]}`);
   }
 });
+
+t.test('join is kind 12 on both sides (issue 40 gives 8 to 11 to alltoall, reduce, gather and scatter)', async (t) => {
+  t.equal(ours.kinds[12], 'join', 'ts/native.ts: KIND_NAMES[12] is join');
+  t.equal(theirs.kinds[12], 'join', 'the addon: kindName(12) is join');
+  t.equal((native.itemCode(12, 0, 0) & 15), 12, 'itemCode keeps kind 12');
+});

@@ -96,6 +96,7 @@ export function submitCollective<T, A = undefined, B = undefined>(
 ): Work<T> {
   const w = scope ?? current(collective);
   requireElasticRun(w, collective);
+  if (w.dispatcher && joining.has(w.dispatcher)) return refusedWhileJoining(w, collective, callee);
   // A world of one completes here and now: its call site is wanted only for a bad call, and taking it
   // (2-3 µs) on every call made its collectives slower than a world of two's.
   const site = w.dispatcher ? w.dispatcher.callSite(callee) : CallSite.none;
@@ -324,6 +325,50 @@ function hostArray(c: string, x: unknown, rank: number): void {
   if (x instanceof DeviceBuffer) {
     throw invalidArgument(c, 'x', 'a typed array (this call takes host memory; copy a hora.cuda.DeviceBuffer to the host first)', x, rank);
   }
+}
+
+/**
+ * For uneven data: this rank has run out of batches. From now on it takes part in the other ranks'
+ * collectives with a neutral contribution (the identity of the op, nothing for an allgather), until every
+ * rank has joined; the Work then resolves on every rank to the rank that joined last (of ranks that joined
+ * at the same place of the order, the highest). While the join is pending this rank's own collectives are
+ * refused (ERR_INVALID_ARGUMENT); messages still run. See docs/join.md.
+ */
+export function join(): Work<number> {
+  return joinIn(null, join);
+}
+
+/** hora.join() or group.join(): the pending join refuses every collective of its dispatcher (one engine thread) until it settles. */
+/** @internal */
+export function joinIn(scope: Scope | null, callee: Function): Work<number> {
+  const work = submitCollective(scope, 'join', callee, planJoin);
+  const w = scope ?? current('join');
+  if (w.dispatcher && !work.done) {
+    const dispatcher = w.dispatcher;
+    joining.set(dispatcher, w.prefix + 'join');
+    work.onSettled(() => joining.delete(dispatcher));
+  }
+  return work;
+}
+
+function planJoin(w: Scope): Plan<number> {
+  return {
+    item: nativeItem(NativeKind.Join, NativeOp.Sum, NativeDType.Uint8, 0, '', null, null),
+    finish: (r) => r.lastJoined ?? -1, keep: [], local: () => w.rank, value: undefined, lends: Lend.None,
+  };
+}
+
+// The dispatchers with a join pending, and the call that made it ('join' or 'group.join').
+const joining = new WeakMap<Dispatcher, string>();
+
+function refusedWhileJoining<T>(w: Scope, collective: string, callee: Function): Work<T> {
+  const err = new HoraError('ERR_INVALID_ARGUMENT', `hora.${w.prefix}${collective}: this rank (${w.self}) called ` +
+    `hora.${joining.get(w.dispatcher as Dispatcher)}() and it has not resolved; a rank that has joined takes part in the others' ` +
+    'collectives by itself and calls none of its own until its join resolves (await it first)', w.self);
+  new CallSite(callee).attach(err);
+  const failed = new Work<T>(null);
+  failed.reject(err);
+  return failed;
 }
 
 /** Completes once every rank has called it. */

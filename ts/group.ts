@@ -14,7 +14,7 @@
  */
 import { CallSite, HoraError, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import {
-  Grouped, Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, gatherPlan, planAllgatherObject,
+  Grouped, Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, gatherPlan, joinIn, planAllgatherObject,
   planBroadcastObject, groupedOf, recvPlan, reducePlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
 } from './hora';
 import { DeviceBuffer } from './device-buffer';
@@ -85,6 +85,15 @@ export class Group {
   /** Completes once every member has called it. */
   barrier(options?: BarrierOptions): Work<void> {
     return submitCollective(this.live('barrier'), 'barrier', this.barrier, barrierPlan(options), undefined, options);
+  }
+
+  /**
+   * hora.join() among the group's members: this member has run out of data and takes part in the group's
+   * collectives with a neutral contribution until every member has joined; resolves to the group rank that
+   * joined last. While it is pending, this process's collectives (world and groups) are refused.
+   */
+  join(): Work<number> {
+    return joinIn(this.live('join'), this.join);
   }
 
   /** hora.broadcastObject from group rank `root` (default 0) to the group. */

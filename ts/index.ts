@@ -23,6 +23,7 @@ export const reduceScatter = core.reduceScatter;
 export const reduce = core.reduce;
 export const gather = core.gather;
 export const barrier = core.barrier;
+export const join = core.join;
 export const broadcastObject = core.broadcastObject;
 export const allgatherObject = core.allgatherObject;
 export const grouped = core.grouped;

@@ -31,7 +31,7 @@
  */
 
 export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7,
-  Alltoall = 8, Reduce = 9, Gather = 10 }
+  Alltoall = 8, Reduce = 9, Gather = 10, Scatter = 11, Join = 12 }
 export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6,
   Int8 = 7, Int16 = 8, Uint16 = 9 }
 export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
@@ -92,14 +92,17 @@ export const KIND_NAMES = {
   [NativeKind.Alltoall]: { api: 'alltoall', engine: 'alltoall' },
   [NativeKind.Reduce]: { api: 'reduce', engine: 'reduce' },
   [NativeKind.Gather]: { api: 'gather', engine: 'gather' },
+  // Reserved for scatter (its own change adds the call); the engine refuses it until then.
+  [NativeKind.Scatter]: { api: 'scatter', engine: 'scatter' },
+  [NativeKind.Join]: { api: 'join', engine: 'join' },
 } as const satisfies { readonly [K in NativeKind]: { readonly api: string; readonly engine: string } };
 /** The kinds that are collectives of the ordered queue (not a placeholder, not a message). */
 export type CollectiveNativeKind = NativeKind.Allreduce | NativeKind.Broadcast | NativeKind.Allgather | NativeKind.ReduceScatter | NativeKind.Barrier
-  | NativeKind.Alltoall | NativeKind.Reduce | NativeKind.Gather;
+  | NativeKind.Alltoall | NativeKind.Reduce | NativeKind.Gather | NativeKind.Scatter;
 /** The collectives (every kind but the placeholder and the messages), in the order of their values. */
 export const COLLECTIVE_NATIVE_KINDS = [
   NativeKind.Allreduce, NativeKind.Broadcast, NativeKind.Allgather, NativeKind.ReduceScatter, NativeKind.Barrier,
-  NativeKind.Alltoall, NativeKind.Reduce, NativeKind.Gather,
+  NativeKind.Alltoall, NativeKind.Reduce, NativeKind.Gather, NativeKind.Scatter,
 ] as const satisfies readonly CollectiveNativeKind[];
 
 /**
@@ -270,6 +273,8 @@ export interface NativeResult {
   /** allgather, and gather at its root: elements from each rank. */
   counts?: number[];
   fused?: boolean;
+  /** join: the rank (of the join's group, if any) that joined last. */
+  lastJoined?: number;
 }
 
 export interface NativeCommunicator {

@@ -22,13 +22,14 @@ const PENDING_REPORTED = 4;
 const NAME_CODE_POINTS = 60;
 
 /** The API's name of each NativeKind, by value. */
-const KIND_API_NAMES: readonly (StatsKind | 'invalid')[] = valuesOf(KIND_NAMES, (k) => k.api);
+const KIND_API_NAMES: readonly (StatsKind | 'invalid' | 'join')[] = valuesOf(KIND_NAMES, (k) => k.api);
 
 /** One submitted collective, from submission to completion. */
 export interface SubmittedCollective {
   /** Position in this rank's order of world collectives, from 1; 0 for a process group's collective or a message. */
   seq: number;
-  kind: StatsKind | 'invalid';
+  /** 'join': hora.join(), which has no totals and no sequence number (it stands for the others' collectives meanwhile). */
+  kind: StatsKind | 'invalid' | 'join';
   name: string;
   bytes: number;
   /** Bytes per element, for an allgather's output counts. */
@@ -74,7 +75,7 @@ export class CollectiveStats {
     const kindName = KIND_API_NAMES[kind] ?? 'invalid';
     return {
       seq: inWorldOrder ? ++this.submittedCount : 0, kind: kindName, name, bytes, elementBytes: DTYPE_BYTES[dtype] ?? 1, at: -1,
-      totals: kindName === 'invalid' ? null : this.byKind[kind] ?? (this.byKind[kind] = this.totals(kindName)),
+      totals: kindName === 'invalid' || kindName === 'join' ? null : this.byKind[kind] ?? (this.byKind[kind] = this.totals(kindName)),
     };
   }
 

@@ -297,7 +297,7 @@ export class TimelineWriter {
     const args: Record<string, unknown> = { kind: KINDS[call.kind] ?? String(call.kind) };
     if (call.name) args.name = call.name;
     if (call.kind === NativeKind.Allreduce || call.kind === NativeKind.ReduceScatter || call.kind === NativeKind.Reduce) args.op = OPS[call.op];
-    if (call.kind !== NativeKind.Barrier && call.kind !== NativeKind.Invalid) {
+    if (call.kind !== NativeKind.Barrier && call.kind !== NativeKind.Invalid && call.kind !== NativeKind.Join) {
       args.dtype = DTYPES[call.dtype];
       args.count = call.bytes / (DTYPE_BYTES[call.dtype] ?? 1);
       args.bytes = call.bytes;

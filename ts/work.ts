@@ -312,7 +312,8 @@ export class Dispatcher implements WorkDriver {
     // Messages are not collectives: the stall inspector's view of the ordered queue leaves them out (no
     // sequence number), but the job's figures count them.
     const p2p = item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
-    const stats = this.stats.submitted(item.kind, item.name, bytes, item.dtype, !item.group && !p2p);
+    // A join (hora.join()) takes none either: it stands for every collective the others run meanwhile.
+    const stats = this.stats.submitted(item.kind, item.name, bytes, item.dtype, !item.group && !p2p && item.kind !== NativeKind.Join);
     const lent = lends !== Lend.None ? item.data : null;
     this.outstanding.add({ id, work, finish, value, site, keep, stats, lent, lentBytes: bytes, lends, stage: null, item: lent ? item : null });
     if (this.timeline) this.timeline.called(id, item);

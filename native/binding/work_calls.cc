@@ -344,7 +344,7 @@ Napi::Value CommunicatorWrap::Take(Napi::Env env, std::unordered_map<uint64_t, s
 
 // Success with nothing to hand back: the common case.
 bool CommunicatorWrap::PlainSuccess(const Work& w) {
-  return w.status.isOk() && w.kind != hora::Kind::kAllgather && w.kind != hora::Kind::kGather && !w.fused;
+  return w.status.isOk() && w.kind != hora::Kind::kAllgather && w.kind != hora::Kind::kGather && w.kind != hora::Kind::kJoin && !w.fused;
 }
 
 // A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
@@ -375,6 +375,7 @@ Napi::Value CommunicatorWrap::ResultOf(Napi::Env env, Work& w) {
     r.Set("gathered", ab);
     r.Set("counts", CountsArray(env, w.gatheredCounts));
   }
+  if (w.kind == hora::Kind::kJoin && w.status.isOk()) r.Set("lastJoined", w.lastJoined);
   if (w.fused) r.Set("fused", true);
   return r;
 }

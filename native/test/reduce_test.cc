@@ -1,6 +1,7 @@
 // Tests for the CPU reduction kernels (native/src/reduce): every dtype x op against a scalar reference
 // written independently here, odd lengths, offset pointers, aliasing, bit-exact commutativity,
-// 16-bit float conversions, scaleForAvg, and the scaled steps of prescaleFactor / postscaleFactor.
+// 16-bit float conversions, scaleForAvg, the scaled steps of prescaleFactor / postscaleFactor, and the
+// identity of each op (fillIdentity, what a joined rank contributes).
 //
 //   g++ -std=c++17 -O2 -ffp-contract=off -Inative/src native/test/reduce_test.cc native/src/reduce/reduce.cc
 //       -o /tmp/reduce_test && /tmp/reduce_test
@@ -721,6 +722,52 @@ void testIntegerWrap() {
   expect(i16out[0] == 32767 && i16out[1] == -1 && i16out[2] == 256, "int16 max compares signed");
 }
 
+// Whether element e of dtype t is a NaN (the kernels replace any NaN by the canonical one).
+bool isNaNElement(DType t, const uint8_t* e) {
+  uint16_t h;
+  switch (t) {
+    case DType::kFloat32: { float f; std::memcpy(&f, e, 4); return std::isnan(f); }
+    case DType::kFloat64: { double f; std::memcpy(&f, e, 8); return std::isnan(f); }
+    case DType::kFloat16: std::memcpy(&h, e, 2); return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0;
+    case DType::kBFloat16: std::memcpy(&h, e, 2); return (h & 0x7f80) == 0x7f80 && (h & 0x7f) != 0;
+    default: return false;
+  }
+}
+
+// fillIdentity (what a rank that has joined contributes, hora.join()): x op identity and identity op x are
+// x, bit for bit (-0 and the extremes included), for every dtype and op; a NaN stays a NaN.
+void testIdentity() {
+  std::mt19937_64 rng(40);
+  const size_t count = 257;
+  for (int d = 0; d < kNumDTypes; ++d) {
+    const DType t = static_cast<DType>(d);
+    const size_t size = dtypeSize(t);
+    std::vector<uint8_t> x(count * size), id(count * size), out(count * size);
+    fillRandom(t, x.data(), count, rng);
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      const ReduceOp op = static_cast<ReduceOp>(o);
+      fillIdentity(op, t, id.data(), count);
+      for (int order = 0; order < 2; ++order) {
+        reduceTwo(op, t, out.data(), order ? id.data() : x.data(), order ? x.data() : id.data(), count);
+        size_t bad = count;
+        for (size_t i = 0; i < count && bad == count; ++i) {
+          const uint8_t* a = x.data() + i * size;
+          const uint8_t* b = out.data() + i * size;
+          const bool same = isNaNElement(t, a) ? isNaNElement(t, b) : std::memcmp(a, b, size) == 0;
+          if (!same) bad = i;
+        }
+        uint64_t got = 0, want = 0;
+        if (bad < count) {
+          std::memcpy(&got, out.data() + bad * size, size);
+          std::memcpy(&want, x.data() + bad * size, size);
+        }
+        expect(bad == count, std::string("fillIdentity: ") + dtypeName(t) + " " + opName(op) + (order ? ": identity op x" : ": x op identity") + " is x",
+               bad < count ? "element " + std::to_string(bad) + ": " + hex(got) + " for " + hex(want) : "");
+      }
+    }
+  }
+}
+
 void testNames() {
   expect(std::string(dtypeName(DType::kInt8)) == "int8" && std::string(dtypeName(DType::kInt16)) == "int16" &&
              std::string(dtypeName(DType::kUint16)) == "uint16" && dtypeSize(DType::kInt8) == 1 &&
@@ -743,5 +790,6 @@ int main() {
   testScaleForAvg();
   testIntegerWrap();
   testScaledSteps();
+  testIdentity();
   return testing::finish();
 }

@@ -48,8 +48,12 @@ enum class Kind : uint8_t {
   kAlltoall = 8,  // reserved here for alltoall (its branch adds the collective); refused until then
   kReduce = 9,    // every rank's data reduced into the root's out (algorithms/rooted.cc)
   kGather = 10,   // every rank's data concatenated at the root, lengths may differ (algorithms/rooted.cc)
+  kScatter = 11,  // reserved here for scatter (its branch adds the collective); refused until then
+  // hora.join() (engine/agreement.h): a rank out of data takes part in the others' collectives with a
+  // neutral contribution until every rank has joined.
+  kJoin = 12,
 };
-constexpr int kNumKinds = static_cast<int>(Kind::kGather) + 1;
+constexpr int kNumKinds = static_cast<int>(Kind::kJoin) + 1;
 
 // The allreduce algorithms (algorithms/collectives.h).
 enum class Algorithm : uint8_t {
@@ -120,6 +124,8 @@ constexpr const char* kindName(Kind k) {
     case Kind::kAlltoall: return "alltoall";
     case Kind::kReduce: return "reduce";
     case Kind::kGather: return "gather";
+    case Kind::kScatter: return "scatter";
+    case Kind::kJoin: return "join";
   }
   return "unknown collective";
 }

@@ -27,6 +27,13 @@ struct Message {
   uint8_t state = 0;
   int32_t culprit = 0;   // lowest rank involved in the disagreement; orders verdicts deterministically
   uint32_t payloadBytes = 0;  // bytes of reduced data that follow this message on the wire
+  // Join (hora.join()), summed or kept over the ranks combined so far: how many proposed a collective (not
+  // kJoin); how many of those are the root of the broadcast they propose; the rank that joined last (of
+  // this context; -1: none), with its joinedAt.
+  uint32_t contributors = 0;
+  uint32_t rootsLive = 0;
+  int32_t lastJoiner = -1;
+  uint64_t lastJoinedAt = 0;
   char text[400];             // the verdict's words; read only when state != 0
   Message() { text[0] = '\0'; }
   // Copies the text only when there is a verdict: an agreed message is its head.
@@ -66,6 +73,20 @@ bool differInNameOnly(const Proposal& a, const Proposal& b) {
   return sameCollective(a, same);
 }
 
+bool isJoin(const Proposal& p) { return p.kind == static_cast<uint8_t>(Kind::kJoin); }
+
+// A join proposal agrees with any collective at the same place of the same group's order.
+bool joinAgrees(const Proposal& a, const Proposal& b) { return a.seq == b.seq && a.group == b.group; }
+
+// The join counters of two disjoint sets of ranks, combined (the same on both sides: sums and a maximum).
+void mergeJoinCounters(Message* out, const Message& a, const Message& b) {
+  out->contributors = a.contributors + b.contributors;
+  out->rootsLive = a.rootsLive + b.rootsLive;
+  const bool aLater = a.lastJoinedAt > b.lastJoinedAt || (a.lastJoinedAt == b.lastJoinedAt && a.lastJoiner > b.lastJoiner);
+  out->lastJoiner = aLater ? a.lastJoiner : b.lastJoiner;
+  out->lastJoinedAt = aLater ? a.lastJoinedAt : b.lastJoinedAt;
+}
+
 void setText(Message* m, const std::string& s) {
   size_t n = s.size() < sizeof(m->text) - 1 ? s.size() : sizeof(m->text) - 1;
   memcpy(m->text, s.data(), n);
@@ -89,6 +110,10 @@ void combine(Message* out, const Message* lower, const Message* higher) {
       pick = lower->culprit <= higher->culprit ? lower : higher;
     }
     result = *pick;
+  } else if ((isJoin(lower->proposal) || isJoin(higher->proposal)) && joinAgrees(lower->proposal, higher->proposal)) {
+    // The wildcard: the verdict carries a live proposal when there is one (the lowest rank's of two joins).
+    result = isJoin(lower->proposal) && !isJoin(higher->proposal) ? *higher : *lower;
+    mergeJoinCounters(&result, *lower, *higher);
   } else if (!sameCollective(lower->proposal, higher->proposal)) {
     result = *lower;
     result.state = static_cast<uint8_t>(differInLayoutOnly(lower->proposal, higher->proposal) ? VerdictState::kLayout
@@ -100,6 +125,7 @@ void combine(Message* out, const Message* lower, const Message* higher) {
                          describe(higher->proposal));
   } else {
     result = lower->proposer <= higher->proposer ? *lower : *higher;
+    mergeJoinCounters(&result, *lower, *higher);
   }
   *out = result;
 }
@@ -122,7 +148,7 @@ std::string describe(const Proposal& p, const std::string& name) {
   Kind kind = static_cast<Kind>(p.kind);
   std::string s = kindName(kind);
   if (!name.empty()) s += " '" + name + "'";
-  if (kind != Kind::kBarrier && kind != Kind::kInvalid) {
+  if (kind != Kind::kBarrier && kind != Kind::kInvalid && kind != Kind::kJoin) {
     s += " (" + std::string(dtypeName(static_cast<DType>(p.dtype))) + " x " + std::to_string(p.count);
     if (kind == Kind::kAllreduce || kind == Kind::kReduceScatter || kind == Kind::kReduce) {
       s += std::string(", op ") + opName(static_cast<ReduceOp>(p.op));
@@ -146,7 +172,7 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   p.op = static_cast<uint8_t>(reduces ? w.op : ReduceOp::kSum);
   p.dtype = static_cast<uint8_t>(w.dtype);
   p.root = w.kind == Kind::kBroadcast || w.kind == Kind::kReduce || w.kind == Kind::kGather ? w.root : 0;
-  p.count = w.kind == Kind::kBarrier ? 0 : totalCount;
+  p.count = w.kind == Kind::kBarrier || w.kind == Kind::kJoin ? 0 : totalCount;
   p.compareCount = w.kind == Kind::kAllgather || w.kind == Kind::kGather ? 0 : 1;
   p.numTensors = static_cast<uint32_t>(numTensors);
   p.group = w.group != nullptr ? w.group->id : 0;
@@ -336,7 +362,9 @@ Status explainLayouts(Context& ctx, const Proposal& mine, const Layout* layout, 
     uint64_t signature;
   };
   std::vector<Head> heads(p);
-  heads[ctx.rank()] = {layout != nullptr ? layout->size() : 1, collectiveSignature(mine)};
+  // A joined rank (hora.join()) carries no tensors: a head of none, left out of the comparison below.
+  const bool joinedHere = isJoin(mine);
+  heads[ctx.rank()] = {joinedHere ? 0 : layout != nullptr ? layout->size() : 1, joinedHere ? 0 : collectiveSignature(mine)};
   AllgatherOptions h;
   h.output = reinterpret_cast<uint8_t*>(heads.data());
   h.bytesPerRank.assign(p, sizeof(Head));
@@ -364,17 +392,21 @@ Status explainLayouts(Context& ctx, const Proposal& mine, const Layout* layout, 
   }
   o.output = reinterpret_cast<uint8_t*>(entries.data());
   HORA_RETURN_IF_ERROR(allgather(ctx, o));
-  std::vector<LayoutView> views(p);
+  // The live ranks' views; while a rank has joined, none runs the tensors alike (the joined one could not).
+  std::vector<LayoutView> views;
   bool sameCollective = true;
   for (int i = 0; i < p; ++i) {
-    views[i].rank = ctx.worldRank(i);
-    views[i].numTensors = heads[i].numTensors;
-    views[i].entries = entries.data() + first[i];
-    views[i].shown = shownOf(heads[i].numTensors);
-    sameCollective &= heads[i].signature == heads[0].signature;
+    sameCollective &= heads[i].numTensors > 0 && heads[i].signature == heads[0].signature;
+    if (heads[i].numTensors == 0) continue;
+    LayoutView v;
+    v.rank = ctx.worldRank(i);
+    v.numTensors = heads[i].numTensors;
+    v.entries = entries.data() + first[i];
+    v.shown = shownOf(heads[i].numTensors);
+    views.push_back(v);
   }
   *alike = sameCollective ? commonPrefix(views.data(), views.size()) : 0;
-  for (int i = 1; i < p; ++i) {
+  for (size_t i = 1; i < views.size(); ++i) {
     if (layoutsDiffer(views[0], views[i])) {
       const Proposal& at = verdict.proposal;  // the same on every rank
       return Status(Code::kMismatch, describeLayoutDifference(at.seq, at.group, views[0], views[i]), -1);
@@ -434,9 +466,12 @@ Status explainNames(Context& ctx, const Proposal& mine, const Layout* layout, co
   std::vector<Proposal> proposals;
   std::vector<std::string> names;
   HORA_RETURN_IF_ERROR(allgatherWithText(ctx, mine, own, kMaxAgreedNameBytes, &proposals, &names));
-  for (int i = 1; i < ctx.size(); ++i) {
-    if (names[i] == names[0] && proposals[i].nameHash == proposals[0].nameHash) continue;
-    return Status(Code::kMismatch, "rank " + std::to_string(ctx.worldRank(0)) + " submitted " + describe(proposals[0], names[0]) +
+  // The first live rank's call is the one compared (a joined rank, hora.join(), proposes no name).
+  int base = 0;
+  while (base < ctx.size() - 1 && isJoin(proposals[base])) ++base;
+  for (int i = base + 1; i < ctx.size(); ++i) {
+    if (isJoin(proposals[i]) || (names[i] == names[base] && proposals[i].nameHash == proposals[base].nameHash)) continue;
+    return Status(Code::kMismatch, "rank " + std::to_string(ctx.worldRank(base)) + " submitted " + describe(proposals[base], names[base]) +
                                        " but rank " + std::to_string(ctx.worldRank(i)) + " submitted " +
                                        describe(proposals[i], names[i]), -1);
   }
@@ -459,6 +494,43 @@ Status explainInvalid(Context& ctx, const std::string& invalidReason, const Mess
   return Status(Code::kInvalidArgument, verdict.text, verdict.culprit);
 }
 
+// The collectives that cannot run while a rank has joined, from the verdict (the same on every rank, so every
+// rank, the joined ones too, returns the same error): a broadcast whose root has joined (it has nothing to
+// send), one on GPU memory (a joined rank has no device buffer to take part with), a prescaleFactor with op
+// min, max or prod (a neutral element scaled is no longer neutral), and a kind that a joined rank does not
+// know how to take part in (Communicator::serveJoined() lists those it does).
+Status refusedWhileJoined(Context& ctx, const Message& verdict) {
+  const Proposal& p = verdict.proposal;
+  const std::string which = describe(p) + ", while " + std::to_string(ctx.size() - verdict.contributors) + " of " +
+                            std::to_string(ctx.size()) + " ranks have joined (hora.join())";
+  switch (static_cast<Kind>(p.kind)) {
+    case Kind::kAllreduce:
+    case Kind::kBroadcast:
+    case Kind::kAllgather:
+    case Kind::kReduceScatter:
+    case Kind::kBarrier:
+    case Kind::kInvalid:
+      break;
+    default:
+      return Status(Code::kInvalidArgument, which + ": a rank that has joined cannot take part in a " + kindName(static_cast<Kind>(p.kind)), -1);
+  }
+  if (p.kind == static_cast<uint8_t>(Kind::kBroadcast) && verdict.rootsLive == 0) {
+    const int root = p.root >= 0 && p.root < ctx.size() ? ctx.worldRank(p.root) : p.root;
+    return Status(Code::kInvalidArgument, which + ": its root, rank " + std::to_string(root) +
+                                              ", has joined and has nothing to send; broadcast from a rank that has not joined", root);
+  }
+  if (p.onDevice) {
+    return Status(Code::kInvalidArgument, which + ": collectives on GPU memory do not run while a rank has joined", -1);
+  }
+  const ReduceOp op = static_cast<ReduceOp>(p.op);
+  const bool reduces = p.kind == static_cast<uint8_t>(Kind::kAllreduce) || p.kind == static_cast<uint8_t>(Kind::kReduceScatter);
+  if (reduces && p.prescale != 1 && (op == ReduceOp::kMin || op == ReduceOp::kMax || op == ReduceOp::kProd)) {
+    return Status(Code::kInvalidArgument, which + ": a prescaleFactor with op " + opName(op) +
+                                              " does not run while a rank has joined (its neutral element, scaled, is no longer neutral)", -1);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 bool partnerMessageArrived(Context& ctx) {
@@ -471,6 +543,9 @@ bool partnerMessageArrived(Context& ctx) {
   Message head;
   memcpy(static_cast<void*>(&head), data, kHeadBytes);
   if (head.payloadBytes > kSmallAllreduceBytes) return false;
+  // A partner that has joined (hora.join()) turns a small allreduce into an agreement and an allreduce, and
+  // the second waits on the partner: it goes to the communication thread.
+  if (isJoin(head.proposal)) return false;
   const size_t whole = kHeadBytes + (head.state != 0 ? sizeof(head.text) : 0) + head.payloadBytes;
   return pair->peek(whole, &data, &avail).isOk() && avail >= whole;
 }
@@ -493,7 +568,7 @@ bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen) {
 }
 
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload,
-             const Layout* layout, size_t* alike) {
+             const Layout* layout, size_t* alike, Joined* joined) {
   size_t ignored = 0;
   if (alike == nullptr) alike = &ignored;
   *alike = 0;
@@ -514,6 +589,13 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
       payload = work;
     }
   }
+  const bool joinedHere = isJoin(mine);
+  msg.contributors = joinedHere ? 0 : 1;
+  msg.rootsLive = mine.kind == static_cast<uint8_t>(Kind::kBroadcast) && mine.root == ctx.rank() ? 1 : 0;
+  if (joinedHere) {
+    msg.lastJoiner = ctx.rank();
+    msg.lastJoinedAt = mine.joinedAt;
+  }
   if (mine.kind == static_cast<uint8_t>(Kind::kInvalid)) {
     msg.state = static_cast<uint8_t>(VerdictState::kInvalid);
     setText(&msg, "rank " + std::to_string(msg.proposer) + " made an invalid call: " + invalidReason);
@@ -526,9 +608,17 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   if (ctx.size() == 1 && payload != nullptr && scaling.active()) scaleAlone(static_cast<DType>(mine.dtype), payload, mine.count, scaling);
   msg.text[sizeof(msg.text) - 1] = '\0';
   switch (static_cast<VerdictState>(msg.state)) {
-    case VerdictState::kAgreed:
-      if (userPayload != nullptr && payload != userPayload) memcpy(userPayload, work, msg.payloadBytes);
+    case VerdictState::kAgreed: {
+      const bool someJoined = msg.contributors < static_cast<uint32_t>(ctx.size());
+      if (joined != nullptr) {
+        joined->contributors = msg.contributors;
+        joined->lastJoiner = msg.lastJoiner;
+        joined->live = msg.proposal;
+      }
+      if (someJoined && msg.contributors > 0) HORA_RETURN_IF_ERROR(refusedWhileJoined(ctx, msg));
+      if (!someJoined && userPayload != nullptr && payload != userPayload) memcpy(userPayload, work, msg.payloadBytes);
       return Status::ok();
+    }
     case VerdictState::kInvalid:
       // A reason cut to fit the text is exchanged whole (every rank sees the same text, so all take part).
       if (strlen(msg.text) == sizeof(msg.text) - 1) return explainInvalid(ctx, invalidReason, msg);

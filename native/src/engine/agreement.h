@@ -18,6 +18,15 @@
 // round that exchanges the names whole, so the error shows both. A caller that must agree on more than
 // the fixed fields (the pipeline's options, say) words it into the name: one digest compared on the way,
 // the whole text shown only when the ranks differ.
+//
+// Join (hora.join(), Kind::kJoin): a rank that has run out of data proposes "joined" at every agreement
+// until every rank has. combine() treats that proposal as a wildcard: it agrees with any collective of the
+// same sequence number, and the verdict carries the live ranks' proposal, how many ranks contributed one,
+// whether a broadcast's root is among them, and the rank that joined last (the latest joinedAt, the highest
+// rank of a tie). A joined rank then runs the live proposal's algorithm with a neutral buffer (Joined,
+// Communicator::serveJoined()); a verdict of joined ranks only ends the join. A small allreduce whose payload
+// rode along cannot finish in the agreement while a rank has joined (that rank did not know the op in
+// advance): agree() leaves the payload untouched and the caller runs the allreduce after it.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +56,14 @@ struct Proposal {
   char name[32] = {};
   double prescale = 1;      // allreduce, reducescatter: prescaleFactor and postscaleFactor (1: none)
   double postscale = 1;
+  uint64_t joinedAt = 0;    // kJoin: the sequence number of this rank's first join proposal
+};
+
+// What the ranks of an agreed collective learn of joined ranks (hora.join()); agree() fills it on success.
+struct Joined {
+  uint32_t contributors = 0;  // ranks whose proposal was not kJoin; the group's size when none has joined
+  int32_t lastJoiner = -1;    // when contributors is 0: the rank (of this context) that joined last
+  Proposal live;              // the verdict's proposal: the live ranks' collective (kJoin when all joined)
 };
 
 // Describes a proposal for error messages: "allreduce 'grad/w' (float32 x 1024, op avg, #17)".
@@ -80,13 +97,18 @@ Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 // and its b, say, was an invalid call), the number of those leading tensors; else 0. A caller that
 // passes it runs those tensors as one allreduce (the payload did not ride along), completes them, and
 // takes the rest up again; every rank computes the same number, so the ranks stay in step.
+//
+// joined: filled when the agreement succeeds. While some rank has joined (contributors below the size) a
+// payload did not ride along (it is left as it was), and alike is 0. A broadcast whose root has joined, a
+// collective on GPU memory, and a prescaleFactor with op min, max or prod fail with ERR_INVALID_ARGUMENT on
+// every rank while a rank has joined (the joined ranks' agree() returns the same).
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr,
-             const Layout* layout = nullptr, size_t* alike = nullptr);
+             const Layout* layout = nullptr, size_t* alike = nullptr, Joined* joined = nullptr);
 // chosen: the allreduce's algorithm when already chosen (Work::chosen), else kAuto, and then the choice is
 // made here, only if the rest fits, and stored there; nullptr: chosen here and forgotten.
 bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen = nullptr);
 // Whether the next agreement would finish without waiting on a peer: a world of two ranks, whose partner's
-// whole message for it (head, text, payload) has arrived. Takes nothing from the stream (TCP may read
+// whole message for it (head, text, payload) has arrived, and has not joined (hora.join()). Takes nothing from the stream (TCP may read
 // bytes into the pair's buffer); call only while no collective runs, as it uses the pair one would read.
 bool partnerMessageArrived(Context& ctx);
 

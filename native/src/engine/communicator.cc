@@ -21,6 +21,21 @@ constexpr size_t kMaxTimelineRecords = size_t(1) << 20;
 
 }  // namespace
 
+// While ranks have joined (hora.join()), avg divides by the ranks that contributed: the reduction runs as a
+// sum, and the result is divided after it (divideBy), or with factors the division joins postscaleFactor.
+// Live and joined ranks make the same change from the same verdict, so they run the same steps.
+JoinAdjusted adjustForJoin(ReduceOp op, const Scaling& scaling, uint32_t contributors, int size) {
+  JoinAdjusted a{op, scaling, 0};
+  if (op != ReduceOp::kAvg || contributors == 0 || contributors >= static_cast<uint32_t>(size)) return a;
+  a.op = ReduceOp::kSum;
+  if (scaling.active()) {
+    a.scaling.post = scaling.post / contributors;
+  } else {
+    a.divideBy = static_cast<int>(contributors);
+  }
+  return a;
+}
+
 bool Communicator::isFatal(Code c) {
   return c == Code::kTimeout || c == Code::kPeerLost || c == Code::kInternal || c == Code::kAuth ||
          c == Code::kShutdown;
@@ -342,6 +357,7 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
 }
 
 Status Communicator::execute(Work& w) {
+  if (w.kind == Kind::kJoin) return runJoin(w);
   Group& g = groupOf(w);
   Context& ctx = *g.ctx;
   const int p = ctx.size(), r = ctx.rank();
@@ -353,18 +369,23 @@ Status Communicator::execute(Work& w) {
   stamp(&w.times.negotiateStart);
   // alike: every other rank's fused run begins with this tensor (see runFused()); it runs as below.
   size_t alike = 0;
+  // How many ranks contributed (the others have joined: hora.join()); the group's size unless agreed otherwise.
+  Joined joined;
+  joined.contributors = static_cast<uint32_t>(p);
   if (carriesPayload(proposal, ctx, &w.chosen)) {
     w.times.algorithm = kRodeAlong;
-    Status agreed = agree(ctx, proposal, w.invalidReason, w.data, &layout, &alike);
+    Status agreed = agree(ctx, proposal, w.invalidReason, w.data, &layout, &alike, &joined);
     stamp(&w.times.negotiateEnd);
-    if (agreed.isOk()) {
+    if (agreed.isOk() && joined.contributors == static_cast<uint32_t>(p)) {
       // Scaled, the agreement finished the payload, division included.
       if (w.op == ReduceOp::kAvg && !w.scaling.active()) scaleForAvg(w.dtype, w.data, w.count, p);
       return Status::ok();
     }
-    if (alike == 0) return agreed;
+    if (!agreed.isOk() && alike == 0) return agreed;
+    // A rank has joined: the payload did not ride along, and the allreduce runs below.
+    if (agreed.isOk()) w.times.algorithm = nullptr;
   } else {
-    Status agreed = agree(ctx, proposal, w.invalidReason, nullptr, &layout, &alike);
+    Status agreed = agree(ctx, proposal, w.invalidReason, nullptr, &layout, &alike, &joined);
     stamp(&w.times.negotiateEnd);
     if (!agreed.isOk() && alike == 0) return agreed;
   }
@@ -409,7 +430,12 @@ Status Communicator::execute(Work& w) {
       HORA_TRACE("allreduce '%s' %zu x %s with %s", w.name.c_str(), w.count, dtypeName(w.dtype), algorithmName(w.chosen));
       if (options_.timeline) w.times.algorithm = algorithmName(w.chosen);
       o.algorithm = w.chosen;
-      return allreduce(ctx, o);
+      const JoinAdjusted a = adjustForJoin(w.op, w.scaling, joined.contributors, p);
+      o.op = a.op;
+      o.scaling = a.scaling;
+      HORA_RETURN_IF_ERROR(allreduce(ctx, o));
+      scaleForAvg(w.dtype, w.data, w.count, a.divideBy);
+      return Status::ok();
     }
     case Kind::kBroadcast: {
       BroadcastOptions o;
@@ -426,10 +452,12 @@ Status Communicator::execute(Work& w) {
       o.data = scratch;
       o.count = w.count;
       o.dtype = w.dtype;
-      o.op = w.op;
-      o.scaling = w.scaling;
+      const JoinAdjusted a = adjustForJoin(w.op, w.scaling, joined.contributors, p);
+      o.op = a.op;
+      o.scaling = a.scaling;
       HORA_RETURN_IF_ERROR(reduceScatter(ctx, o));
       memcpy(w.out, scratch + blockStart(w.count, p, r) * elem, blockCount(w.count, p, r) * elem);
+      scaleForAvg(w.dtype, w.out, blockCount(w.count, p, r), a.divideBy);
       return Status::ok();
     }
     case Kind::kAllgather: {
@@ -488,9 +516,105 @@ Status Communicator::execute(Work& w) {
       return Status::ok();
     case Kind::kSend:
     case Kind::kRecv:
-      break;  // posted to p2p_, never queued
+    case Kind::kJoin:
+      break;  // posted to p2p_, never queued; join: runJoin()
   }
   return Status(Code::kInternal, "unknown collective kind");
+}
+
+// A joined rank proposes "joined" at every agreement of its group (the wildcard of agreement.h) until the
+// verdict is that every rank has; each live collective meanwhile it runs with a neutral contribution
+// (serveJoined()), under its own deadline as the live ranks' collectives are. A failure among the live
+// ranks (a mismatch, an invalid call, a broadcast whose root is this rank) is theirs: the join goes on.
+// A transport failure (a peer lost, a deadline passed) ends it. Resolves to the rank that joined last.
+Status Communicator::runJoin(Work& w) {
+  Group& g = groupOf(w);
+  Context& ctx = *g.ctx;
+  const uint64_t joinedAt = g.seq;
+  struct Free {
+    std::vector<uint8_t>* buffer;
+    ~Free() { std::vector<uint8_t>().swap(*buffer); }
+  } freeAfter{&neutral_};
+  for (bool first = true;; first = false) {
+    if (!first) ctx.startDeadline();
+    Proposal mine = proposalFor(w, g.seq++, 1, 0);
+    mine.joinedAt = joinedAt;
+    w.times.seq = mine.seq;
+    Joined joined;
+    const Status agreed = agree(ctx, mine, "", nullptr, nullptr, nullptr, &joined);
+    if (!agreed.isOk()) {
+      if (isFatal(agreed.code())) return agreed;
+      continue;
+    }
+    if (joined.contributors == 0) {
+      w.lastJoined = joined.lastJoiner;
+      return Status::ok();
+    }
+    HORA_RETURN_IF_ERROR(serveJoined(ctx, joined));
+  }
+}
+
+Status Communicator::serveJoined(Context& ctx, const Joined& joined) {
+  const Proposal& p = joined.live;
+  const DType dtype = static_cast<DType>(p.dtype);
+  const size_t elem = dtypeSize(dtype), bytes = p.count * elem;
+  const ReduceOp op = static_cast<ReduceOp>(p.op);
+  switch (static_cast<Kind>(p.kind)) {
+    case Kind::kAllreduce:
+    case Kind::kReduceScatter: {
+      Scaling scaling;
+      scaling.pre = p.prescale;
+      scaling.post = p.postscale;
+      const JoinAdjusted a = adjustForJoin(op, scaling, joined.contributors, ctx.size());
+      if (neutral_.size() < bytes) neutral_.resize(bytes);
+      fillIdentity(op, dtype, neutral_.data(), p.count);
+      if (p.kind == static_cast<uint8_t>(Kind::kReduceScatter)) {
+        ReduceScatterOptions o;
+        o.data = neutral_.data();
+        o.count = p.count;
+        o.dtype = dtype;
+        o.op = a.op;
+        o.scaling = a.scaling;
+        return reduceScatter(ctx, o);
+      }
+      // The algorithm the live ranks chose, from the same fields (a fused run's: its total count).
+      AllreduceOptions o;
+      o.data = neutral_.data();
+      o.count = p.count;
+      o.dtype = dtype;
+      o.algorithm = static_cast<Algorithm>(p.algorithm);
+      o.algorithm = chooseAllreduceAlgorithm(ctx, o);
+      o.op = a.op;
+      o.scaling = a.scaling;
+      return allreduce(ctx, o);
+    }
+    case Kind::kAllgather: {
+      // Nothing from this rank; what the others gathered is discarded.
+      std::vector<uint64_t> counts;
+      uint64_t total = 0;
+      HORA_RETURN_IF_ERROR(allgatherCounts(ctx, 0, elem, &counts, &total));
+      if (neutral_.size() < total * elem) neutral_.resize(total * elem);
+      AllgatherOptions o;
+      o.bytesPerRank.resize(ctx.size());
+      for (int i = 0; i < ctx.size(); ++i) o.bytesPerRank[i] = counts[i] * elem;
+      o.output = neutral_.data();
+      return allgather(ctx, o);
+    }
+    case Kind::kBroadcast: {
+      // The agreement refused a broadcast whose root has joined: the root is live, and this rank receives.
+      if (neutral_.size() < bytes) neutral_.resize(bytes);
+      BroadcastOptions o;
+      o.data = neutral_.data();
+      o.bytes = bytes;
+      o.root = p.root;
+      return broadcast(ctx, o);
+    }
+    case Kind::kBarrier:
+    case Kind::kInvalid:
+      return Status::ok();
+    default:
+      return Status(Code::kInternal, "a rank that has joined cannot take part in " + describe(p));
+  }
 }
 
 std::vector<TimelineRecord> Communicator::takeTimelineRecords() {

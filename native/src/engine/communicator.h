@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/collectives.h"
+#include "engine/agreement.h"
 #include "engine/group.h"
 #include "engine/p2p.h"
 #include "engine/probe.h"
@@ -46,6 +47,15 @@ struct CommunicatorOptions {
   // their notice sockets (Context::notifyPeers()), so the survivors' pairs can be taken over by the next world.
   bool elastic = false;
 };
+
+// A reduction's op and factors while ranks have joined (hora.join()): avg divides by the ranks that
+// contributed. divideBy: divide the result by it after the collective (0: no division).
+struct JoinAdjusted {
+  ReduceOp op;
+  Scaling scaling;
+  int divideBy;
+};
+JoinAdjusted adjustForJoin(ReduceOp op, const Scaling& scaling, uint32_t contributors, int size);
 
 class Communicator {
  public:
@@ -117,6 +127,11 @@ class Communicator {
   void runBatch(std::vector<std::shared_ptr<Work>>& batch);
   size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
   Status execute(Work& w);
+  // hora.join() (engine/agreement.h): proposes "joined" at each agreement of w's group, running the live
+  // ranks' collectives with a neutral contribution, until every rank has joined.
+  Status runJoin(Work& w);
+  // One live collective of the verdict `joined`, run by a joined rank with a neutral contribution.
+  Status serveJoined(Context& ctx, const Joined& joined);
   Group& groupOf(const Work& w) { return w.group != nullptr ? *w.group : world_; }
   // The algorithm a submitted collective runs under init's choice (submit()).
   void applyAlgorithmChoice(Work& w) const;
@@ -151,6 +166,7 @@ class Communicator {
   Group world_;  // the world as a group: ctx_ and its sequence of collectives
   Status broken_;  // the first fatal failure; every later Work fails with it
   std::vector<uint8_t> fusionBuffer_;
+  std::vector<uint8_t> neutral_;  // a joined rank's contribution and discarded result (runJoin()); freed after
   std::unique_ptr<cuda::DeviceCollectives> device_;  // made at the first collective on GPU memory
   PointToPoint p2p_;
 

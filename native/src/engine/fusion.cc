@@ -67,13 +67,21 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
   // The run's algorithm, chosen once for its total (again below if the run is cut to its alike tensors).
   Algorithm runs = Algorithm::kAuto;
   bool rodeAlong = carriesPayload(proposal, ctx, &runs);
+  // How many ranks contributed (the others have joined: hora.join(); they run the total with a neutral buffer).
+  Joined joined;
+  joined.contributors = static_cast<uint32_t>(ctx.size());
   if (rodeAlong) {
     group.algorithm = kRodeAlong;
-    st = agree(ctx, proposal, "", buf, &layout, &alike);
+    st = agree(ctx, proposal, "", buf, &layout, &alike, &joined);
     stamp(&group.negotiateEnd);
-    if (st.isOk() && first.op == ReduceOp::kAvg && !first.scaling.active()) scaleForAvg(first.dtype, buf, total, ctx.size());
+    // A rank has joined: the payload did not ride along, and the allreduce runs below.
+    if (st.isOk() && joined.contributors < static_cast<uint32_t>(ctx.size())) {
+      rodeAlong = false;
+      group.algorithm = nullptr;
+    }
+    if (st.isOk() && rodeAlong && first.op == ReduceOp::kAvg && !first.scaling.active()) scaleForAvg(first.dtype, buf, total, ctx.size());
   } else {
-    st = agree(ctx, proposal, "", nullptr, &layout, &alike);
+    st = agree(ctx, proposal, "", nullptr, &layout, &alike, &joined);
     stamp(&group.negotiateEnd);
   }
   if (!st.isOk() && alike > 0) {
@@ -108,13 +116,15 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     o.data = buf;
     o.count = total;
     o.dtype = first.dtype;
-    o.op = first.op;
     o.algorithm = first.algorithm;
-    o.scaling = first.scaling;
+    const JoinAdjusted a = adjustForJoin(first.op, first.scaling, joined.contributors, ctx.size());
+    o.op = a.op;
+    o.scaling = a.scaling;
     if (runs == Algorithm::kAuto) runs = chooseAllreduceAlgorithm(ctx, o);
     if (options_.timeline) group.algorithm = algorithmName(runs);
     o.algorithm = runs;
     st = allreduce(ctx, o);
+    if (st.isOk()) scaleForAvg(first.dtype, buf, total, a.divideBy);
     stamp(&group.transferEnd);
   }
   if (options_.timeline) takeKernelTime(&group);

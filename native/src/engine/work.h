@@ -87,6 +87,7 @@ struct Work {
   std::vector<uint8_t> gathered;          // allgather: every rank's block, concatenated
   std::vector<uint64_t> gatheredCounts;   // allgather: elements from each rank
   void* gatheredDevice = nullptr;         // allgather of device memory: the result, from cuda::allocate()
+  int lastJoined = -1;                    // join: the rank (of its group, if any) that joined last
   bool fused = false;                     // went out in a fusion buffer with others
   WorkTimes times;                        // only while the timeline is on
   bool completed = false;                 // guarded by the communicator's mutex

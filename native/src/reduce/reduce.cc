@@ -23,6 +23,7 @@
 #include "reduce/reduce.h"
 
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "reduce/element.h"
@@ -378,6 +379,51 @@ void reduceTwo(ReduceOp op, DType dtype, void* dst, const void* a, const void* b
 
 void reduceInto(ReduceOp op, DType dtype, void* dst, const void* src, size_t count) {
   reduceTwo(op, dtype, dst, dst, src, count);
+}
+
+namespace {
+
+template <class T>
+void fillWith(void* dst, size_t count, T value) {
+  T* p = static_cast<T*>(dst);
+  for (size_t i = 0; i < count; ++i) p[i] = value;
+}
+
+// The identity of op in a type the kernels combine in place (an integer or a float of its own width).
+template <class T>
+T identityOf(ReduceOp op) {
+  constexpr bool isFloat = std::numeric_limits<T>::is_iec559;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return isFloat ? -T(0) : T(0);
+    case ReduceOp::kProd: return T(1);
+    case ReduceOp::kMin: return isFloat ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+    case ReduceOp::kMax: return isFloat ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+  }
+  return T(0);
+}
+
+// The same for a 16-bit float, from its float32 value (exact: every identity is a 16-bit value).
+uint16_t identityOf16(ReduceOp op, bool bfloat) {
+  const float f = identityOf<float>(op);
+  return bfloat ? floatToBfloat16(f) : floatToHalf(f);
+}
+
+}  // namespace
+
+void fillIdentity(ReduceOp op, DType dtype, void* dst, size_t count) {
+  switch (dtype) {
+    case DType::kFloat32: fillWith(dst, count, identityOf<float>(op)); return;
+    case DType::kFloat64: fillWith(dst, count, identityOf<double>(op)); return;
+    case DType::kFloat16: fillWith(dst, count, identityOf16(op, false)); return;
+    case DType::kBFloat16: fillWith(dst, count, identityOf16(op, true)); return;
+    case DType::kInt32: fillWith(dst, count, identityOf<int32_t>(op)); return;
+    case DType::kInt64: fillWith(dst, count, identityOf<int64_t>(op)); return;
+    case DType::kUint8: fillWith(dst, count, identityOf<uint8_t>(op)); return;
+    case DType::kInt8: fillWith(dst, count, identityOf<int8_t>(op)); return;
+    case DType::kInt16: fillWith(dst, count, identityOf<int16_t>(op)); return;
+    case DType::kUint16: fillWith(dst, count, identityOf<uint16_t>(op)); return;
+  }
 }
 
 void scaleForAvg(DType dtype, void* dst, size_t count, int divisor) {

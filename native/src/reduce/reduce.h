@@ -68,6 +68,12 @@ void scaleAlone(DType dtype, void* dst, size_t count, const Scaling& s);
 // bfloat16 divide in float32 and round once.
 void scaleForAvg(DType dtype, void* dst, size_t count, int divisor);
 
+// dst[i] = the identity of op for count elements: what a rank that has joined (hora.join()) contributes, so
+// that the others' result is as if it were absent. -0.0 for a float sum or avg (x + -0 is x for every x,
+// -0 included, where +0 would turn -0 into +0), 0 for an integer one; 1 for prod; +inf (floats) or the
+// largest value for min; -inf or the smallest value for max.
+void fillIdentity(ReduceOp op, DType dtype, void* dst, size_t count);
+
 // Conversions used by tests and by compression in the adapters.
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);
