@@ -33,6 +33,7 @@ export const Work = works.Work;
 export type Work<T> = works.Work<T>;
 export * as cuda from './cuda';
 export * as elastic from './elastic';
+export * as checkpoint from './checkpoint';
 export const HoraError = errors.HoraError;
 export type HoraError = errors.HoraError;
 export type { HoraErrorCode } from './errors';
