@@ -471,7 +471,7 @@ async function commit(root: string, stepDir: string, manifest: Manifest, keep: n
   await writeDurably(path.join(root, LATEST), `step-${manifest.step}\n`);
   const named = new Set(manifest.files.map((f) => f.name).concat(MANIFEST));
   for (const f of await fs.promises.readdir(stepDir)) {
-    if (!named.has(f) && f.startsWith('rank-')) await removeQuietly(path.join(stepDir, f));
+    if (!named.has(f) && (f.startsWith('rank-') || f.startsWith('.rank-'))) await removeQuietly(path.join(stepDir, f));
   }
   await prune(root, manifest.step, keep);
 }

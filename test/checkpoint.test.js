@@ -1,0 +1,202 @@
+'use strict';
+// hora.checkpoint: save and load at 1 to 4 ranks, every dtype, resharding both ways, keep and the latest
+// pointer, a rank killed mid-save, damaged checkpoints (a corrupt byte, a truncated or missing file, another
+// model) and wrong arguments, each failing on every rank and naming what is wrong.
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const t = require('tap');
+const { runJob, runScenario, tail } = require('./support/hora-job');
+
+const WORKER = path.join(__dirname, 'workers', 'checkpoint-worker.js');
+
+function tempDirs(t, n) {
+  const dirs = [];
+  for (let i = 0; i < n; i++) dirs.push(fs.mkdtempSync(path.join(os.tmpdir(), 'hora-ckpt-test-')));
+  t.teardown(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+  return dirs;
+}
+
+const env = (dirs, extra = {}) => ({ CKPT_DIRS: JSON.stringify(dirs), ...extra });
+
+async function save(t, np, dirs, step, extra = {}) {
+  const { results } = await runScenario(t, np, WORKER, 'save', env(dirs, { CKPT_STEP: String(step), ...extra }));
+  t.ok(results.every((r) => r && r.ok), `save of step ${step} at ${np} ranks resolved on every rank`, { results });
+}
+
+async function load(t, np, dirs, extra = {}) {
+  const { results } = await runScenario(t, np, WORKER, 'load', env(dirs, extra));
+  return results.map((r) => (r ? r.dirs : null));
+}
+
+function manifestOf(dir, step) {
+  return JSON.parse(fs.readFileSync(path.join(dir, `step-${step}`, 'manifest.json'), 'utf8'));
+}
+
+for (const np of [1, 2, 3, 4]) {
+  t.test(`p=${np}: every dtype, replicated and sharded (even, uneven, empty), saved and loaded at the same size`, async (t) => {
+    const [dir] = tempDirs(t, 1);
+    await save(t, np, [dir], 5);
+    t.equal(fs.readFileSync(path.join(dir, 'latest'), 'utf8'), 'step-5\n', 'latest names the step');
+    const m = manifestOf(dir, 5);
+    t.equal(m.worldSize, np, 'the manifest records the world size');
+    t.equal(m.files.length, np, 'one file per rank');
+    for (const f of m.files) t.equal(fs.statSync(path.join(dir, 'step-5', f.name)).size, f.bytes, `${f.name} has the bytes the manifest says`);
+    t.same(fs.readdirSync(path.join(dir, 'step-5')).filter((n) => n.startsWith('.')), [], 'no temporary file is left');
+    t.same(fs.readdirSync(dir).filter((n) => n.startsWith('.')), [], 'no probe file is left');
+    const outs = await load(t, np, [dir]);
+    for (const [rank, o] of outs.entries()) t.same(o, [{ ok: true, step: 5, wrong: [] }], `rank ${rank} loaded its part of every entry`);
+  });
+}
+
+for (const [from, tos] of [[4, [2, 3, 1]], [1, [4, 3]], [2, [3]], [3, [2]]]) {
+  t.test(`resharding: ${from} ranks save, ${tos.join(', ')} ranks load`, async (t) => {
+    const [dir] = tempDirs(t, 1);
+    await save(t, from, [dir], 7);
+    for (const to of tos) {
+      const outs = await load(t, to, [dir]);
+      for (const [rank, o] of outs.entries()) t.same(o, [{ ok: true, step: 7, wrong: [] }], `${to} ranks: rank ${rank} got its even share`);
+    }
+  });
+}
+
+t.test('p=3: options.ranges reads a chosen range of a sharded entry (here all of it) in place of the even split', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  await save(t, 2, [dir], 1);
+  const { results } = await runScenario(t, 3, WORKER, 'ranges', env([dir]));
+  for (const [rank, r] of results.entries()) t.same(r, { ok: true, wrong: [] }, `rank ${rank} got the ranges it asked for`);
+});
+
+t.test('p=2: keep removes older steps, latest moves, a step saved again replaces the earlier save of it', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  for (const step of [1, 2, 3, 4]) await save(t, 2, [dir], step, { CKPT_KEEP: '2' });
+  t.same(fs.readdirSync(dir).filter((n) => n.startsWith('step-')).sort(), ['step-3', 'step-4'], 'keep: 2 leaves the two newest steps');
+  t.equal(fs.readFileSync(path.join(dir, 'latest'), 'utf8'), 'step-4\n');
+  const first = manifestOf(dir, 4).token;
+  fs.mkdirSync(path.join(dir, 'step-0'));
+  fs.writeFileSync(path.join(dir, 'step-0', 'rank-00000-unfinished.bin'), 'x');
+  await save(t, 3, [dir], 4, { CKPT_KEEP: '2' });
+  const m = manifestOf(dir, 4);
+  t.not(m.token, first, 'step 4 saved again has a new manifest');
+  t.same(fs.readdirSync(path.join(dir, 'step-4')).sort(), ['manifest.json', ...m.files.map((f) => f.name)].sort(), 'only the new save\'s files remain in step 4');
+  t.notOk(fs.existsSync(path.join(dir, 'step-0')), 'an unfinished older step is removed');
+  t.ok(fs.existsSync(path.join(dir, 'step-3', 'manifest.json')), 'step 3 is kept');
+  const outs = await load(t, 2, [dir], { CKPT_LOAD_STEP: '3' });
+  t.same(outs[0], [{ ok: true, step: 3, wrong: [] }], 'an older kept step loads by options.step');
+});
+
+t.test('p=3: a rank SIGKILLed mid-save leaves the previous step whole; it loads at 2 and 3 ranks', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  const token = `${process.pid}-${Date.now()}`;
+  const marker = path.join(os.tmpdir(), `.ckpt-killed-${token}`);
+  t.teardown(() => fs.rmSync(marker, { force: true }));
+  const job = await runJob(3, WORKER, { args: ['crash'], env: env([dir], { CKPT_TOKEN: token, HORA_TIMEOUT_S: '30' }), timeoutMs: 120000 });
+  t.not(job.code, 0, 'the job fails', { output: tail(job) });
+  t.ok(fs.existsSync(marker), 'rank 1 killed itself while its step-2 file was being written', { output: tail(job) });
+  t.equal(fs.readFileSync(path.join(dir, 'latest'), 'utf8'), 'step-1\n', 'latest still names step 1');
+  t.notOk(fs.existsSync(path.join(dir, 'step-2', 'manifest.json')), 'step 2 has no manifest');
+  for (const np of [2, 3]) {
+    const outs = await load(t, np, [dir]);
+    for (const [rank, o] of outs.entries()) t.same(o, [{ ok: true, step: 1, wrong: [] }], `${np} ranks: rank ${rank} loaded step 1`);
+  }
+  await save(t, 3, [dir], 2);
+  t.same(fs.readdirSync(path.join(dir, 'step-2')).filter((n) => n.startsWith('.')), [], 'a later save of step 2 leaves no file of the crashed one');
+});
+
+t.test('damaged checkpoints fail on every rank, naming the file, and load nothing', async (t) => {
+  const dirs = tempDirs(t, 5);
+  await save(t, 4, dirs, 3);
+  const fileOf = (dir, rank) => path.join(dir, 'step-3', manifestOf(dir, 3).files[rank].name);
+  // dirs[0] is left whole. A byte of rank 2's file flipped, in the middle of entry 'big':
+  const big = manifestOf(dirs[1], 3).entries.big.parts[2];
+  const corrupt = fileOf(dirs[1], big.file);
+  const fd = fs.openSync(corrupt, 'r+');
+  const at = big.byteOffset + 1000;
+  const b = Buffer.alloc(1);
+  fs.readSync(fd, b, 0, 1, at);
+  b[0] ^= 0xff;
+  fs.writeSync(fd, b, 0, 1, at);
+  fs.closeSync(fd);
+  const truncated = fileOf(dirs[2], 3);
+  fs.truncateSync(truncated, fs.statSync(truncated).size - 10);
+  const missing = fileOf(dirs[3], 1);
+  fs.rmSync(missing);
+  const manifest = path.join(dirs[4], 'step-3', 'manifest.json');
+  fs.writeFileSync(manifest, fs.readFileSync(manifest, 'utf8').slice(0, 100));
+
+  for (const np of [4, 2]) {
+    const outs = await load(t, np, dirs);
+    for (const [rank, o] of outs.entries()) {
+      t.same(o[0], { ok: true, step: 3, wrong: [] }, `${np} ranks: rank ${rank} loads the whole checkpoint`);
+      const cases = [[1, corrupt, /is corrupt: bytes \d+ to \d+ \(chunk \d+ of entry 'big'/], [2, truncated, /is truncated: it has \d+ bytes, the manifest says \d+/],
+        [3, missing, /is missing: the manifest names it as rank 1's file of step 3/], [4, manifest, /is not valid JSON/]];
+      for (const [i, file, why] of cases) {
+        t.match(o[i], { ok: false, isHoraError: true, code: 'ERR_MISMATCH' }, `${np} ranks: rank ${rank}, ${path.basename(file)}: ERR_MISMATCH`);
+        t.ok(o[i].message.includes(file), `${np} ranks: rank ${rank}: the message names ${file}`, { message: o[i].message });
+        t.match(o[i].message, why, `${np} ranks: rank ${rank}: the message says what is wrong`);
+      }
+    }
+  }
+});
+
+t.test('p=2: a checkpoint of another model (entries, dtype, length) fails on every rank naming the manifest', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  await save(t, 2, [dir], 6);
+  const { results } = await runScenario(t, 2, WORKER, 'wrongModel', env([dir], { CKPT_STEP: '6' }));
+  const manifest = path.join(dir, 'step-6', 'manifest.json');
+  const why = {
+    missingEntry: /another model: it lacks 'extra'/,
+    extraEntry: /another model: it has 'big', which were not expected/,
+    dtype: /entry 'big' is float32, expected float64/,
+    length: /entry 's_int32' has 1009 elements, expected 1010/,
+  };
+  for (const [rank, r] of results.entries()) {
+    for (const [k, re] of Object.entries(why)) {
+      t.match(r.cases[k], { ok: false, code: 'ERR_MISMATCH' }, `rank ${rank}, ${k}: ERR_MISMATCH`);
+      t.ok(r.cases[k].message.includes(manifest), `rank ${rank}, ${k}: names the manifest`);
+      t.match(r.cases[k].message, re, `rank ${rank}, ${k}: says what differs`);
+    }
+    t.same(r.cases.after, { ok: true, value: [] }, `rank ${rank}: the right expectation loads after`);
+  }
+});
+
+t.test('p=3: a wrong argument on rank 1 fails the call on every rank with ERR_INVALID_ARGUMENT naming it; nothing is written', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  await save(t, 3, [dir], 1);
+  const { results } = await runScenario(t, 3, WORKER, 'badArgs', env([dir]));
+  const named = {
+    dir: "argument 'dir' must be", entries: "argument 'entries' must be", entryValue: "argument 'entries[\"big\"]' must be",
+    uint16NoDtype: "argument 'entries[\"r_uint16\"]' must be an array with its dtype", offset: "argument 'entries[\"big\"].offset' must be",
+    step: "argument 'options.step' must be", keep: "argument 'options.keep' must be", unknownOption: "argument 'options.kep' is not an option",
+    loadStep: "argument 'options.step' must be", loadRanges: "argument 'options.ranges[\"big\"]' must be", loadUnknownOption: "argument 'options.steps' is not an option",
+  };
+  for (const [rank, r] of results.entries()) {
+    for (const [k, text] of Object.entries(named)) {
+      t.match(r.cases[k], { ok: false, isHoraError: true, code: 'ERR_INVALID_ARGUMENT' }, `rank ${rank}, ${k}: ERR_INVALID_ARGUMENT`);
+      t.ok(r.cases[k].message && r.cases[k].message.includes(text), `rank ${rank}, ${k}: the message names the argument`, { message: r.cases[k].message });
+      if (rank !== 1) t.ok(r.cases[k].message.startsWith('rank 1 failed: '), `rank ${rank}, ${k}: says rank 1 failed`);
+    }
+    t.match(r.cases.overlap, { ok: false, code: 'ERR_MISMATCH', message: /shards of entry 's' must cover its 11 elements once each, but rank 1's shard overlaps/ },
+      `rank ${rank}: overlapping shards are ERR_MISMATCH`);
+    t.same(r.cases.stepsOnDisk, ['step-1'], `rank ${rank}: no step was written`);
+    t.same(r.cases.after, { ok: true, value: [] }, `rank ${rank}: step 1 still loads`);
+  }
+});
+
+t.test('p=3: ranks that do not share the directory (each its own) fail the save on every rank, saying so', async (t) => {
+  const { results } = await runScenario(t, 3, WORKER, 'notShared');
+  for (const [rank, r] of results.entries()) {
+    t.match(r.outcome, { ok: false, code: 'ERR_INVALID_ARGUMENT' }, `rank ${rank}: ERR_INVALID_ARGUMENT`);
+    t.match(r.outcome.message, /argument 'dir' must be a directory on a filesystem shared by every rank, but rank [12] cannot see the file .*\.probe-/,
+      `rank ${rank}: the message says the filesystem is not shared`);
+  }
+});
+
+t.test('p=2: load of a directory with no checkpoint fails on every rank naming the latest file', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  const outs = await load(t, 2, [dir]);
+  for (const [rank, o] of outs.entries()) {
+    t.match(o[0], { ok: false, code: 'ERR_INVALID_ARGUMENT' }, `rank ${rank}`);
+    t.ok(o[0].message.includes(path.join(dir, 'latest')), `rank ${rank}: names ${dir}/latest`, { message: o[0].message });
+  }
+});
