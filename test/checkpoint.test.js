@@ -200,3 +200,29 @@ t.test('p=2: load of a directory with no checkpoint fails on every rank naming t
     t.ok(o[0].message.includes(path.join(dir, 'latest')), `rank ${rank}: names ${dir}/latest`, { message: o[0].message });
   }
 });
+
+const TFJS_WORKER = path.join(__dirname, 'workers', 'checkpoint-tfjs-worker.js');
+
+for (const optimizer of ['adam', 'momentum']) {
+  t.test(`hora/tfjs (${optimizer}): saveCheckpoint at 2 ranks, a fresh model and optimizer resume bit-identically; 3 and 1 ranks load the same state`, async (t) => {
+    const [dir] = tempDirs(t, 1);
+    const env = { CKPT_DIR: dir, CKPT_OPTIMIZER: optimizer };
+    const { results } = await runScenario(t, 2, TFJS_WORKER, 'save', env);
+    for (const [rank, r] of results.entries()) {
+      t.equal(r.step, 3, `rank ${rank}: loadCheckpoint resolves to the step`);
+      t.same(r.loaded, r.atSave, `rank ${rank}: weights, slots, iterations and hidden variables are those saved`);
+      t.ok(r.atSave.slots.length > 0 && r.atSave.iterations === 3, `rank ${rank}: the optimizer had state to save`);
+      t.equal(r.resumedEnd, r.end, `rank ${rank}: two more steps after the load end where the uninterrupted run ends`);
+    }
+    for (const np of [3, 1]) {
+      const { results: loads } = await runScenario(t, np, TFJS_WORKER, 'load', env);
+      for (const [rank, r] of loads.entries()) t.same(r.loaded, results[0].atSave, `${np} ranks: rank ${rank} holds the saved state`);
+    }
+    const { results: wrong } = await runScenario(t, 2, TFJS_WORKER, 'wrong', env);
+    for (const [rank, r] of wrong.entries()) {
+      t.match(r.outcome, { ok: false, code: 'ERR_MISMATCH', message: /step-3\/manifest\.json is a checkpoint of another model: weight 0 \('dense_Dense1\/kernel' there\) is float32 \[8, 16\], the model's \('dense_Dense\d+\/kernel'\) is float32 \[8, 17\]/ },
+        `rank ${rank}: another model is ERR_MISMATCH naming the manifest and the weight`);
+      t.ok(r.unchanged, `rank ${rank}: no weight was written`);
+    }
+  });
+}
