@@ -226,3 +226,43 @@ for (const optimizer of ['adam', 'momentum']) {
     }
   });
 }
+
+const ELASTIC_WORKER = path.join(__dirname, 'workers', 'checkpoint-elastic-worker.js');
+
+t.test('hora.elastic.State {checkpoint}: the launcher and every worker SIGKILLed mid-step; started again at another size, the job resumes from the last checkpoint and ends as an uninterrupted run', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  const killed = await runJob(2, ELASTIC_WORKER, { env: { CKPT_DIR: dir, CKPT_KILL_AT: '8' }, timeoutMs: 60000 });
+  t.ok(killed.reports.every((r) => r === null), 'no rank of the killed job reported', { output: tail(killed) });
+  t.equal(fs.readFileSync(path.join(dir, 'latest'), 'utf8'), 'step-6\n', 'the last checkpoint is commit 6 (every 3 commits; step 8 never committed)');
+  t.same(fs.readdirSync(dir).filter((n) => n.startsWith('step-')).sort(), ['step-3', 'step-6'], 'keep: 2');
+  for (const [np, launcherArgs] of [[3, ['--min-np', '2']], [1, []]]) {
+    const job = await runJob(np, ELASTIC_WORKER, { env: { CKPT_DIR: dir }, launcherArgs, timeoutMs: 120000 });
+    t.equal(job.code, 0, `-np ${np} ${launcherArgs.join(' ')}: exits 0`, { output: tail(job) });
+    for (const [rank, r] of job.reports.entries()) {
+      t.ok(r, `-np ${np}: rank ${rank} reported`, { output: tail(job) });
+      if (!r) continue;
+      t.equal(r.startedAt, np === 3 ? 6 : 12, `-np ${np}: rank ${rank} resumed from commit ${np === 3 ? 6 : 12}`);
+      t.ok(r.same, `-np ${np}: rank ${rank} ends with the uninterrupted run's values, bit for bit`, { w: r.w, ref: r.ref });
+    }
+  }
+});
+
+t.test('hora.elastic.State: a wrong checkpoint option is ERR_INVALID_ARGUMENT naming it', async (t) => {
+  const hora = require('../dist/ts/index.js');
+  const cases = [
+    [{ checkpoint: { dir: '', everySteps: 1 } }, "argument 'options.checkpoint.dir'"],
+    [{ checkpoint: { dir: 'x', everySteps: 0 } }, "argument 'options.checkpoint.everySteps'"],
+    [{ checkpoint: { dir: 'x', everySteps: 2, keep: -1 } }, "argument 'options.checkpoint.keep'"],
+    [{ checkpoint: { dir: 'x', every: 2 } }, "argument 'options.checkpoint.every' must be absent (options.checkpoint takes dir, everySteps, keep)"],
+    [{ checkpiont: {} }, "'options.checkpiont' is not an option"],
+    [7, "argument 'options' must be an object"],
+  ];
+  for (const [options, text] of cases) {
+    t.throws(() => new hora.elastic.State({ step: 0 }, options), { name: 'HoraError', code: 'ERR_INVALID_ARGUMENT' }, text);
+    try {
+      new hora.elastic.State({ step: 0 }, options);
+    } catch (e) {
+      t.ok(e.message.includes(text), `names it: ${e.message}`);
+    }
+  }
+});
