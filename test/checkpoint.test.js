@@ -60,6 +60,19 @@ for (const [from, tos] of [[4, [2, 3, 1]], [1, [4, 3]], [2, [3]], [3, [2]]]) {
   });
 }
 
+t.test('load reads only what this rank needs: at the saved size exactly its part, resharded never every file whole', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  await save(t, 4, [dir], 2);
+  const m = manifestOf(dir, 2);
+  const total = m.files.reduce((a, f) => a + f.bytes, 0);
+  const { results: same } = await runScenario(t, 4, WORKER, 'readBytes', env([dir], { CKPT_SAVED_SPLIT: '1' }));
+  for (const [rank, r] of same.entries()) t.equal(r.bytes, r.share, `4 ranks: rank ${rank} read ${r.bytes} bytes, exactly its part`);
+  const { results: fewer } = await runScenario(t, 2, WORKER, 'readBytes', env([dir]));
+  for (const [rank, r] of fewer.entries()) {
+    t.ok(r.bytes >= r.share && r.bytes < total, `2 ranks: rank ${rank} read ${r.bytes} bytes: its part (${r.share}) and the rest of the chunks around it, not all ${total}`);
+  }
+});
+
 t.test('p=3: options.ranges reads a chosen range of a sharded entry (here all of it) in place of the even split', async (t) => {
   const [dir] = tempDirs(t, 1);
   await save(t, 2, [dir], 1);

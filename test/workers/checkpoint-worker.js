@@ -153,6 +153,32 @@ runScenarios(hora, {
     return { ok: true, wrong: check(loaded, loaded.step, r, p, ranges) };
   },
 
+  async readBytes(r, p) {
+    const dir = dirs()[0];
+    // Counts the bytes every FileHandle.read returns, while this rank loads.
+    const probe = await fs.promises.open(path.join(dir, 'latest'), 'r');
+    const proto = Object.getPrototypeOf(probe);
+    await probe.close();
+    const read = proto.read;
+    let bytes = 0;
+    proto.read = async function (...args) {
+      const out = await read.apply(this, args);
+      bytes += out.bytesRead;
+      return out;
+    };
+    let loaded;
+    try {
+      // 'big' at the split it was saved with (uneven), the rest at the even split.
+      const [b, e] = unevenRange(BIG_LENGTH, p, r);
+      loaded = await hora.checkpoint.load(dir, process.env.CKPT_SAVED_SPLIT ? { ranges: { big: { offset: b, length: e - b } } } : {});
+    } finally {
+      proto.read = read;
+    }
+    let share = 0;
+    for (const v of Object.values(loaded.entries)) share += ArrayBuffer.isView(v) ? v.byteLength : v.data.byteLength;
+    return { ok: true, bytes, share };
+  },
+
   async crash(r, p) {
     const dir = dirs()[0];
     await hora.checkpoint.save(dir, entriesFor(1, r, p), { step: 1 });
