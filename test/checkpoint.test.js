@@ -279,3 +279,10 @@ t.test('hora.elastic.State: a wrong checkpoint option is ERR_INVALID_ARGUMENT na
     }
   }
 });
+
+t.test('bench/checkpoint.js runs (a small state, one round) and prints its medians against dd', async (t) => {
+  const { runProcess } = require('./support/hora-job');
+  const r = await runProcess([path.join(__dirname, '..', 'bench', 'checkpoint.js'), '--mb', '8', '--ranks', '1,2', '--rounds', '1'], process.env, 120000);
+  t.equal(r.code, 0, 'exits 0', { output: tail(r) });
+  t.match(r.stdout, /medians:\n {2}1 rank\(s\): dd \d+ MB\/s, save \d+ MB\/s \([\d.]+x dd\), load \d+ MB\/s\n {2}2 rank\(s\)/, 'prints the medians');
+});

@@ -110,7 +110,7 @@ const SHARD_KEYS = ['data', 'dtype', 'globalLength', 'offset'];
 
 /** Bytes per checksum: a rank that reads part of a range reads and checks the whole chunks around it. */
 const CHUNK_BYTES = 4 * 1024 * 1024;
-/** Bytes per write and per read call (a large single write blocks one libuv thread for its whole length). */
+/** Bytes per write and per read call (a large single write blocks one libuv thread for its whole length); a multiple of CHUNK_BYTES. */
 const IO_BYTES = 16 * 1024 * 1024;
 const FORMAT = 'hora-checkpoint';
 const VERSION = 1;
@@ -417,11 +417,15 @@ async function writeShard(stepDir: string, file: string, entries: Record<string,
         if (!part.sharded && rank !== 0) continue;
         const v = entries[part.name];
         const bytes = bytesView(ArrayBuffer.isView(v) ? v : (v as CheckpointArray).data);
-        written.push({ name: part.name, byteOffset: at, sha256: chunkHashes(bytes) });
+        const sha256: string[] = [];
+        written.push({ name: part.name, byteOffset: at, sha256 });
+        // Each piece's checksums are computed on this thread while a libuv thread writes the piece.
         for (let done = 0; done < bytes.byteLength;) {
           const n = Math.min(IO_BYTES, bytes.byteLength - done);
-          const { bytesWritten } = await fh.write(bytes, done, n, at + done);
-          done += bytesWritten;
+          const writing = writeAll(fh, bytes.subarray(done, done + n), at + done);
+          sha256.push(...chunkHashes(bytes.subarray(done, done + n)));
+          await writing;
+          done += n;
         }
         at += bytes.byteLength;
       }
@@ -438,6 +442,14 @@ async function writeShard(stepDir: string, file: string, entries: Record<string,
   return { error: null, file, bytes: at, parts: written };
 }
 
+async function writeAll(fh: fs.promises.FileHandle, bytes: Uint8Array, position: number): Promise<void> {
+  for (let done = 0; done < bytes.byteLength;) {
+    const { bytesWritten } = await fh.write(bytes, done, bytes.byteLength - done, position + done);
+    done += bytesWritten;
+  }
+}
+
+/** sha256 of each CHUNK_BYTES of `bytes` (which starts at a chunk boundary). */
 function chunkHashes(bytes: Uint8Array): string[] {
   const out: string[] = [];
   for (let i = 0; i < bytes.byteLength; i += CHUNK_BYTES) {
