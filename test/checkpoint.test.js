@@ -240,6 +240,21 @@ for (const optimizer of ['adam', 'momentum']) {
   });
 }
 
+t.test('hora/tfjs: a wrong argument or another model on rank 1 only fails saveCheckpoint and loadCheckpoint on every rank; nothing is written', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  const env = { CKPT_DIR: dir };
+  await runScenario(t, 2, TFJS_WORKER, 'save', env);
+  const { results } = await runScenario(t, 3, TFJS_WORKER, 'oneRankWrong', env);
+  for (const [rank, r] of results.entries()) {
+    t.match(r.save, { ok: false, code: 'ERR_INVALID_ARGUMENT', message: /hora\/tfjs saveCheckpoint: argument 'what.model' must be a tf.LayersModel/ }, `rank ${rank}: save`);
+    t.match(r.saveOption, { ok: false, code: 'ERR_INVALID_ARGUMENT', message: /'options.kep' is not an option/ }, `rank ${rank}: save option`);
+    t.match(r.load, { ok: false, code: 'ERR_MISMATCH', message: /manifest\.json is a checkpoint of another model: weight 0/ }, `rank ${rank}: load into another model on rank 1`);
+    if (rank !== 1) t.match(r.load.message, /^rank 1 failed: /, `rank ${rank}: says rank 1 failed`);
+    t.ok(r.unchanged, `rank ${rank}: no weight was written`);
+  }
+  t.same(fs.readdirSync(dir).filter((n) => n.startsWith('step-')), ['step-3'], 'no step 9 was written');
+});
+
 const ELASTIC_WORKER = path.join(__dirname, 'workers', 'checkpoint-elastic-worker.js');
 
 t.test('hora.elastic.State {checkpoint}: the launcher and every worker SIGKILLed mid-step; started again at another size, the job resumes from the last checkpoint and ends as an uninterrupted run', async (t) => {

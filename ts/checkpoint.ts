@@ -215,15 +215,32 @@ function dirOf(c: string, dir: unknown, rank: number): string {
  * it; rejects on every rank (ERR_INVALID_ARGUMENT, ERR_MISMATCH) when any rank's call is wrong or a rank
  * cannot write, leaving the previous checkpoint as it was.
  */
-export async function save(dir: string, entries: Record<string, CheckpointEntry>, options: CheckpointSaveOptions): Promise<void> {
+export function save(dir: string, entries: Record<string, CheckpointEntry>, options: CheckpointSaveOptions): Promise<void> {
+  return saveAgreed(dir, () => ({ entries, options }));
+}
+
+/** What a save writes: made on each rank by saveAgreed's `prepare`. */
+export interface CheckpointSaveRequest {
+  entries: Record<string, CheckpointEntry>;
+  options: CheckpointSaveOptions;
+}
+
+/**
+ * @internal save() for the adapters: `prepare` makes this rank's entries and options inside the save, so
+ * that its error (an adapter's argument check) fails the save on every rank, as save's own checks do.
+ */
+export async function saveAgreed(dir: string, prepare: () => CheckpointSaveRequest | Promise<CheckpointSaveRequest>): Promise<void> {
   const c = 'checkpoint.save';
   const w = current(c);
   const self = w.rank;
   let plan: SavePlan = { error: null, step: -1, keep: 0, parts: [], token: '' };
   let root = '';
+  let entries: Record<string, CheckpointEntry> = {};
   try {
     root = dirOf(c, dir, self);
-    plan = savePlan(c, entries, options, self);
+    const request = await prepare();
+    entries = request.entries;
+    plan = savePlan(c, entries, request.options, self);
     if (self === 0) {
       plan.token = randomBytes(8).toString('hex');
       await writeProbe(root, plan.token, self);
@@ -565,7 +582,17 @@ export async function latestStep(dir: string): Promise<number | null> {
  * entry at the current world size. Every rank calls it. Rejects on every rank, with nothing loaded, when
  * any rank finds a file missing, truncated or corrupt, or a manifest other than options.expect says.
  */
-export async function load(dir: string, options?: CheckpointLoadOptions): Promise<LoadedCheckpoint> {
+export function load(dir: string, options?: CheckpointLoadOptions): Promise<LoadedCheckpoint> {
+  return loadAgreed(dir, () => options);
+}
+
+/**
+ * @internal load() for the adapters: `prepare` gives the options and `verify` checks what was read (the
+ * manifest's path given for messages) before the ranks agree, so that either one's error on any rank fails
+ * the load on every rank, and no rank uses what it read.
+ */
+export async function loadAgreed(dir: string, prepare: () => CheckpointLoadOptions | undefined | Promise<CheckpointLoadOptions | undefined>,
+  verify?: (loaded: LoadedCheckpoint, manifest: string) => void): Promise<LoadedCheckpoint> {
   const c = 'checkpoint.load';
   const w = current(c);
   const self = w.rank;
@@ -574,13 +601,15 @@ export async function load(dir: string, options?: CheckpointLoadOptions): Promis
   let token = '';
   try {
     const root = dirOf(c, dir, self);
-    const o = loadOptions(c, options, self);
+    const o = loadOptions(c, await prepare(), self);
     const step = o.step ?? await latestOf(root, self);
     const stepDir = path.join(root, `step-${step}`);
     const manifest = await readManifest(stepDir, step, self);
     token = manifest.token;
     if (o.expect) checkExpected(manifest, o.expect, stepDir, self);
-    loaded = await readEntries(stepDir, manifest, o.ranges ?? {}, w.rank, w.size);
+    const read = await readEntries(stepDir, manifest, o.ranges ?? {}, w.rank, w.size);
+    if (verify) verify(read, path.join(stepDir, MANIFEST));
+    loaded = read;
   } catch (e) {
     error = errorInfo(e);
   }

@@ -19,13 +19,10 @@
  * manifest (hora.checkpoint.load agrees on it), so each reaches the same verdict, and a checkpoint of another
  * model is the same error on every rank, naming the manifest.
  */
-import * as path from 'node:path';
 import { tf } from './framework';
-import * as hora from '../../ts/index';
-import type { CheckpointEntry, LoadedShard } from '../../ts/checkpoint';
-import { HoraError, describeValue, checkOptionKeys, knownOptions } from '../../ts/internal';
-import { hiddenVariables, innermost, setIterations, slotsOf } from './elastic';
-import type { Tensor } from '../../ts/types';
+import type { CheckpointEntry, CheckpointSaveOptions, LoadedCheckpoint, LoadedShard, Tensor } from '../../ts/index';
+import { HoraError, describeValue, checkOptionKeys, knownOptions, loadCheckpointAgreed, saveCheckpointAgreed } from '../../ts/internal';
+import { distributedLayers, hiddenVariables, innermost, setIterations, slotsOf } from './elastic';
 
 const MODEL = 'model/';
 const OPTIMIZER = 'optimizer/';
@@ -96,7 +93,12 @@ function typedOf(t: tf.Tensor, what: string): Float32Array | Int32Array {
  * Saves the model's weights and the optimizer's state (default: the model's optimizer) as step
  * `options.step` of the checkpoint in `dir`; every rank calls it. Resolves once the step is durable.
  */
-export async function saveCheckpoint(dir: string, what: { model: CheckpointModel; optimizer?: tf.Optimizer }, options: SaveCheckpointOptions): Promise<void> {
+export function saveCheckpoint(dir: string, what: { model: CheckpointModel; optimizer?: tf.Optimizer }, options: SaveCheckpointOptions): Promise<void> {
+  // Made inside the save: an error here on one rank fails the save on every rank.
+  return saveCheckpointAgreed(dir, () => entriesOf(what, options));
+}
+
+async function entriesOf(what: { model: CheckpointModel; optimizer?: tf.Optimizer }, options: SaveCheckpointOptions): Promise<{ entries: Record<string, CheckpointEntry>; options: CheckpointSaveOptions }> {
   const { model, optimizer } = targetsOf('saveCheckpoint', what);
   if (options === null || typeof options !== 'object') throw invalid('saveCheckpoint', 'options', 'an object {step, keep?}', options);
   checkOptionKeys('saveCheckpoint', options, SAVE_OPTIONS);
@@ -127,7 +129,7 @@ export async function saveCheckpoint(dir: string, what: { model: CheckpointModel
     }
   }
   entries[SHAPES] = new Uint8Array(Buffer.from(JSON.stringify(shapes)));
-  await hora.checkpoint.save(dir, entries, options);
+  return { entries, options };
 }
 
 /**
@@ -137,39 +139,31 @@ export async function saveCheckpoint(dir: string, what: { model: CheckpointModel
  * Resolves to the step loaded.
  */
 export async function loadCheckpoint(dir: string, what: { model: CheckpointModel; optimizer?: tf.Optimizer }, options: LoadCheckpointOptions = {}): Promise<number> {
-  const { model, optimizer } = targetsOf('loadCheckpoint', what);
-  if (options === null || typeof options !== 'object') throw invalid('loadCheckpoint', 'options', 'an object {step?}', options);
-  checkOptionKeys('loadCheckpoint', options, LOAD_OPTIONS);
-  const loaded = await hora.checkpoint.load(dir, options);
-  const manifest = path.join(path.resolve(dir), `step-${loaded.step}`, 'manifest.json');
-  const other = (why: string) => new HoraError('ERR_MISMATCH', `hora/tfjs loadCheckpoint: ${manifest} is a checkpoint of another model: ${why}`, hora.rank());
-  const shapesBytes = loaded.entries[SHAPES];
-  if (!(shapesBytes instanceof Uint8Array)) throw other(`it has no '${SHAPES}' entry: it was not saved by saveCheckpoint`);
-  const shapes = JSON.parse(Buffer.from(shapesBytes).toString('utf8')) as Record<string, number[]>;
-
-  // Every check before the first write: nothing is loaded unless everything fits.
-  const saved = Object.keys(loaded.entries).filter((k) => k.startsWith(MODEL)).sort();
-  if (saved.length !== model.weights.length) throw other(`it holds ${saved.length} weights, the model has ${model.weights.length}`);
-  model.weights.forEach((w, i) => {
-    const name = saved[i];
-    const shape = shapes[name] ?? [];
-    if (loaded.dtypes[name] !== w.dtype || shape.length !== w.shape.length || shape.some((d, k) => d !== w.shape[k])) {
-      throw other(`weight ${i} ('${name.slice(name.indexOf(' ') + 1)}' there) is ${loaded.dtypes[name]} [${shape.join(', ')}], ` +
-        `the model's ('${w.name}') is ${w.dtype} [${w.shape.join(', ')}]`);
-    }
+  let targets: Targets | null = null;
+  let shapes: Record<string, number[]> = {};
+  // The checks run inside the load, on every rank, before the ranks agree: an error on one fails all, and
+  // nothing is written unless everything fits.
+  const loaded = await loadCheckpointAgreed(dir, () => {
+    targets = targetsOf('loadCheckpoint', what);
+    if (options === null || typeof options !== 'object') throw invalid('loadCheckpoint', 'options', 'an object {step?}', options);
+    checkOptionKeys('loadCheckpoint', options, LOAD_OPTIONS);
+    return options;
+  }, (read, manifest) => {
+    shapes = checkFits(read, manifest, targets as Targets);
   });
+  const { model, optimizer } = targets as unknown as Targets;
+  const saved = Object.keys(loaded.entries).filter((k) => k.startsWith(MODEL)).sort();
   const optimizerNames = Object.keys(loaded.entries).filter((k) => k.startsWith(OPTIMIZER));
-  const own = optimizer ? checkpointable(optimizer) : null;
-  if (optimizer && !own && optimizerNames.length > 0 && !(`${OPTIMIZER}iterations` in loaded.entries)) {
-    throw other('its optimizer state was saved by an optimizer that keeps its own (sharded) state; load it with that optimizer');
-  }
 
+  // Gradients summed since the last update (backwardPassesPerStep > 1) belong to the run being replaced.
+  if (optimizer) for (const d of distributedLayers(optimizer)) d.discardPartialStep();
   model.weights.forEach((w, i) => {
     const t = tf.tensor(loaded.entries[saved[i]] as Float32Array | Int32Array, w.shape, w.dtype as 'float32' | 'int32');
     w.write(t);
     t.dispose();
   });
   if (!optimizer || optimizerNames.length === 0) return loaded.step;
+  const own = checkpointable(optimizer);
   if (own) {
     await own.restoreCheckpoint(Object.fromEntries(optimizerNames.map((k) => [k.slice(OPTIMIZER.length), loaded.entries[k]])));
     return loaded.step;
@@ -196,4 +190,29 @@ export async function loadCheckpoint(dir: string, what: { model: CheckpointModel
     t.dispose();
   }
   return loaded.step;
+}
+
+type Targets = { model: CheckpointModel; optimizer: tf.Optimizer | null };
+
+/** ERR_MISMATCH naming the manifest unless the checkpoint fits the model and optimizer; else the saved shapes. */
+function checkFits(loaded: LoadedCheckpoint, manifest: string, { model, optimizer }: Targets): Record<string, number[]> {
+  const other = (why: string) => new HoraError('ERR_MISMATCH', `hora/tfjs loadCheckpoint: ${manifest} is a checkpoint of another model: ${why}`);
+  const shapesBytes = loaded.entries[SHAPES];
+  if (!(shapesBytes instanceof Uint8Array)) throw other(`it has no '${SHAPES}' entry: it was not saved by saveCheckpoint`);
+  const shapes = JSON.parse(Buffer.from(shapesBytes).toString('utf8')) as Record<string, number[]>;
+  const saved = Object.keys(loaded.entries).filter((k) => k.startsWith(MODEL)).sort();
+  if (saved.length !== model.weights.length) throw other(`it holds ${saved.length} weights, the model has ${model.weights.length}`);
+  model.weights.forEach((w, i) => {
+    const name = saved[i];
+    const shape = shapes[name] ?? [];
+    if (loaded.dtypes[name] !== w.dtype || shape.length !== w.shape.length || shape.some((d, k) => d !== w.shape[k])) {
+      throw other(`weight ${i} ('${name.slice(name.indexOf(' ') + 1)}' there) is ${loaded.dtypes[name]} [${shape.join(', ')}], ` +
+        `the model's ('${w.name}') is ${w.dtype} [${w.shape.join(', ')}]`);
+    }
+  });
+  const optimizerNames = Object.keys(loaded.entries).filter((k) => k.startsWith(OPTIMIZER));
+  if (optimizer && !checkpointable(optimizer) && optimizerNames.length > 0 && !(`${OPTIMIZER}iterations` in loaded.entries)) {
+    throw other('its optimizer state was saved by an optimizer that keeps its own (sharded) state; load it with that optimizer');
+  }
+  return shapes;
 }

@@ -106,7 +106,7 @@ export async function slotsOf(optimizer: tf.Optimizer): Promise<Array<{ name: st
 }
 
 /** Every DistributedOptimizer in the chain down to the innermost optimizer. */
-function distributedLayers(optimizer: tf.Optimizer): DistributedOptimizer[] {
+export function distributedLayers(optimizer: tf.Optimizer): DistributedOptimizer[] {
   const out: DistributedOptimizer[] = [];
   let o = optimizer;
   while (DistributedOptimizer.prototype.isPrototypeOf(o)) {

@@ -81,6 +81,28 @@ runScenarios(hora, {
     return { ok: true, step, loaded: await stateOf(model, optimizer) };
   },
 
+  async oneRankWrong() {
+    const dir = process.env.CKPT_DIR;
+    const one = hora.rank() === 1;
+    const model = buildModel(5, one ? 17 : 16);
+    const optimizer = makeOptimizer();
+    const settle = async (call) => {
+      try {
+        return { ok: true, value: await call() };
+      } catch (e) {
+        return describeError(e);
+      }
+    };
+    const before = b64(model.getWeights().map((w) => w.dataSync()));
+    return {
+      ok: true,
+      save: await settle(() => saveCheckpoint(dir, one ? { model: null } : { model, optimizer }, { step: 9 })),
+      saveOption: await settle(() => saveCheckpoint(dir, { model, optimizer }, one ? { step: 9, kep: 1 } : { step: 9 })),
+      load: await settle(() => loadCheckpoint(dir, { model, optimizer })),
+      unchanged: before === b64(model.getWeights().map((w) => w.dataSync())),
+    };
+  },
+
   async wrong() {
     const model = buildModel(4, 17);
     const optimizer = makeOptimizer();
