@@ -41,7 +41,7 @@ import * as path from 'node:path';
 import { dtypeOf } from './arguments';
 import { HoraError, describeValue, invalidArgument, knownOptions, checkOptionKeys } from './errors';
 import { DTYPE_BYTES, DTYPE_NAMES, NativeDType } from './native';
-import { allgatherObject, broadcastObject } from './objects';
+import { allgatherObject, broadcastObject } from './hora';
 import type { DType, Tensor } from './types';
 import { current } from './world';
 

@@ -11,8 +11,7 @@
 import * as path from 'node:path';
 import { latestStep, load as loadCheckpoint, save as saveCheckpoint } from '../checkpoint';
 import { HoraError, checkOptionKeys, describeValue, knownOptions } from '../errors';
-import { broadcast, current } from '../hora';
-import { allgatherObject } from '../objects';
+import { allgatherObject, broadcast, current } from '../hora';
 import { KeptArray as TypedArray, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer } from './sync';
 
 const TYPED_ARRAYS: Record<string, new (n: number) => TypedArray> = {
