@@ -275,6 +275,21 @@ t.test('hora.elastic.State {checkpoint}: the launcher and every worker SIGKILLed
   }
 });
 
+t.test('hora.elastic.State {checkpoint}: a worker that joins later (-np 3 --min-np 2, one lost and replaced) saves at the same commits as the others', async (t) => {
+  const [dir] = tempDirs(t, 1);
+  const mark = path.join(dir, 'left');
+  const job = await runJob(3, ELASTIC_WORKER, {
+    env: { CKPT_DIR: dir, CKPT_STEPS: '40', CKPT_STEP_MS: '100', CKPT_LEAVE_AT: '4', CKPT_LEAVE_MARK: mark, HORA_ELASTIC_SETTLE_S: '1' },
+    launcherArgs: ['--min-np', '2'], timeoutMs: 180000,
+  });
+  t.equal(job.code, 0, 'exits 0', { output: tail(job) });
+  t.ok(fs.existsSync(mark), 'rank 2 left after commit 4');
+  const reports = job.reports.filter(Boolean);
+  t.ok(reports.some((r) => r.startedAt > 4), 'a worker joined after the loss (its run started past commit 4)', { reports });
+  for (const r of reports) t.ok(r.same && r.step === 40, `rank ${r.rank} ends at step 40 with the uninterrupted run's values`, { r });
+  t.equal(fs.readFileSync(path.join(dir, 'latest'), 'utf8'), 'step-39\n', 'the last checkpoint is commit 39 (every 3)');
+});
+
 t.test('hora.elastic.State: a wrong checkpoint option is ERR_INVALID_ARGUMENT naming it', async (t) => {
   const hora = require('../dist/ts/index.js');
   const cases = [

@@ -2,11 +2,15 @@
 // Runs inside every rank of a `hora run` job for test/checkpoint.test.js: a hora.elastic.State made with
 // {checkpoint: {dir: CKPT_DIR, everySteps: 3}} under hora.elastic.run, STEPS steps of an allreduce whose
 // global batch does not depend on the world size. With CKPT_KILL_AT=k, rank 0 SIGKILLs the launcher and
-// every worker (by PID) in the middle of step k, after its allreduce and before its commit.
+// every worker (by PID) in the middle of step k, after its allreduce and before its commit. CKPT_STEPS and
+// CKPT_STEP_MS (a pause after each commit) set the length of the run.
 const hora = require('../../dist/ts/index.js');
 const { report } = require('../support/worker-util');
 
-const N = 5, SAMPLES = 60, STEPS = 12;
+const fs = require('node:fs');
+
+const N = 5, SAMPLES = 60, STEPS = Number(process.env.CKPT_STEPS || 12);
+const STEP_MS = Number(process.env.CKPT_STEP_MS || 0);
 
 function blockRange(count, size, block) {
   const base = Math.floor(count / size), extra = count % size;
@@ -51,6 +55,13 @@ async function main() {
       update(s.w, sum);
       s.step++;
       await s.commit();
+      // CKPT_LEAVE_AT=k: rank 2 of the first world SIGKILLs itself after commit k; the launcher starts a
+      // worker in its place, which joins at a later commit (CKPT_LEAVE_MARK: so that it does not leave too).
+      if (s.step === Number(process.env.CKPT_LEAVE_AT) && hora.rank() === 2 && !fs.existsSync(process.env.CKPT_LEAVE_MARK)) {
+        fs.writeFileSync(process.env.CKPT_LEAVE_MARK, String(process.pid));
+        process.kill(process.pid, 'SIGKILL');
+      }
+      if (STEP_MS) await new Promise((resolve) => setTimeout(resolve, STEP_MS));
     }
   });
   const ref = reference();

@@ -129,6 +129,8 @@ function bytesOf(a: TypedArray): Uint8Array {
 interface SyncHeader {
   json: Record<string, unknown>;
   typed: Array<[name: string, type: string, length: number]>;
+  /** Root's count of commits, so that every rank reaches options.checkpoint's next save at the same commit. */
+  commits: number;
 }
 
 export class State {
@@ -138,8 +140,10 @@ export class State {
   #fields = new Map<string, Field>();
   #resetCallbacks: ResetCallback[] = [];
   #checkpoint: Required<StateOptions>['checkpoint'] | null;
-  /** Commits since the job began (carried over by a checkpoint): the step number of the checkpoints. */
+  /** Commits since the job began (carried over by a checkpoint and by sync): the step number of the checkpoints. */
   #commits = 0;
+  /** Whether resumeFromCheckpoint has run: the job's start loads from disk once, never a later run(). */
+  #resumed = false;
 
   constructor(fields: Record<string, unknown>, options?: StateOptions) {
     this.#checkpoint = checkpointOptionsOf(options);
@@ -234,7 +238,8 @@ export class State {
    */
   async resumeFromCheckpoint(): Promise<number | null> {
     const c = this.#checkpoint;
-    if (!c) return null;
+    if (!c || this.#resumed) return null;
+    this.#resumed = true;
     // Every rank reads `latest` itself; load then agrees that all loaded the same step.
     const step = await latestStep(c.dir);
     const seen = await allgatherObject(step, { name: 'elastic.State checkpoint' });
@@ -303,6 +308,7 @@ export class State {
         if (length > 0) arrays.push([name, f.value as TypedArray]);
       }
       if (w.rank !== root) for (const [name, value] of Object.entries(header.json)) this.#fields.get(name)!.value = value;
+      this.#commits = header.commits;
       // One name each: the broadcasts go in one batch, whose collectives must differ by name.
       await Promise.all(arrays.map(([name, a]) => broadcast(bytesOf(a), { root, inplace: true, name: `elastic.State.sync ${name}` })));
     }
@@ -311,7 +317,7 @@ export class State {
 
   /** What root holds: its JSON values, and its arrays' types and lengths. */
   #header(): SyncHeader {
-    const header: SyncHeader = { json: {}, typed: [] };
+    const header: SyncHeader = { json: {}, typed: [], commits: this.#commits };
     for (const [name, f] of this.#fields) {
       if (f.kind === 'json') header.json[name] = f.value;
       else header.typed.push([name, (f.value as TypedArray).constructor.name, (f.value as TypedArray).length]);
