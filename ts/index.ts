@@ -3,6 +3,7 @@ import * as core from './hora';
 import * as groups from './group';
 import * as works from './work';
 import * as errors from './errors';
+import * as checkpoints from './checkpoint';
 
 // Plain values, not re-exports: a compiled `export { x } from` is a getter on the module object, and a
 // program calls `hora.allreduce(...)` in its loop, where each call then ran the getter through a generic
@@ -38,6 +39,11 @@ export const Work = works.Work;
 export type Work<T> = works.Work<T>;
 export * as cuda from './cuda';
 export * as elastic from './elastic';
+/** hora.checkpoint: checkpoints every rank writes in parallel and loads at any world size (docs/checkpoint.md). */
+export const checkpoint = { save: checkpoints.save, load: checkpoints.load, latestStep: checkpoints.latestStep };
+export type {
+  CheckpointEntry, CheckpointArray, CheckpointShard, CheckpointSaveOptions, CheckpointLoadOptions, CheckpointExpectation, LoadedCheckpoint, LoadedShard,
+} from './checkpoint';
 export const HoraError = errors.HoraError;
 export type HoraError = errors.HoraError;
 export type { HoraErrorCode } from './errors';

@@ -6,6 +6,7 @@
  * Plain values, not re-exports, as in ts/index.ts: a compiled `export { x } from` is a getter, and the
  * adapters call some of these on every step.
  */
+import * as checkpoint from './checkpoint';
 import * as config from './config';
 import * as messages from './control/messages';
 import * as elasticSync from './elastic/sync';
@@ -20,6 +21,13 @@ export type HoraError = errors.HoraError;
 export const describeValue = errors.describeValue;
 export const checkOptionKeys = errors.checkOptionKeys;
 export const knownOptions = errors.knownOptions;
+
+/**
+ * hora.checkpoint's save and load with the adapter's own preparation and checks inside their agreement:
+ * an error of either on one rank fails the call on every rank (hora/tfjs saveCheckpoint, loadCheckpoint).
+ */
+export const saveCheckpointAgreed = checkpoint.saveAgreed;
+export const loadCheckpointAgreed = checkpoint.loadAgreed;
 
 /** The world this process is in, for a call named `collective`; throws before init(). */
 export const current = world.current;

@@ -82,7 +82,7 @@ function tensorOf(s: Saved): tf.Tensor {
 }
 
 /** The optimizer that owns the slots and the iteration count (a DistributedOptimizer wraps one). */
-function innermost(optimizer: tf.Optimizer): tf.Optimizer {
+export function innermost(optimizer: tf.Optimizer): tf.Optimizer {
   let o = optimizer;
   // Not instanceof: tf.Optimizer answers instanceof by duck typing, so every optimizer would pass.
   while (DistributedOptimizer.prototype.isPrototypeOf(o)) o = (o as DistributedOptimizer).optimizer;
@@ -90,13 +90,13 @@ function innermost(optimizer: tf.Optimizer): tf.Optimizer {
 }
 
 /** The scalar variables an optimizer keeps outside getWeights() (Adam's accBeta1/accBeta2...), by property name. */
-function hiddenVariables(optimizer: tf.Optimizer): Array<[string, tf.Variable]> {
+export function hiddenVariables(optimizer: tf.Optimizer): Array<[string, tf.Variable]> {
   const inner = innermost(optimizer) as unknown as Record<string, unknown>;
   return Object.keys(inner).sort().filter((k) => inner[k] instanceof tf.Variable).map((k) => [k, inner[k] as tf.Variable]);
 }
 
 /** getWeights() without its first entry, the iteration count, which it makes as a new tensor (disposed here). */
-async function slotsOf(optimizer: tf.Optimizer): Promise<Array<{ name: string; tensor: tf.Tensor }>> {
+export async function slotsOf(optimizer: tf.Optimizer): Promise<Array<{ name: string; tensor: tf.Tensor }>> {
   const named = await optimizer.getWeights();
   if (named.length > 0 && named[0].name === 'iter') {
     named[0].tensor.dispose();
@@ -106,7 +106,7 @@ async function slotsOf(optimizer: tf.Optimizer): Promise<Array<{ name: string; t
 }
 
 /** Every DistributedOptimizer in the chain down to the innermost optimizer. */
-function distributedLayers(optimizer: tf.Optimizer): DistributedOptimizer[] {
+export function distributedLayers(optimizer: tf.Optimizer): DistributedOptimizer[] {
   const out: DistributedOptimizer[] = [];
   let o = optimizer;
   while (DistributedOptimizer.prototype.isPrototypeOf(o)) {
@@ -116,7 +116,7 @@ function distributedLayers(optimizer: tf.Optimizer): DistributedOptimizer[] {
   return out;
 }
 
-function setIterations(optimizer: tf.Optimizer, n: number): void {
+export function setIterations(optimizer: tf.Optimizer, n: number): void {
   (innermost(optimizer) as unknown as { iterations_: number }).iterations_ = n;
 }
 

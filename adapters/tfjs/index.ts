@@ -11,3 +11,5 @@ export type { PipelineOptions, PipelinePlan, PipelineStats, BatchStats, Pipeline
 export { ElasticState, ElasticCallback, DEFAULT_COMMIT_EVERY } from './elastic';
 export type { ElasticModel, ElasticFitArgs, ElasticCallbackOptions } from './elastic';
 export { useFasterCpuKernels } from './cpu-kernels';
+export { saveCheckpoint, loadCheckpoint } from './checkpoint';
+export type { CheckpointModel, CheckpointableOptimizer, SaveCheckpointOptions, LoadCheckpointOptions } from './checkpoint';

@@ -7,6 +7,10 @@
  * (./world.ts, reformElasticWorld), syncs the state from the new rank 0 (the oldest surviving worker), runs the
  * reset callbacks and calls fn again. No committed step is lost and none is applied twice.
  *
+ * A State made with {checkpoint: {dir, everySteps}} also goes to disk every everySteps commits; when the
+ * job starts (its first world), run() loads the last complete checkpoint there before the first sync, so
+ * a job started again by hand, at any size, goes on from it.
+ *
  * New workers join at a commit. The launcher announces a waiting worker to every rank; as the announcement
  * reaches ranks at different moments, the commit hook allreduces a flag so that every rank decides at the
  * same commit, and then throws GrowSignal from commit(). run() catches it and re-forms without a rollback:
@@ -47,6 +51,7 @@ export async function run<T>(state: State, fn: (state: State) => T | Promise<T>)
   setElasticRunning(true);
   try {
     if (!elastic) {
+      await state.resumeFromCheckpoint();
       await state.sync(0);
       return await fn(state);
     }
@@ -60,6 +65,10 @@ export async function run<T>(state: State, fn: (state: State) => T | Promise<T>)
 async function runElastic<T>(state: State, fn: (state: State) => T | Promise<T>, control: RendezvousConnection): Promise<T> {
   control.report(ElasticEvent.Entered, generation());
   setCommitHook(membershipCheck);
+  // The job's first world (generation 0): every worker started together, so each loads the last
+  // checkpoint on disk (new State(fields, {checkpoint})). A worker that joins later gets the state by the
+  // sync below, from ranks that went on past it.
+  if (generation() === 0) await state.resumeFromCheckpoint();
   let reset = false;
   for (;;) {
     try {

@@ -8,8 +8,10 @@
  * allocation while their lengths stay the same, and restore() writes back into the arrays the script
  * holds, so references to them stay valid.
  */
-import { HoraError, describeValue } from '../errors';
-import { broadcast, current } from '../hora';
+import * as path from 'node:path';
+import { latestStep, load as loadCheckpoint, save as saveCheckpoint } from '../checkpoint';
+import { HoraError, checkOptionKeys, describeValue, knownOptions } from '../errors';
+import { allgatherObject, broadcast, current } from '../hora';
 import { KeptArray as TypedArray, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer } from './sync';
 
 const TYPED_ARRAYS: Record<string, new (n: number) => TypedArray> = {
@@ -35,7 +37,45 @@ interface Field {
   saved: unknown;
 }
 
-const RESERVED = new Set(['commit', 'restore', 'sync', 'onReset', 'fieldNames', 'runResetCallbacks', 'constructor']);
+const RESERVED = new Set(['commit', 'restore', 'sync', 'onReset', 'fieldNames', 'runResetCallbacks', 'resumeFromCheckpoint', 'constructor']);
+
+/** The second argument of new State(fields, options). */
+export interface StateOptions {
+  /** Commits also go to disk (hora.checkpoint.save) every `everySteps` commits, into `dir`; keep as for save (default: all). */
+  checkpoint?: { dir: string; everySteps: number; keep?: number };
+}
+
+const STATE_OPTIONS = knownOptions<StateOptions>({ checkpoint: true }, '');
+const CHECKPOINT_OPTIONS = knownOptions<Required<StateOptions>['checkpoint']>({ dir: true, everySteps: true, keep: true }, '');
+/** The entry that holds the JSON fields, the typed fields' types and lengths, and the commit count. */
+const STATE_ENTRY = 'state';
+const FIELD_ENTRY = 'field/';
+
+interface CheckpointHeader {
+  commits: number;
+  json: Record<string, unknown>;
+  typed: Array<[name: string, type: string, length: number]>;
+}
+
+function checkpointOptionsOf(options: unknown): Required<StateOptions>['checkpoint'] | null {
+  const bad = (key: string, expected: string, v: unknown) => new HoraError('ERR_INVALID_ARGUMENT',
+    `hora.elastic.State: argument '${key}' must be ${expected}; received ${describeValue(v)}`);
+  if (options === undefined) return null;
+  if (options === null || typeof options !== 'object') throw bad('options', 'an object', options);
+  checkOptionKeys('hora.elastic.State', options, STATE_OPTIONS);
+  const c = (options as StateOptions).checkpoint;
+  if (c === undefined) return null;
+  if (c === null || typeof c !== 'object') throw bad('options.checkpoint', 'an object {dir, everySteps, keep?}', c);
+  for (const k of Object.keys(c)) {
+    if (!CHECKPOINT_OPTIONS.keys.includes(k)) throw bad(`options.checkpoint.${k}`, `absent (options.checkpoint takes ${CHECKPOINT_OPTIONS.keys.join(', ')})`, (c as Record<string, unknown>)[k]);
+  }
+  if (typeof c.dir !== 'string' || c.dir === '') throw bad('options.checkpoint.dir', 'a non-empty string (a directory path)', c.dir);
+  if (typeof c.everySteps !== 'number' || !Number.isSafeInteger(c.everySteps) || c.everySteps < 1) {
+    throw bad('options.checkpoint.everySteps', 'an integer >= 1 (commits between checkpoints)', c.everySteps);
+  }
+  if (c.keep !== undefined && (typeof c.keep !== 'number' || !Number.isSafeInteger(c.keep) || c.keep < 1)) throw bad('options.checkpoint.keep', 'an integer >= 1', c.keep);
+  return { dir: c.dir, everySteps: c.everySteps, keep: c.keep };
+}
 
 function isTypedArray(v: unknown): v is TypedArray {
   return ArrayBuffer.isView(v) && !(v instanceof DataView) && (v as TypedArray).constructor.name in TYPED_ARRAYS;
@@ -89,6 +129,8 @@ function bytesOf(a: TypedArray): Uint8Array {
 interface SyncHeader {
   json: Record<string, unknown>;
   typed: Array<[name: string, type: string, length: number]>;
+  /** Root's count of commits, so that every rank reaches options.checkpoint's next save at the same commit. */
+  commits: number;
 }
 
 export class State {
@@ -97,8 +139,14 @@ export class State {
 
   #fields = new Map<string, Field>();
   #resetCallbacks: ResetCallback[] = [];
+  #checkpoint: Required<StateOptions>['checkpoint'] | null;
+  /** Commits since the job began (carried over by a checkpoint and by sync): the step number of the checkpoints. */
+  #commits = 0;
+  /** Whether resumeFromCheckpoint has run: the job's start loads from disk once, never a later run(). */
+  #resumed = false;
 
-  constructor(fields: Record<string, unknown>) {
+  constructor(fields: Record<string, unknown>, options?: StateOptions) {
+    this.#checkpoint = checkpointOptionsOf(options);
     if (fields === null || typeof fields !== 'object' || Array.isArray(fields)) {
       throw new HoraError('ERR_INVALID_ARGUMENT',
         `hora.elastic.State: argument 'fields' must be an object of named values; received ${describeValue(fields)}`);
@@ -160,7 +208,69 @@ export class State {
    */
   async commit(): Promise<void> {
     this.#save();
+    this.#commits++;
+    const c = this.#checkpoint;
+    if (c && this.#commits % c.everySteps === 0) await this.#saveToDisk(c);
     if (commitHook) await commitHook(this);
+  }
+
+  /** Writes the committed copy (every field is the same on every rank: replicated entries, rank 0 writes them). */
+  async #saveToDisk(c: Required<StateOptions>['checkpoint']): Promise<void> {
+    const header: CheckpointHeader = { commits: this.#commits, json: {}, typed: [] };
+    const entries: Record<string, Uint8Array> = {};
+    for (const [name, f] of this.#fields) {
+      if (f.kind === 'json') {
+        header.json[name] = f.saved;
+        continue;
+      }
+      const a = f.saved as TypedArray;
+      header.typed.push([name, a.constructor.name, a.length]);
+      entries[FIELD_ENTRY + name] = bytesOf(a);
+    }
+    entries[STATE_ENTRY] = new Uint8Array(Buffer.from(JSON.stringify(header)));
+    await saveCheckpoint(c.dir, entries, c.keep === undefined ? { step: this.#commits } : { step: this.#commits, keep: c.keep });
+  }
+
+  /**
+   * @internal For hora.elastic.run, when the job starts: every rank loads the last complete checkpoint of
+   * options.checkpoint.dir, if there is one, into the fields, and makes it the rollback point. Resolves to
+   * the commit count it holds, or null (no checkpoint option, or none on disk yet).
+   */
+  async resumeFromCheckpoint(): Promise<number | null> {
+    const c = this.#checkpoint;
+    if (!c || this.#resumed) return null;
+    this.#resumed = true;
+    // Every rank reads `latest` itself; load then agrees that all loaded the same step.
+    const step = await latestStep(c.dir);
+    const seen = await allgatherObject(step, { name: 'elastic.State checkpoint' });
+    const newest = seen.find((s) => s !== null);
+    if (newest === undefined || newest === null) return null;
+    // Ranks that see no checkpoint, or another step, fail the load with the file they cannot read.
+    const loaded = await loadCheckpoint(c.dir, { step: newest });
+    const manifest = path.join(path.resolve(c.dir), `step-${loaded.step}`, 'manifest.json');
+    const other = (why: string) => new HoraError('ERR_MISMATCH', `hora.elastic.State: ${manifest} is a checkpoint of another State: ${why}`, current('elastic.State').rank);
+    const bytes = loaded.entries[STATE_ENTRY];
+    if (!(bytes instanceof Uint8Array)) throw other(`it has no '${STATE_ENTRY}' entry`);
+    const header = JSON.parse(Buffer.from(bytes).toString('utf8')) as CheckpointHeader;
+    // Every check before the first write, so that a wrong checkpoint changes nothing.
+    const saved = new Map<string, string>([...Object.keys(header.json).map((n): [string, string] => [n, 'a JSON value']),
+      ...header.typed.map(([n, type]): [string, string] => [n, `a ${type}`])]);
+    for (const [name, f] of this.#fields) {
+      const mine = f.kind === 'json' ? 'a JSON value' : `a ${(f.value as TypedArray).constructor.name}`;
+      if (!saved.has(name)) throw other(`it has no field '${name}'`);
+      if (saved.get(name) !== mine) throw other(`field '${name}' is ${saved.get(name)} there, ${mine} here`);
+    }
+    for (const name of saved.keys()) if (!this.#fields.has(name)) throw other(`it has a field '${name}' this State lacks`);
+    for (const [name, value] of Object.entries(header.json)) this.#fields.get(name)!.value = value;
+    for (const [name, type, length] of header.typed) {
+      const f = this.#fields.get(name)!;
+      const src = loaded.entries[FIELD_ENTRY + name] as Uint8Array;
+      if ((f.value as TypedArray).length !== length) f.value = new TYPED_ARRAYS[type](length);
+      bytesOf(f.value as TypedArray).set(src);
+    }
+    this.#commits = header.commits;
+    this.#save();
+    return header.commits;
   }
 
   /** Goes back to the last commit. Typed arrays of an unchanged length are written back in place. */
@@ -198,6 +308,7 @@ export class State {
         if (length > 0) arrays.push([name, f.value as TypedArray]);
       }
       if (w.rank !== root) for (const [name, value] of Object.entries(header.json)) this.#fields.get(name)!.value = value;
+      this.#commits = header.commits;
       // One name each: the broadcasts go in one batch, whose collectives must differ by name.
       await Promise.all(arrays.map(([name, a]) => broadcast(bytesOf(a), { root, inplace: true, name: `elastic.State.sync ${name}` })));
     }
@@ -206,7 +317,7 @@ export class State {
 
   /** What root holds: its JSON values, and its arrays' types and lengths. */
   #header(): SyncHeader {
-    const header: SyncHeader = { json: {}, typed: [] };
+    const header: SyncHeader = { json: {}, typed: [], commits: this.#commits };
     for (const [name, f] of this.#fields) {
       if (f.kind === 'json') header.json[name] = f.value;
       else header.typed.push([name, (f.value as TypedArray).constructor.name, (f.value as TypedArray).length]);
