@@ -32,7 +32,7 @@ t.test('the JS lists that users see derive from the tables', async (t) => {
   const { ALGORITHMS } = require('../dist/ts/config.js');
   t.same(ALGORITHMS, ours.algorithms, 'HORA_ALGO takes the algorithms, in order');
   const { COLLECTIVE_KINDS, MESSAGE_KINDS } = require('../dist/ts/control/messages.js');
-  t.same(COLLECTIVE_KINDS, ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier', 'alltoall', 'reduce', 'gather'],
+  t.same(COLLECTIVE_KINDS, ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier', 'alltoall', 'reduce', 'gather', 'scatter'],
     'stats name the collectives as the API does');
   t.same(MESSAGE_KINDS, ['send', 'recv'], 'and the messages');
   t.equal(native.DTYPE_OF_NAME.bfloat16, ours.dtypes.indexOf('bfloat16'), 'DTYPE_OF_NAME gives a name its value');
@@ -40,7 +40,7 @@ t.test('the JS lists that users see derive from the tables', async (t) => {
 
 t.test('kinds: the wire values of the kinds (never renumbered; new ones go last)', async (t) => {
   t.same(ours.kinds, ['allreduce', 'broadcast', 'allgather', 'reducescatter', 'barrier', 'invalid call', 'send', 'recv', 'alltoall',
-    'reduce', 'gather'], 'reduce is 9 and gather 10, after alltoall\'s 8');
+    'reduce', 'gather', 'scatter', 'join'], 'alltoall 8, reduce 9, gather 10, scatter 11, join 12');
 });
 
 t.test('dtypes: appended after the first seven, and every kind, op, dtype and algorithm fits its 4 bits of itemCode()', async (t) => {
