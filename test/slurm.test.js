@@ -1,6 +1,6 @@
 'use strict';
 // hora under a real Slurm: munged, slurmctld and one slurmd per simulated host (test/cluster/slurm.js: two
-// nodes, hslurm0 and hslurm1, of two CPUs each), and jobs run the way docs/cluster.md tells users to run
+// nodes, hslurmc0 and hslurmc1, of two CPUs each), and jobs run the way docs/cluster.md tells users to run
 // them: srun with no hora launcher, sbatch of a script running `hora run` inside the allocation, mpirun
 // inside an allocation, a task killed, a step cancelled, and an elastic job inside an allocation. Every
 // job's secret is exported in the job's environment by the shell that runs srun, never on a command line.
@@ -16,6 +16,8 @@ if (reason) {
 }
 
 const NODE = process.execPath;
+const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
+const ELASTIC_WORKER = path.join(__dirname, 'workers', 'elastic-worker.js');
 const WORKER = path.join(__dirname, 'workers', 'cluster-worker.js');
 const LOOP_WORKER = path.join(__dirname, 'workers', 'slurm-loop-worker.js');
 // What a batch script or a user's shell does before srun: one random secret per job, in the environment.
@@ -24,7 +26,7 @@ const PEER_LOST_BOUND_MS = 5000; // docs/failures.md: a killed rank is seen with
 
 let slurm;
 t.before(async () => {
-  slurm = await upSlurm({ nodes: 2, cpus: 2, name: 'hslurm', subnet: 42 });
+  slurm = await upSlurm({ nodes: 2, cpus: 2, name: 'hslurmc', subnet: 42 });
   t.comment(`${slurm.version}; ${mpirunVersion() || 'no mpirun'}`);
 });
 t.teardown(() => slurm?.down());
@@ -32,6 +34,34 @@ t.teardown(() => slurm?.down());
 /** Runs a shell script on node 0 (the node a user's shell, or sbatch's script, would be on). */
 function shell(script, { timeoutMs = 60000, env = {} } = {}) {
   return slurm.start(0, 'bash', ['-c', script], { timeoutMs, env: slurm.env(env) });
+}
+
+/**
+ * Submits `script` with sbatch `args` from node 0 and waits for the job to end (polling squeue: sbatch
+ * --wait polls every few seconds); resolves {jobId, exitCode (of the batch script), output (its file)}.
+ */
+async function sbatch(t, script, args, { timeoutMs = 90000, env = {} } = {}) {
+  const dir = fs.mkdtempSync(path.join(slurm.dir, 'job-'));
+  const file = path.join(dir, 'job.sh');
+  fs.writeFileSync(file, `#!/bin/bash\nset -euo pipefail\n${script}\n`, { mode: 0o755 });
+  const submit = await slurm.run(0, 'sbatch', ['--parsable', `--output=${dir}/out`, ...args, file], { env: slurm.env(env), cwd: dir });
+  t.equal(submit.code, 0, `sbatch ${args.join(' ')}: ${submit.output}`);
+  const jobId = submit.stdout.trim();
+  const by = Date.now() + timeoutMs;
+  let state = '';
+  for (;;) {
+    const q = await slurm.run(0, 'scontrol', ['-o', 'show', 'job', jobId]);
+    state = /JobState=(\S+)/.exec(q.stdout)?.[1] ?? q.output;
+    const exit = /ExitCode=(\d+):(\d+)/.exec(q.stdout);
+    if (!/^(PENDING|RUNNING|CONFIGURING|COMPLETING)$/.test(state)) {
+      return { jobId, state, exitCode: exit ? Number(exit[1]) : null, output: fs.existsSync(`${dir}/out`) ? fs.readFileSync(`${dir}/out`, 'utf8') : '' };
+    }
+    if (Date.now() > by) {
+      await slurm.run(0, 'scancel', [jobId]);
+      return { jobId, state: `${state} after ${timeoutMs / 1000} s (cancelled by the test)`, exitCode: null, output: fs.existsSync(`${dir}/out`) ? fs.readFileSync(`${dir}/out`, 'utf8') : '' };
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
 }
 
 /** The "HORA_REPORT {json}" lines of cluster-worker.js, indexed by rank. */
@@ -58,8 +88,8 @@ function checkLayout(t, reps, layout) {
     for (let local = 0; local < tasks; local++, rank++) {
       t.match(reps[rank], {
         rank, size, localRank: local, localSize: tasks, crossRank: node, crossSize: layout.length, wrong: 0, max: size - 1,
-        hostId: new RegExp(`^hslurm${node}/`),
-      }, `rank ${rank}: task ${local} of ${tasks} on hslurm${node}`);
+        hostId: new RegExp(`^${slurm.nodes[node]}(/|$)`), // hora run names a remote host's id by its name alone
+      }, `rank ${rank}: task ${local} of ${tasks} on ${slurm.nodes[node]}`);
     }
   });
 }
@@ -68,9 +98,9 @@ function checkLayout(t, reps, layout) {
 async function leftovers(horaJob) {
   const out = {};
   for (const i of [0, 1]) {
-    out[`hslurm${i} processes`] = slurm.leftovers(i).map((p) => `${p.pid} ${p.cmdline}`);
+    out[`node ${i} processes`] = slurm.leftovers(i).map((p) => `${p.pid} ${p.cmdline}`);
     const ss = await slurm.run(i, 'ss', ['-Htlnp']);
-    out[`hslurm${i} listening`] = ss.stdout.split('\n').filter((l) => l.trim() && !/"(slurmd|slurmctld|sshd)"/.test(l));
+    out[`node ${i} listening`] = ss.stdout.split('\n').filter((l) => l.trim() && !/"(slurmd|slurmctld|sshd)"/.test(l));
   }
   // A rank unlinks its segment once its peers have mapped it; one that is left is named hora-<job>-<rank>.
   out.segments = fs.readdirSync('/dev/shm').filter((n) => n.startsWith(`hora-${horaJob}`));
@@ -84,7 +114,7 @@ t.test('srun -N2 --ntasks-per-node=2 with no hora launcher', async (t) => {
   const reps = reports(r.stdout);
   checkLayout(t, reps, [2, 2]);
   for (const rep of reps.filter(Boolean)) {
-    t.match(rep, { source: 'slurm', rendezvous: /^hslurm0:\d+$/, hostedRendezvous: rep.rank === 0, secretDerived: false }, `rank ${rep.rank} read Slurm's variables`);
+    t.match(rep, { source: 'slurm', rendezvous: new RegExp(`^${slurm.nodes[0]}:\\d+$`), hostedRendezvous: rep.rank === 0, secretDerived: false }, `rank ${rep.rank} read Slurm's variables`);
   }
   // The topology: one peer over shared memory (the other task of its node), the two of the other node over TCP.
   const connected = [...r.stderr.matchAll(/connected to (\d+) peers in [\d.]+ ms \((\d+) over shared memory/g)].map((m) => [Number(m[1]), Number(m[2])]);
@@ -101,7 +131,7 @@ t.test('a task killed with SIGKILL: the others fail with ERR_PEER_LOST, srun end
   const job = shell(`${SECRET}\nexec srun -N2 --ntasks-per-node=2 ${NODE} ${LOOP_WORKER}`);
   t.ok(await job.waitFor(() => tagged(job.stdout, 'HORA_READY').length === 4, 30000), `every task is running\n${job.output}`);
   const victim = tagged(job.stdout, 'HORA_READY').find((x) => x.rank === 3);
-  t.equal(victim.host, 'hslurm1', 'rank 3 runs on hslurm1');
+  t.equal(victim.host, slurm.nodes[1], 'rank 3 runs on node 1');
   const killedAt = Date.now();
   process.kill(victim.pid, 'SIGKILL');
   const r = await job.done;
@@ -137,5 +167,52 @@ t.test('scancel of a running step: every task exits within 10 s, nothing is left
     if (Object.values(left).every((v) => v.length === 0)) break;
     await new Promise((r) => setTimeout(r, 250));
   }
-  t.same(left, { 'hslurm0 processes': [], 'hslurm0 listening': [], 'hslurm1 processes': [], 'hslurm1 listening': [], segments: [] }, 'no process, port or segment is left');
+  t.same(left, { 'node 0 processes': [], 'node 0 listening': [], 'node 1 processes': [], 'node 1 listening': [], segments: [] }, 'no process, port or segment is left');
+});
+
+t.test('sbatch of hora run -np 4: the hosts come from the allocation, node 1\'s workers start with srun', async (t) => {
+  const r = await sbatch(t, `${NODE} ${HORA} run -np 4 ${NODE} ${WORKER}`, ['-N2', '--ntasks-per-node=2']);
+  t.match(r, { state: 'COMPLETED', exitCode: 0 }, `the batch job succeeded\n${r.output}`);
+  const reps = reports(r.output.replace(/^\[\d+@\S+\] /gm, ''));
+  checkLayout(t, reps, [2, 2]);
+  for (const rep of reps.filter(Boolean)) {
+    t.match(rep, { source: 'hora', secretDerived: false }, `rank ${rep.rank} joined hora run's job`);
+    // A worker srun started is a task of its own step on that node; hora run starts node 0's itself.
+    t.match(rep.slurm, rep.rank < 2 ? { step: undefined } : { step: /^\d+$/, stepNodes: slurm.nodes[1], job: r.jobId }, `rank ${rep.rank}: ${rep.rank < 2 ? 'no step' : 'a step on node 1'}`);
+  }
+});
+
+t.test('sbatch -N2 alone: one task per node, as Slurm says; -np beyond the allocation is refused, naming it', async (t) => {
+  const r = await sbatch(t, `${NODE} ${HORA} run -np 3 ${NODE} ${WORKER}`, ['-N2']);
+  t.match(r, { state: 'FAILED', exitCode: 2 }, `hora run refused the job\n${r.output}`);
+  t.match(r.output, /-np "3" is invalid: expected at most 2, the slots given by the Slurm allocation \(SLURM_JOB_NODELIST=hslurmc\[0-1\], SLURM_TASKS_PER_NODE=1\(x2\)\)/);
+});
+
+t.test('mpirun inside an allocation (Open MPI), as docs/cluster.md describes', { skip: mpirunVersion() ? false : 'no mpirun (apt-get install openmpi-bin)' }, async (t) => {
+  const r = await sbatch(t, `${SECRET}\nmpirun --allow-run-as-root ${NODE} ${WORKER}`, ['-N2', '--ntasks-per-node=2']);
+  t.match(r, { state: 'COMPLETED', exitCode: 0 }, `the batch job succeeded\n${r.output}`);
+  const reps = reports(r.output);
+  checkLayout(t, reps, [2, 2]);
+  for (const rep of reps.filter(Boolean)) {
+    t.match(rep, { source: 'ompi', rendezvous: new RegExp(`^${slurm.nodes[0]}:\\d+$`), secretDerived: false }, `rank ${rep.rank} met at the first node of SLURM_JOB_NODELIST`);
+  }
+});
+
+t.test('elastic inside an allocation: a discovery script reads it; a worker SIGKILLed, the job goes on', async (t) => {
+  const { EXPECTED, STEPS } = require('./support/elastic-job');
+  // The allocation's nodes, two slots each, as a user's script would list them.
+  const discover = path.join(slurm.dir, 'discover.sh');
+  fs.writeFileSync(discover, '#!/bin/bash\nscontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/$/:2/"\n', { mode: 0o755 });
+  const r = await sbatch(t, `${NODE} ${HORA} run --min-np 2 --max-np 4 --host-discovery-script ${discover} ${NODE} ${ELASTIC_WORKER}`, ['-N2', '--ntasks-per-node=2'], {
+    env: { HORA_ELASTIC_SETTLE_S: '2', ELASTIC_STEPS: String(STEPS), ELASTIC_KILL: '3:20:SIGKILL' },
+  });
+  t.match(r, { state: 'COMPLETED', exitCode: 0 }, `the batch job succeeded\n${r.output}`);
+  t.match(r.output, /\[3@\S+\] signal SIGKILL/, 'worker 3 killed itself at step 20');
+  const results = r.output.split('\n').map((l) => /^\[(\d+)(?:@\S+)?\] result (.*)$/.exec(l)).filter(Boolean).map((m) => JSON.parse(m[2]));
+  t.ok(results.length >= 3, `the survivors finished (${results.length})`);
+  t.notOk(results.some((x) => x.workerId === 3), 'worker 3 did not');
+  for (const x of results) {
+    t.match(x, { step: STEPS, checksum: EXPECTED }, `worker ${x.workerId} trained every step, bit-identical to a run without failures`);
+  }
+  t.match(r.output, /the world re-formed with \d rank\(s\)/);
 });

@@ -1,13 +1,13 @@
 'use strict';
 // A Slurm cluster on the simulated hosts of cluster.sh, for tests: one munged (in this machine's network
 // namespace: it listens on a Unix socket only), one slurmctld on host 0 and one slurmd on every host.
-// Node i is called PREFIXi (hslurm0, hslurm1, ...) and runs in its own network, UTS (hostname) and mount
-// namespace, where /etc/hosts names every node; so a command run "on" node i sees what a process on a
-// real compute node sees. Root only.
+// Node i is called NAMEi (hslurmc0, hslurmc1, ...; test/cluster-env.test.js has a cluster called hslurm)
+// and runs in its own network, UTS (hostname) and mount namespace, where /etc/hosts names every node; so
+// a command run "on" node i sees what a process on a real compute node sees. Root only.
 //
 //   canRunSlurm()   '' when this machine can run it, else the reason it cannot (print it, skip)
 //   await upSlurm({ nodes, cpus, name, subnet })
-//       -> {nodes: ['hslurm0', ...], addrs, dir, conf, version: 'slurm-wlm 22.05.8', daemons,
+//       -> {nodes: ['hslurmc0', ...], addrs, dir, conf, version: 'slurm-wlm 22.05.8', daemons,
 //           env(extra) -> an environment for Slurm's commands (SLURM_CONF, no launcher variables),
 //           start(i, cmd, args, opts) -> test/support/spawn.js's handle of `cmd` run on node i,
 //           run(i, cmd, args, opts) -> its result,
@@ -101,7 +101,7 @@ PartitionName=hora Nodes=${nodes.join(',')} Default=YES MaxTime=INFINITE State=U
 `;
 }
 
-async function upSlurm({ nodes: count = 2, cpus = 2, name = 'hslurm', subnet = 42, timeoutMs = 60000 } = {}) {
+async function upSlurm({ nodes: count = 2, cpus = 2, name = 'hslurmc', subnet = 42, timeoutMs = 60000 } = {}) {
   const c = await cluster.up(count, { name, subnet });
   const dir = path.join(c.stateDir, 'slurm');
   const nodes = c.hosts.map((_, i) => `${name}${i}`);
