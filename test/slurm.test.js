@@ -37,32 +37,51 @@ function shell(script, { timeoutMs = 60000, env = {} } = {}) {
 }
 
 /**
- * Submits `script` with sbatch `args` from node 0 and waits for the job to end (polling squeue: sbatch
- * --wait polls every few seconds); resolves {jobId, exitCode (of the batch script), output (its file)}.
+ * Submits `script` with sbatch `args` from node 0; resolves {jobId, output() (its file so far), done}, where
+ * done resolves {jobId, state, exitCode (of the batch script), output} once the job ended (polling
+ * scontrol: sbatch --wait polls every few seconds), or it was cancelled after timeoutMs.
  */
-async function sbatch(t, script, args, { timeoutMs = 90000, env = {} } = {}) {
+async function submit(t, script, args, { timeoutMs = 90000, env = {} } = {}) {
   const dir = fs.mkdtempSync(path.join(slurm.dir, 'job-'));
   const file = path.join(dir, 'job.sh');
   fs.writeFileSync(file, `#!/bin/bash\nset -euo pipefail\n${script}\n`, { mode: 0o755 });
-  const submit = await slurm.run(0, 'sbatch', ['--parsable', `--output=${dir}/out`, ...args, file], { env: slurm.env(env), cwd: dir });
-  t.equal(submit.code, 0, `sbatch ${args.join(' ')}: ${submit.output}`);
-  const jobId = submit.stdout.trim();
-  const by = Date.now() + timeoutMs;
-  let state = '';
-  for (;;) {
-    const q = await slurm.run(0, 'scontrol', ['-o', 'show', 'job', jobId]);
-    state = /JobState=(\S+)/.exec(q.stdout)?.[1] ?? q.output;
-    const exit = /ExitCode=(\d+):(\d+)/.exec(q.stdout);
-    if (!/^(PENDING|RUNNING|CONFIGURING|COMPLETING)$/.test(state)) {
-      return { jobId, state, exitCode: exit ? Number(exit[1]) : null, output: fs.existsSync(`${dir}/out`) ? fs.readFileSync(`${dir}/out`, 'utf8') : '' };
+  const r = await slurm.run(0, 'sbatch', ['--parsable', `--output=${dir}/out`, ...args, file], { env: slurm.env(env), cwd: dir });
+  t.equal(r.code, 0, `sbatch ${args.join(' ')}: ${r.output}`);
+  const jobId = r.stdout.trim();
+  const output = () => (fs.existsSync(`${dir}/out`) ? fs.readFileSync(`${dir}/out`, 'utf8') : '');
+  const done = (async () => {
+    const by = Date.now() + timeoutMs;
+    for (;;) {
+      const q = await slurm.run(0, 'scontrol', ['-o', 'show', 'job', jobId]);
+      const state = /JobState=(\S+)/.exec(q.stdout)?.[1] ?? q.output;
+      const exit = /ExitCode=(\d+):(\d+)/.exec(q.stdout);
+      if (!/^(PENDING|RUNNING|CONFIGURING|COMPLETING)$/.test(state)) return { jobId, state, exitCode: exit ? Number(exit[1]) : null, output: output() };
+      if (Date.now() > by) {
+        await slurm.run(0, 'scancel', [jobId]);
+        return { jobId, state: `${state} after ${timeoutMs / 1000} s (cancelled by the test)`, exitCode: null, output: output() };
+      }
+      await new Promise((r) => setTimeout(r, 200));
     }
-    if (Date.now() > by) {
-      await slurm.run(0, 'scancel', [jobId]);
-      return { jobId, state: `${state} after ${timeoutMs / 1000} s (cancelled by the test)`, exitCode: null, output: fs.existsSync(`${dir}/out`) ? fs.readFileSync(`${dir}/out`, 'utf8') : '' };
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  })();
+  return { jobId, output, done };
 }
+
+/** submit(), then the job's end. */
+async function sbatch(t, script, args, opts) {
+  return (await submit(t, script, args, opts)).done;
+}
+
+/** Waits until nothing of a job is left on either node (leftovers() all empty), at most 10 s; resolves what is left. */
+async function settle(horaJob) {
+  let left;
+  for (let i = 0; i < 40; i++) {
+    left = await leftovers(horaJob);
+    if (Object.values(left).every((v) => v.length === 0)) break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return left;
+}
+const NOTHING_LEFT = { 'node 0 processes': [], 'node 0 listening': [], 'node 1 processes': [], 'node 1 listening': [], segments: [] };
 
 /** The "HORA_REPORT {json}" lines of cluster-worker.js, indexed by rank. */
 function reports(output) {
@@ -94,7 +113,7 @@ function checkLayout(t, reps, layout) {
   });
 }
 
-/** What is left on either node after a job: processes other than the cluster's daemons, listening ports, the job's segments. */
+/** What is left on either node after a job: processes other than the cluster's daemons, listening ports, the segments of hora job `horaJob` if given. */
 async function leftovers(horaJob) {
   const out = {};
   for (const i of [0, 1]) {
@@ -102,8 +121,9 @@ async function leftovers(horaJob) {
     const ss = await slurm.run(i, 'ss', ['-Htlnp']);
     out[`node ${i} listening`] = ss.stdout.split('\n').filter((l) => l.trim() && !/"(slurmd|slurmctld|sshd)"/.test(l));
   }
-  // A rank unlinks its segment once its peers have mapped it; one that is left is named hora-<job>-<rank>.
-  out.segments = fs.readdirSync('/dev/shm').filter((n) => n.startsWith(`hora-${horaJob}`));
+  // A rank unlinks its segment once its peers have mapped it; one that is left is named hora-<job>-<rank>
+  // (other tests on this machine make segments of their own: only this job's are looked for).
+  out.segments = horaJob === undefined ? [] : fs.readdirSync('/dev/shm').filter((n) => n.startsWith(`hora-${horaJob}`));
   return out;
 }
 
@@ -161,13 +181,7 @@ t.test('scancel of a running step: every task exits within 10 s, nothing is left
   const r = await job.done;
   t.not(r.code, 0, 'srun exits non-zero');
   // slurmstepd may still be reaping: give the nodes a moment to settle, then nothing may be left.
-  let left;
-  for (let i = 0; i < 40; i++) {
-    left = await leftovers(ready[0].job);
-    if (Object.values(left).every((v) => v.length === 0)) break;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  t.same(left, { 'node 0 processes': [], 'node 0 listening': [], 'node 1 processes': [], 'node 1 listening': [], segments: [] }, 'no process, port or segment is left');
+  t.same(await settle(ready[0].job), NOTHING_LEFT, 'no process, port or segment is left');
 });
 
 t.test('sbatch of hora run -np 4: the hosts come from the allocation, node 1\'s workers start with srun', async (t) => {
@@ -215,4 +229,34 @@ t.test('elastic inside an allocation: a discovery script reads it; a worker SIGK
     t.match(x, { step: STEPS, checksum: EXPECTED }, `worker ${x.workerId} trained every step, bit-identical to a run without failures`);
   }
   t.match(r.output, /the world re-formed with \d rank\(s\)/);
+});
+
+// test/cluster/worker.js under hora run: reports its pid, then exits 3 (HORA_TEST_FAIL_RANK) or stays (HORA_TEST_HANG).
+const HANG_WORKER = path.join(__dirname, 'cluster', 'worker.js');
+
+t.test('hora run in a batch job, a worker fails: the others are stopped on both nodes, the job ends with its status', async (t) => {
+  const started = Date.now();
+  const r = await sbatch(t, `${NODE} ${HORA} run -np 4 --grace 2 ${NODE} ${HANG_WORKER}`, ['-N2', '--ntasks-per-node=2'], {
+    env: { HORA_TEST_FAIL_RANK: '0', HORA_TEST_HANG: '1' },
+  });
+  t.match(r, { state: 'FAILED', exitCode: 3 }, `the batch script exits 3, rank 0's status\n${r.output}`);
+  t.ok(Date.now() - started < 30000, `within 30 s (${Date.now() - started} ms)`);
+  t.same(await settle(), NOTHING_LEFT, 'no worker, srun step or port is left');
+});
+
+t.test('scancel of a batch job running hora run: every worker exits within 10 s, nothing is left', async (t) => {
+  const job = await submit(t, `${NODE} ${HORA} run -np 4 ${NODE} ${HANG_WORKER}`, ['-N2', '--ntasks-per-node=2'], { env: { HORA_TEST_HANG: '1' } });
+  const pids = () => [...job.output().matchAll(/^\[\d+@\S+\] \{"rank":\d+.*"pid":(\d+)/gm)].map((m) => Number(m[1]));
+  const by = Date.now() + 30000;
+  while (pids().length < 4 && Date.now() < by) await new Promise((r) => setTimeout(r, 100));
+  t.equal(pids().length, 4, `every worker is running\n${job.output()}`);
+  const workers = pids();
+  const cancelledAt = Date.now();
+  const cancel = await slurm.run(0, 'scancel', [job.jobId]);
+  t.equal(cancel.code, 0, `scancel ${job.jobId}: ${cancel.output}`);
+  const alive = () => workers.filter((pid) => fs.existsSync(`/proc/${pid}`) && !/^State:\s*Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8')));
+  while (alive().length > 0 && Date.now() - cancelledAt < 10000) await new Promise((r) => setTimeout(r, 50));
+  t.same(alive(), [], `every worker exited within 10 s (${Date.now() - cancelledAt} ms)`);
+  t.match(await job.done, { state: 'CANCELLED' });
+  t.same(await settle(), NOTHING_LEFT, 'no process, port or segment is left');
 });
