@@ -101,7 +101,22 @@ PartitionName=hora Nodes=${nodes.join(',')} Default=YES MaxTime=INFINITE State=U
 `;
 }
 
+/**
+ * The munged of an earlier run of this cluster that ended without its teardown (the test runner was
+ * killed): cluster.sh ends what runs in the hosts, but munged runs outside them. Found by its pid file.
+ */
+function endStrayMunged(name) {
+  const pidFile = `/tmp/hora-cluster-${name}/slurm/munged.pid`;
+  try {
+    const pid = Number(fs.readFileSync(pidFile, 'utf8').trim());
+    if (pid > 0 && fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'munged') process.kill(pid, 'SIGKILL');
+  } catch {
+    // no such file or process: nothing to end
+  }
+}
+
 async function upSlurm({ nodes: count = 2, cpus = 2, name = 'hslurmc', subnet = 42, timeoutMs = 60000 } = {}) {
+  endStrayMunged(name);
   const c = await cluster.up(count, { name, subnet });
   const dir = path.join(c.stateDir, 'slurm');
   const nodes = c.hosts.map((_, i) => `${name}${i}`);
