@@ -81,6 +81,11 @@ async function settle(horaJob) {
   }
   return left;
 }
+/** Command lines on either node that hold a secret: the variable's name, or 64 hex digits (32 random bytes). */
+function secretsOnCommandLines() {
+  return [0, 1].flatMap((i) => slurm.leftovers(i)).map((p) => p.cmdline).filter((c) => /HORA_SECRET|[0-9a-f]{64}/i.test(c));
+}
+
 const NOTHING_LEFT = { 'node 0 processes': [], 'node 0 listening': [], 'node 1 processes': [], 'node 1 listening': [], segments: [] };
 
 /** The "HORA_REPORT {json}" lines of cluster-worker.js, indexed by rank. */
@@ -172,6 +177,7 @@ t.test('scancel of a running step: every task exits within 10 s, nothing is left
   t.match(step, /^\d+\.0$/, `one step runs (${steps.output.trim()})`);
   const ready = tagged(job.stdout, 'HORA_READY');
   const pids = ready.map((x) => x.pid);
+  t.same(secretsOnCommandLines(), [], 'no command line on either node holds the secret');
   const cancelledAt = Date.now();
   const cancel = await slurm.run(0, 'scancel', [step]);
   t.equal(cancel.code, 0, `scancel ${step}: ${cancel.output}`);
@@ -250,6 +256,7 @@ t.test('scancel of a batch job running hora run: every worker exits within 10 s,
   const by = Date.now() + 30000;
   while (pids().length < 4 && Date.now() < by) await new Promise((r) => setTimeout(r, 100));
   t.equal(pids().length, 4, `every worker is running\n${job.output()}`);
+  t.same(secretsOnCommandLines(), [], 'no command line on either node (srun\'s, the workers\') holds the secret');
   const workers = pids();
   const cancelledAt = Date.now();
   const cancel = await slurm.run(0, 'scancel', [job.jobId]);
