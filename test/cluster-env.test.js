@@ -176,6 +176,26 @@ t.test('Slurm: bad values name the variable and the value', async (t) => {
   expectConfigError(t, slurmEnv(3, { SLURM_NTASKS: '3' }), 'SLURM_PROCID', '3');
 });
 
+t.test('what Slurm 22.05.8 really set (test/slurm.test.js\'s cluster): task 2 of srun -N2 -n3, and the batch job of sbatch -N2 -n3', async (t) => {
+  // Every SLURM_* variable of that task but the paths and ports of that run.
+  const task2 = {
+    SLURMD_NODENAME: 'hslurmc1', SLURM_CLUSTER_NAME: 'hslurmc', SLURM_CPUS_ON_NODE: '1', SLURM_GTIDS: '2', SLURM_JOBID: '1',
+    SLURM_JOB_CPUS_PER_NODE: '2,1', SLURM_JOB_GID: '0', SLURM_JOB_ID: '1', SLURM_JOB_NAME: 'bash', SLURM_JOB_NODELIST: 'hslurmc[0-1]',
+    SLURM_JOB_NUM_NODES: '2', SLURM_JOB_PARTITION: 'hora', SLURM_JOB_UID: '0', SLURM_JOB_USER: 'root', SLURM_LAUNCH_NODE_IPADDR: '10.77.42.1',
+    SLURM_LOCALID: '0', SLURM_NNODES: '2', SLURM_NODEID: '1', SLURM_NODELIST: 'hslurmc[0-1]', SLURM_NPROCS: '3', SLURM_NTASKS: '3',
+    SLURM_PRIO_PROCESS: '0', SLURM_PROCID: '2', SLURM_STEPID: '0', SLURM_STEP_ID: '0', SLURM_STEP_NODELIST: 'hslurmc[0-1]',
+    SLURM_STEP_NUM_NODES: '2', SLURM_STEP_NUM_TASKS: '3', SLURM_STEP_TASKS_PER_NODE: '2,1', SLURM_SUBMIT_HOST: 'hslurmc0',
+    SLURM_TASKS_PER_NODE: '2,1', SLURM_TOPOLOGY_ADDR: 'hslurmc1', SLURM_TOPOLOGY_ADDR_PATTERN: 'node', SLURM_UMASK: '0022',
+  };
+  t.match(resolveLaunch(task2), {
+    source: 'slurm', rank: 2, size: 3, localRank: 0, localSize: 1, crossRank: 1, crossSize: 2, rendezvousAddr: 'hslurmc0',
+    rendezvousPort: config.derivePort('SLURM_JOB_ID=1.0'), isRendezvousHost: false, secretDerived: true,
+  });
+  const { parseRunArgs } = require('../dist/ts/cli/run-args.js');
+  const batch = { SLURM_JOB_ID: '2', SLURM_JOB_CPUS_PER_NODE: '2,1', SLURM_JOB_NODELIST: 'hslurmc[0-1]', SLURM_NTASKS: '3', SLURM_TASKS_PER_NODE: '2,1', SLURMD_NODENAME: 'hslurmc0' };
+  t.same(parseRunArgs(['node', 'train.js'], batch).hosts, [{ host: 'hslurmc0', slots: 2, remote: false }, { host: 'hslurmc1', slots: 1, remote: true }]);
+});
+
 t.test('Slurm hostlists and task count lists, as srun and sbatch write them', async (t) => {
   const { slurmHostlist, slurmCounts } = config;
   const hosts = (v) => slurmHostlist({ L: v }, 'L');

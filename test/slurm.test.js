@@ -202,6 +202,12 @@ t.test('sbatch of hora run -np 4: the hosts come from the allocation, node 1\'s 
   }
 });
 
+t.test('sbatch -N2 -n3 of hora run: the allocation\'s uneven tasks per node (2,1) are the slots', async (t) => {
+  const r = await sbatch(t, `${NODE} ${HORA} run ${NODE} ${WORKER}`, ['-N2', '-n3']);
+  t.match(r, { state: 'COMPLETED', exitCode: 0 }, `the batch job succeeded\n${r.output}`);
+  checkLayout(t, reports(r.output.replace(/^\[\d+@\S+\] /gm, '')), [2, 1]);
+});
+
 t.test('sbatch -N2 alone: one task per node, as Slurm says; -np beyond the allocation is refused, naming it', async (t) => {
   const r = await sbatch(t, `${NODE} ${HORA} run -np 3 ${NODE} ${WORKER}`, ['-N2']);
   t.match(r, { state: 'FAILED', exitCode: 2 }, `hora run refused the job\n${r.output}`);
