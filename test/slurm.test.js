@@ -81,6 +81,15 @@ async function settle(horaJob) {
   }
   return left;
 }
+/** Whether process `pid` runs (a zombie does not). */
+function running(pid) {
+  try {
+    return !/^State:\s*Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+  } catch {
+    return false; // gone
+  }
+}
+
 /** Command lines on either node that hold a secret: the variable's name, or 64 hex digits (32 random bytes). */
 function secretsOnCommandLines() {
   return [0, 1].flatMap((i) => slurm.leftovers(i)).map((p) => p.cmdline).filter((c) => /HORA_SECRET|[0-9a-f]{64}/i.test(c));
@@ -181,7 +190,7 @@ t.test('scancel of a running step: every task exits within 10 s, nothing is left
   const cancelledAt = Date.now();
   const cancel = await slurm.run(0, 'scancel', [step]);
   t.equal(cancel.code, 0, `scancel ${step}: ${cancel.output}`);
-  const alive = () => pids.filter((pid) => fs.existsSync(`/proc/${pid}`) && !/^State:\s*Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8')));
+  const alive = () => pids.filter(running);
   while (alive().length > 0 && Date.now() - cancelledAt < 10000) await new Promise((r) => setTimeout(r, 50));
   t.same(alive(), [], `every task exited within 10 s (${Date.now() - cancelledAt} ms)`);
   const r = await job.done;
@@ -246,13 +255,23 @@ t.test('elastic inside an allocation: a discovery script reads it; a worker SIGK
 // test/cluster/worker.js under hora run: reports its pid, then exits 3 (HORA_TEST_FAIL_RANK) or stays (HORA_TEST_HANG).
 const HANG_WORKER = path.join(__dirname, 'cluster', 'worker.js');
 
-t.test('hora run in a batch job, a worker fails: the others are stopped on both nodes, the job ends with its status', async (t) => {
+t.test('hora run in a batch job, a worker on node 1 fails: the others are stopped on both nodes, the job ends with its status', async (t) => {
   const started = Date.now();
   const r = await sbatch(t, `${NODE} ${HORA} run -np 4 --grace 2 ${NODE} ${HANG_WORKER}`, ['-N2', '--ntasks-per-node=2'], {
-    env: { HORA_TEST_FAIL_RANK: '0', HORA_TEST_HANG: '1' },
+    env: { HORA_TEST_FAIL_RANK: '2', HORA_TEST_HANG: '1' },
   });
-  t.match(r, { state: 'FAILED', exitCode: 3 }, `the batch script exits 3, rank 0's status\n${r.output}`);
+  t.match(r, { state: 'FAILED', exitCode: 3 }, `the batch script exits 3, rank 2's status\n${r.output}`);
+  t.match(r.output, new RegExp(`^hora run: rank 2 on ${slurm.nodes[1]} exited with code 3; stopping the other workers$`, 'm'), 'the worker\'s own failure, not srun\'s');
   t.ok(Date.now() - started < 30000, `within 30 s (${Date.now() - started} ms)`);
+  t.same(await settle(), NOTHING_LEFT, 'no worker, srun step or port is left');
+});
+
+t.test('srun cannot start a worker (a node the allocation lacks): hora run says so and stops the others', async (t) => {
+  // As if the allocation had a third node: srun refuses a step there.
+  const nodes = `${slurm.nodes[0].replace(/\d+$/, '')}[0-2]`;
+  const r = await sbatch(t, `SLURM_JOB_NODELIST='${nodes}' SLURM_TASKS_PER_NODE='1(x3)' ${NODE} ${HORA} run -np 3 --grace 1 ${NODE} ${HANG_WORKER}`, ['-N2', '--ntasks-per-node=2']);
+  t.match(r, { state: 'FAILED', exitCode: 1 }, `hora run failed\n${r.output}`);
+  t.match(r.output, /^hora run: rank 2 on \S+2: srun onto \S+2 failed \(exit 1\): srun: error: .*; stopping the other workers$/m, 'srun\'s own error, named');
   t.same(await settle(), NOTHING_LEFT, 'no worker, srun step or port is left');
 });
 
@@ -267,7 +286,7 @@ t.test('scancel of a batch job running hora run: every worker exits within 10 s,
   const cancelledAt = Date.now();
   const cancel = await slurm.run(0, 'scancel', [job.jobId]);
   t.equal(cancel.code, 0, `scancel ${job.jobId}: ${cancel.output}`);
-  const alive = () => workers.filter((pid) => fs.existsSync(`/proc/${pid}`) && !/^State:\s*Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8')));
+  const alive = () => workers.filter(running);
   while (alive().length > 0 && Date.now() - cancelledAt < 10000) await new Promise((r) => setTimeout(r, 50));
   t.same(alive(), [], `every worker exited within 10 s (${Date.now() - cancelledAt} ms)`);
   t.match(await job.done, { state: 'CANCELLED' });

@@ -238,9 +238,10 @@ export function remoteCommandLine(cwd: string, command: string, args: string[], 
  * Arguments for srun to run the wrapper (remoteWrapperArgv) on `node` of the allocation this runs in:
  * one task on that node, in the launcher's directory. --overlap: the step shares the CPUs the batch
  * script's other steps (and the other workers' steps) hold, as a step of a batch job otherwise waits for
- * CPUs no step gives back. --whole: the step gets every CPU the job has on the node, where one task would
- * get one (and, with task/affinity or task/cgroup, be confined to it). --ntasks-per-node=1 overrides the allocation's value, which srun would
- * otherwise take from SLURM_NTASKS_PER_NODE and refuse. --mpi=none: the workers are not MPI programs.
+ * CPUs no step gives back. --whole: the step gets every CPU the job has on the node, where one task
+ * would get one (and, with task/affinity or task/cgroup, be confined to it). --ntasks-per-node=1
+ * overrides the allocation's value, which srun would otherwise take from SLURM_NTASKS_PER_NODE and
+ * refuse. --mpi=none: the workers are not MPI programs.
  */
 export function srunArgs(node: string, cwd: string, wrapperArgv: string[]): string[] {
   return [
@@ -377,8 +378,9 @@ export class SshSpawner {
         if (startError) return startError;
         const lines = stderrTail.split('\n').map((l) => l.trim()).filter(Boolean);
         if (this.via === 'srun') {
-          // srun's own failures (no such node, the allocation is gone) are its "srun: error:" lines.
-          const error = lines.find((l) => l.startsWith('srun: error:'));
+          // srun's own failures (no such node, the allocation is gone) are its "srun: error:" lines; those
+          // that say how the task ended ("srun: error: node1: task 0: Exited with exit code 3") are the worker's.
+          const error = lines.find((l) => l.startsWith('srun: error:') && !/^srun: error: \S+: tasks? [\d,-]+: /.test(l));
           return error === undefined ? undefined : `srun onto ${spec.host} failed (exit ${code}): ${error}`;
         }
         // 255 is ssh's own failure (no connection, refused, authentication).
