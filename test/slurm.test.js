@@ -7,7 +7,7 @@
 const t = require('tap');
 const fs = require('node:fs');
 const path = require('node:path');
-const { canRunSlurm, upSlurm, mpirunVersion } = require('./cluster/slurm');
+const { canRunSlurm, upSlurm, mpirunVersion, SlurmPrerequisiteError } = require('./cluster/slurm');
 
 const reason = canRunSlurm();
 if (reason) {
@@ -25,11 +25,25 @@ const SECRET = 'export HORA_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d " \\n
 const PEER_LOST_BOUND_MS = 5000; // docs/failures.md: a killed rank is seen within 5 s
 
 let slurm;
+let cannotStart; // why the cluster could not start on this machine (SlurmPrerequisiteError): every test skips
 t.before(async () => {
-  slurm = await upSlurm({ nodes: 2, cpus: 2, name: 'hslurmc', subnet: 42 });
+  try {
+    slurm = await upSlurm({ nodes: 2, cpus: 2, name: 'hslurmc', subnet: 42 });
+  } catch (e) {
+    if (!(e instanceof SlurmPrerequisiteError)) throw e;
+    cannotStart = e.message;
+    t.comment(`skipped: ${cannotStart}`);
+    return;
+  }
   t.comment(`${slurm.version}; ${mpirunVersion() || 'no mpirun'}`);
 });
 t.teardown(() => slurm?.down());
+
+/** t.test that skips, saying why, when the cluster could not start here. */
+function test(name, options, fn) {
+  if (fn === undefined) [options, fn] = [{}, options];
+  t.test(name, options, async (t) => (cannotStart ? t.skip(cannotStart) : fn(t)));
+}
 
 /** Runs a shell script on node 0 (the node a user's shell, or sbatch's script, would be on). */
 function shell(script, { timeoutMs = 60000, env = {} } = {}) {
@@ -141,7 +155,7 @@ async function leftovers(horaJob) {
   return out;
 }
 
-t.test('srun -N2 --ntasks-per-node=2 with no hora launcher', async (t) => {
+test('srun -N2 --ntasks-per-node=2 with no hora launcher', async (t) => {
   const job = shell(`${SECRET}\nexec srun -N2 --ntasks-per-node=2 ${NODE} ${WORKER}`, { env: { HORA_DEBUG: 'INFO' } });
   const r = await job.done;
   t.equal(r.code, 0, `srun exited 0\n${r.output}`);
@@ -155,13 +169,13 @@ t.test('srun -N2 --ntasks-per-node=2 with no hora launcher', async (t) => {
   t.same(connected, [[3, 1], [3, 1], [3, 1], [3, 1]], 'every rank: 3 peers, 1 of them over shared memory');
 });
 
-t.test('srun -N2 -n3: tasks per node 2,1', async (t) => {
+test('srun -N2 -n3: tasks per node 2,1', async (t) => {
   const r = await shell(`${SECRET}\nexec srun -N2 -n3 ${NODE} ${WORKER}`).done;
   t.equal(r.code, 0, `srun exited 0\n${r.output}`);
   checkLayout(t, reports(r.stdout), [2, 1]);
 });
 
-t.test('a task killed with SIGKILL: the others fail with ERR_PEER_LOST, srun ends non-zero', async (t) => {
+test('a task killed with SIGKILL: the others fail with ERR_PEER_LOST, srun ends non-zero', async (t) => {
   const job = shell(`${SECRET}\nexec srun -N2 --ntasks-per-node=2 ${NODE} ${LOOP_WORKER}`);
   t.ok(await job.waitFor(() => tagged(job.stdout, 'HORA_READY').length === 4, 30000), `every task is running\n${job.output}`);
   const victim = tagged(job.stdout, 'HORA_READY').find((x) => x.rank === 3);
@@ -178,7 +192,7 @@ t.test('a task killed with SIGKILL: the others fail with ERR_PEER_LOST, srun end
   }
 });
 
-t.test('scancel of a running step: every task exits within 10 s, nothing is left', async (t) => {
+test('scancel of a running step: every task exits within 10 s, nothing is left', async (t) => {
   const job = shell(`${SECRET}\nexec srun -N2 --ntasks-per-node=2 ${NODE} ${LOOP_WORKER}`);
   t.ok(await job.waitFor(() => tagged(job.stdout, 'HORA_READY').length === 4, 30000), `every task is running\n${job.output}`);
   const steps = await slurm.run(0, 'squeue', ['-h', '-s', '-o', '%i']);
@@ -199,7 +213,7 @@ t.test('scancel of a running step: every task exits within 10 s, nothing is left
   t.same(await settle(ready[0].job), NOTHING_LEFT, 'no process, port or segment is left');
 });
 
-t.test('sbatch of hora run -np 4: the hosts come from the allocation, node 1\'s workers start with srun', async (t) => {
+test('sbatch of hora run -np 4: the hosts come from the allocation, node 1\'s workers start with srun', async (t) => {
   const r = await sbatch(t, `${NODE} ${HORA} run -np 4 ${NODE} ${WORKER}`, ['-N2', '--ntasks-per-node=2']);
   t.match(r, { state: 'COMPLETED', exitCode: 0 }, `the batch job succeeded\n${r.output}`);
   const reps = reports(r.output.replace(/^\[\d+@\S+\] /gm, ''));
@@ -211,19 +225,19 @@ t.test('sbatch of hora run -np 4: the hosts come from the allocation, node 1\'s 
   }
 });
 
-t.test('sbatch -N2 -n3 of hora run: the allocation\'s uneven tasks per node (2,1) are the slots', async (t) => {
+test('sbatch -N2 -n3 of hora run: the allocation\'s uneven tasks per node (2,1) are the slots', async (t) => {
   const r = await sbatch(t, `${NODE} ${HORA} run ${NODE} ${WORKER}`, ['-N2', '-n3']);
   t.match(r, { state: 'COMPLETED', exitCode: 0 }, `the batch job succeeded\n${r.output}`);
   checkLayout(t, reports(r.output.replace(/^\[\d+@\S+\] /gm, '')), [2, 1]);
 });
 
-t.test('sbatch -N2 alone: one task per node, as Slurm says; -np beyond the allocation is refused, naming it', async (t) => {
+test('sbatch -N2 alone: one task per node, as Slurm says; -np beyond the allocation is refused, naming it', async (t) => {
   const r = await sbatch(t, `${NODE} ${HORA} run -np 3 ${NODE} ${WORKER}`, ['-N2']);
   t.match(r, { state: 'FAILED', exitCode: 2 }, `hora run refused the job\n${r.output}`);
   t.match(r.output, /-np "3" is invalid: expected at most 2, the slots given by the Slurm allocation \(SLURM_JOB_NODELIST=hslurmc\[0-1\], SLURM_TASKS_PER_NODE=1\(x2\)\)/);
 });
 
-t.test('mpirun inside an allocation (Open MPI), as docs/cluster.md describes', { skip: mpirunVersion() ? false : 'no mpirun (apt-get install openmpi-bin)' }, async (t) => {
+test('mpirun inside an allocation (Open MPI), as docs/cluster.md describes', { skip: mpirunVersion() ? false : 'no mpirun (apt-get install openmpi-bin)' }, async (t) => {
   const r = await sbatch(t, `${SECRET}\nmpirun --allow-run-as-root ${NODE} ${WORKER}`, ['-N2', '--ntasks-per-node=2']);
   t.match(r, { state: 'COMPLETED', exitCode: 0 }, `the batch job succeeded\n${r.output}`);
   const reps = reports(r.output);
@@ -233,7 +247,7 @@ t.test('mpirun inside an allocation (Open MPI), as docs/cluster.md describes', {
   }
 });
 
-t.test('elastic inside an allocation: a discovery script reads it; a worker SIGKILLed, the job goes on', async (t) => {
+test('elastic inside an allocation: a discovery script reads it; a worker SIGKILLed, the job goes on', async (t) => {
   const { EXPECTED, STEPS } = require('./support/elastic-job');
   // The allocation's nodes, two slots each, as a user's script would list them.
   const discover = path.join(slurm.dir, 'discover.sh');
@@ -255,7 +269,7 @@ t.test('elastic inside an allocation: a discovery script reads it; a worker SIGK
 // test/cluster/worker.js under hora run: reports its pid, then exits 3 (HORA_TEST_FAIL_RANK) or stays (HORA_TEST_HANG).
 const HANG_WORKER = path.join(__dirname, 'cluster', 'worker.js');
 
-t.test('hora run in a batch job, a worker on node 1 fails: the others are stopped on both nodes, the job ends with its status', async (t) => {
+test('hora run in a batch job, a worker on node 1 fails: the others are stopped on both nodes, the job ends with its status', async (t) => {
   const started = Date.now();
   const r = await sbatch(t, `${NODE} ${HORA} run -np 4 --grace 2 ${NODE} ${HANG_WORKER}`, ['-N2', '--ntasks-per-node=2'], {
     env: { HORA_TEST_FAIL_RANK: '2', HORA_TEST_HANG: '1' },
@@ -266,7 +280,7 @@ t.test('hora run in a batch job, a worker on node 1 fails: the others are stoppe
   t.same(await settle(), NOTHING_LEFT, 'no worker, srun step or port is left');
 });
 
-t.test('srun cannot start a worker (a node the allocation lacks): hora run says so and stops the others', async (t) => {
+test('srun cannot start a worker (a node the allocation lacks): hora run says so and stops the others', async (t) => {
   // As if the allocation had a third node: srun refuses a step there.
   const nodes = `${slurm.nodes[0].replace(/\d+$/, '')}[0-2]`;
   const r = await sbatch(t, `SLURM_JOB_NODELIST='${nodes}' SLURM_TASKS_PER_NODE='1(x3)' ${NODE} ${HORA} run -np 3 --grace 1 ${NODE} ${HANG_WORKER}`, ['-N2', '--ntasks-per-node=2']);
@@ -275,7 +289,7 @@ t.test('srun cannot start a worker (a node the allocation lacks): hora run says 
   t.same(await settle(), NOTHING_LEFT, 'no worker, srun step or port is left');
 });
 
-t.test('scancel of a batch job running hora run: every worker exits within 10 s, nothing is left', async (t) => {
+test('scancel of a batch job running hora run: every worker exits within 10 s, nothing is left', async (t) => {
   const job = await submit(t, `${NODE} ${HORA} run -np 4 ${NODE} ${HANG_WORKER}`, ['-N2', '--ntasks-per-node=2'], { env: { HORA_TEST_HANG: '1' } });
   const pids = () => [...job.output().matchAll(/^\[\d+@\S+\] \{"rank":\d+.*"pid":(\d+)/gm)].map((m) => Number(m[1]));
   const by = Date.now() + 30000;

@@ -5,7 +5,8 @@
 // and runs in its own network, UTS (hostname) and mount namespace, where /etc/hosts names every node; so
 // a command run "on" node i sees what a process on a real compute node sees. Root only.
 //
-//   canRunSlurm()   '' when this machine can run it, else the reason it cannot (print it, skip)
+//   canRunSlurm()   '' when this machine can run it, else the reason it cannot (print it, skip); upSlurm
+//                   throws SlurmPrerequisiteError when slurmd finds the cgroups unusable (skip as well)
 //   await upSlurm({ nodes, cpus, name, subnet })
 //       -> {nodes: ['hslurmc0', ...], addrs, dir, conf, version: 'slurm-wlm 22.05.8', daemons,
 //           env(extra) -> an environment for Slurm's commands (SLURM_CONF, no launcher variables),
@@ -65,6 +66,9 @@ function onNode(netns, node, hostsFile, cmd, args) {
   const script = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"';
   return ['nsenter', [`--net=/run/netns/${netns}`, 'unshare', '--uts', '--mount', 'sh', '-c', script, node, hostsFile, cmd, ...args]];
 }
+
+/** What upSlurm throws when this machine cannot run slurmd after all (its cgroups): a reason to skip, not a failure. */
+class SlurmPrerequisiteError extends Error {}
 
 function slurmConf({ dir, nodes, addrs, cpus }) {
   return `# Written by test/cluster/slurm.js for one test run.
@@ -148,6 +152,9 @@ async function upSlurm({ nodes: count = 2, cpus = 2, name = 'hslurmc', subnet = 
     for (const n of nodes) fs.mkdirSync(path.join(dir, n, 'spool'), { recursive: true });
     fs.writeFileSync(hostsFile, `127.0.0.1 localhost\n${nodes.map((n, i) => `${c.hosts[i]} ${n}`).join('\n')}\n`);
     fs.writeFileSync(conf, slurmConf({ dir, nodes, addrs: c.hosts, cpus }));
+    // slurmd reads it beside slurm.conf. On cgroup v2 it would ask systemd (over D-Bus) for a scope,
+    // and a container has no systemd: IgnoreSystemd makes the scope itself.
+    fs.writeFileSync(path.join(dir, 'cgroup.conf'), 'CgroupPlugin=autodetect\nIgnoreSystemd=yes\n');
     // One key, made here, for this cluster only.
     fs.writeFileSync(path.join(dir, 'munge.key'), require('node:crypto').randomBytes(1024), { mode: 0o400 });
     const daemon = (label, handle) => {
@@ -171,6 +178,8 @@ async function upSlurm({ nodes: count = 2, cpus = 2, name = 'hslurmc', subnet = 
     const by = Date.now() + timeoutMs;
     for (;;) {
       const dead = daemons.find((d) => d.exited());
+      const errors = dead ? dead.output.split('\n').filter((l) => /\b(error|fatal)\b/i.test(l)).map((l) => l.trim()) : [];
+      if (errors.some((l) => /cgroup/i.test(l))) throw new SlurmPrerequisiteError(`${dead.label} cannot use this machine's cgroups: ${errors.join(' | ')}`);
       if (dead) throw new Error(`${dead.label} exited at start: ${dead.output.trim()}`);
       const r = await start(0, 'sinfo', ['-h', '-N', '-o', '%N %T']).done;
       const idle = r.stdout.split('\n').filter((l) => /^\S+ idle$/.test(l.trim())).length;
@@ -208,4 +217,4 @@ function mpirunVersion() {
   return r.status === 0 ? r.stdout.split('\n')[0].trim() : '';
 }
 
-module.exports = { canRunSlurm, upSlurm, mpirunVersion };
+module.exports = { canRunSlurm, upSlurm, mpirunVersion, SlurmPrerequisiteError };
