@@ -15,8 +15,7 @@ if (reason) {
   return;
 }
 
-const NODE = process.execPath;
-const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
+const { HORA, NODE } = require('./support/hora-job');
 const ELASTIC_WORKER = path.join(__dirname, 'workers', 'elastic-worker.js');
 const WORKER = path.join(__dirname, 'workers', 'cluster-worker.js');
 const LOOP_WORKER = path.join(__dirname, 'workers', 'slurm-loop-worker.js');

@@ -30,6 +30,8 @@ const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const cluster = require('./cluster.js');
 const { startProcess } = require('../support/spawn');
+// The test's environment less any launcher's or Slurm job's variables, which would reach the jobs.
+const { cleanEnv } = require('../support/hora-job');
 
 const COMMANDS = ['munged', 'slurmctld', 'slurmd', 'srun', 'sbatch', 'sinfo', 'scontrol', 'scancel', 'nsenter', 'unshare'];
 
@@ -48,16 +50,6 @@ function canRunSlurm() {
     return 'no cgroup file system on /sys/fs/cgroup: slurmd 22.05 cannot start without one, even with proctrack/linuxproc';
   }
   return '';
-}
-
-// Variables of a launcher or of a Slurm job in the test's own environment would reach the jobs.
-function cleanEnv(extra) {
-  const env = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (/^(HORA_|OMPI_|PMI_|PMIX_|SLURM_|MPI_)/.test(k) || ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'].includes(k)) continue;
-    env[k] = v;
-  }
-  return { ...env, ...extra };
 }
 
 // argv that runs `cmd args...` on node `node`: its network namespace, its hostname, its /etc/hosts. Every
