@@ -176,6 +176,67 @@ t.test('Slurm: bad values name the variable and the value', async (t) => {
   expectConfigError(t, slurmEnv(3, { SLURM_NTASKS: '3' }), 'SLURM_PROCID', '3');
 });
 
+t.test('what Slurm 22.05.8 really set (test/slurm.test.js\'s cluster): task 2 of srun -N2 -n3, and the batch job of sbatch -N2 -n3', async (t) => {
+  // Every SLURM_* variable of that task but the paths and ports of that run.
+  const task2 = {
+    SLURMD_NODENAME: 'hslurmc1', SLURM_CLUSTER_NAME: 'hslurmc', SLURM_CPUS_ON_NODE: '1', SLURM_GTIDS: '2', SLURM_JOBID: '1',
+    SLURM_JOB_CPUS_PER_NODE: '2,1', SLURM_JOB_GID: '0', SLURM_JOB_ID: '1', SLURM_JOB_NAME: 'bash', SLURM_JOB_NODELIST: 'hslurmc[0-1]',
+    SLURM_JOB_NUM_NODES: '2', SLURM_JOB_PARTITION: 'hora', SLURM_JOB_UID: '0', SLURM_JOB_USER: 'root', SLURM_LAUNCH_NODE_IPADDR: '10.77.42.1',
+    SLURM_LOCALID: '0', SLURM_NNODES: '2', SLURM_NODEID: '1', SLURM_NODELIST: 'hslurmc[0-1]', SLURM_NPROCS: '3', SLURM_NTASKS: '3',
+    SLURM_PRIO_PROCESS: '0', SLURM_PROCID: '2', SLURM_STEPID: '0', SLURM_STEP_ID: '0', SLURM_STEP_NODELIST: 'hslurmc[0-1]',
+    SLURM_STEP_NUM_NODES: '2', SLURM_STEP_NUM_TASKS: '3', SLURM_STEP_TASKS_PER_NODE: '2,1', SLURM_SUBMIT_HOST: 'hslurmc0',
+    SLURM_TASKS_PER_NODE: '2,1', SLURM_TOPOLOGY_ADDR: 'hslurmc1', SLURM_TOPOLOGY_ADDR_PATTERN: 'node', SLURM_UMASK: '0022',
+  };
+  t.match(resolveLaunch(task2), {
+    source: 'slurm', rank: 2, size: 3, localRank: 0, localSize: 1, crossRank: 1, crossSize: 2, rendezvousAddr: 'hslurmc0',
+    rendezvousPort: config.derivePort('SLURM_JOB_ID=1.0'), isRendezvousHost: false, secretDerived: true,
+  });
+  const { parseRunArgs } = require('../dist/ts/cli/run-args.js');
+  const batch = { SLURM_JOB_ID: '2', SLURM_JOB_CPUS_PER_NODE: '2,1', SLURM_JOB_NODELIST: 'hslurmc[0-1]', SLURM_NTASKS: '3', SLURM_TASKS_PER_NODE: '2,1', SLURMD_NODENAME: 'hslurmc0' };
+  t.same(parseRunArgs(['node', 'train.js'], batch).hosts, [{ host: 'hslurmc0', slots: 2, remote: false }, { host: 'hslurmc1', slots: 1, remote: true }]);
+});
+
+t.test('Slurm hostlists and task count lists, as srun and sbatch write them', async (t) => {
+  const { slurmHostlist, slurmCounts } = config;
+  const hosts = (v) => slurmHostlist({ L: v }, 'L');
+  t.same(hosts('hslurmc[0-1]'), ['hslurmc0', 'hslurmc1'], 'what Slurm 22.05 set for two nodes');
+  t.same(hosts('gpu[07-09,12],login1'), ['gpu07', 'gpu08', 'gpu09', 'gpu12', 'login1']);
+  t.same(hosts('r[1-2]n[1-2]'), ['r1n1', 'r1n2', 'r2n1', 'r2n2']);
+  t.same(hosts('n[8-10]-ib'), ['n8-ib', 'n9-ib', 'n10-ib']);
+  t.same(hosts('node[001-002]'), ['node001', 'node002'], 'zero padding kept');
+  t.equal(hosts(''), undefined);
+  for (const bad of ['gpu[07-08', 'gpu[x]', 'y[3-1]', 'z]', 'a[]', `n[1-${100001}]`]) {
+    t.throws(() => hosts(bad), new RegExp(`L=${JSON.stringify(bad).replace(/[[\]().*+?]/g, '\\$&')} is invalid: expected a Slurm hostlist`), bad);
+  }
+  const counts = (v) => slurmCounts({ C: v }, 'C');
+  t.same(counts('2(x2)'), [2, 2], 'what Slurm 22.05 set for --ntasks-per-node=2 on two nodes');
+  t.same(counts('2,1'), [2, 1], 'srun -N2 -n3');
+  t.same(counts('2(x3),1'), [2, 2, 2, 1]);
+  for (const bad of ['0', '2(x0)', '2(x', 'two', `1(x${100001})`]) t.throws(() => counts(bad), /C=.* is invalid: expected a Slurm task count list/, bad);
+});
+
+t.test('hora run inside an allocation takes its hosts from it; srun starts the remote workers', async (t) => {
+  const { parseRunArgs } = require('../dist/ts/cli/run-args.js');
+  const { srunArgs } = require('../dist/ts/cli/ssh.js');
+  const batch = (extra = {}) => ({
+    SLURM_JOB_ID: '7', SLURM_JOB_NODELIST: 'gpu[07-08]', SLURM_TASKS_PER_NODE: '2(x2)', SLURM_JOB_CPUS_PER_NODE: '4(x2)', SLURMD_NODENAME: 'gpu07', ...extra,
+  });
+  const hostsOf = (argv, env) => parseRunArgs([...argv, 'node', 'train.js'], env).hosts;
+  t.same(hostsOf(['-np', '4'], batch()), [{ host: 'gpu07', slots: 2, remote: false }, { host: 'gpu08', slots: 2, remote: true }], 'the batch script runs on gpu07');
+  t.equal(parseRunArgs(['node', 'train.js'], batch()).np, 4, 'without -np, one worker per task of the allocation');
+  t.same(hostsOf([], batch({ SLURM_TASKS_PER_NODE: '' })), [{ host: 'gpu07', slots: 4, remote: false }, { host: 'gpu08', slots: 4, remote: true }], 'no task counts: the CPUs per node');
+  t.same(hostsOf(['-H', 'a:1'], batch()), [{ host: 'a', slots: 1, remote: true }], '-H wins');
+  t.same(hostsOf(['--standalone', '-np', '2'], batch()), [{ host: 'localhost', slots: 2, remote: false }], '--standalone: this machine only');
+  t.same(hostsOf(['-np', '2'], batch({ SLURM_JOB_ID: '' })), [{ host: 'localhost', slots: 2, remote: false }], 'outside an allocation nothing changes');
+  t.throws(() => parseRunArgs(['-np', '5', 'node', 'x'], batch()), /-np "5" is invalid: expected at most 4, the slots given by the Slurm allocation \(SLURM_JOB_NODELIST=gpu\[07-08\], SLURM_TASKS_PER_NODE=2\(x2\)\)/);
+  t.throws(() => parseRunArgs(['node', 'x'], batch({ SLURM_TASKS_PER_NODE: '2(x3)' })), /SLURM_TASKS_PER_NODE "2\(x3\)" is invalid: expected one count per node of SLURM_JOB_NODELIST=gpu\[07-08\] \(2 nodes\)/);
+  t.throws(() => parseRunArgs(['node', 'x'], batch({ SLURM_JOB_NODELIST: 'gpu[07-' })), /SLURM_JOB_NODELIST "gpu\[07-" is invalid: expected a Slurm hostlist/);
+  const args = srunArgs('gpu08', '/work/dir', ['/usr/bin/node', '-e', 'wrapper', '--', 'node', 'train.js']);
+  t.same(args.slice(0, 5), ['--overlap', '--nodes=1', '--ntasks=1', '--ntasks-per-node=1', '--nodelist=gpu08']);
+  t.ok(args.includes('--chdir=/work/dir') && args.includes('--whole'), 'in the launcher\'s directory, with every CPU of the job on the node');
+  t.same(args.slice(-6), ['/usr/bin/node', '-e', 'wrapper', '--', 'node', 'train.js'], 'the wrapper last, as srun\'s command');
+});
+
 t.test('Kubernetes Indexed Job: rank from JOB_COMPLETION_INDEX, size and address from the manifest', async (t) => {
   const jobs = [0, 1, 2, 3].map((i) => resolveLaunch(indexedJobEnv(i)));
   jobs.forEach((l, i) => {

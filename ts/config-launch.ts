@@ -97,44 +97,62 @@ function requireInteger(env: Env, name: string, min: number, why: string): numbe
   return v;
 }
 
+/** Most nodes a Slurm node list or task count list is expanded to: a guard against "n[1-99999999]". */
+const MAX_SLURM_NODES = 100000;
+
 /**
- * Tasks on node `node` from a Slurm tasks-per-node value ("2(x3),1": three
- * nodes with 2 tasks, then one with 1); undefined when the list is shorter.
+ * A Slurm task (or CPU) count list, one number per node: "2(x3),1" -> [2, 2, 2, 1]. Both
+ * SLURM_TASKS_PER_NODE and SLURM_JOB_CPUS_PER_NODE have this form.
  */
-function slurmTasksOnNode(env: Env, name: string, node: number): number | undefined {
+export function slurmCounts(env: Env, name: string): number[] {
   const raw = env[name] as string;
-  let first = 0;
-  let found: number | undefined;
+  const counts: number[] = [];
   for (const part of raw.trim().split(',')) {
     const m = /^(\d+)(?:\(x(\d+)\))?$/.exec(part.trim());
-    if (!m || Number(m[1]) < 1) throw new HoraConfigError(name, raw, 'a Slurm task count list such as "2(x3),1"');
-    const nodes = m[2] === undefined ? 1 : Number(m[2]);
-    if (found === undefined && node < first + nodes) found = Number(m[1]);
-    first += nodes;
+    const times = m === null ? 0 : m[2] === undefined ? 1 : Number(m[2]);
+    if (!m || Number(m[1]) < 1 || times < 1 || counts.length + times > MAX_SLURM_NODES) {
+      throw new HoraConfigError(name, raw, `a Slurm task count list such as "2(x3),1" (at most ${MAX_SLURM_NODES} nodes)`);
+    }
+    for (let i = 0; i < times; i++) counts.push(Number(m[1]));
   }
-  return found;
+  return counts;
 }
 
-/** First host of a Slurm hostlist: "gpu[07-09,12],login1" -> "gpu07". */
-function firstSlurmHost(env: Env, name: string): string | undefined {
+/**
+ * The hosts of a Slurm hostlist, in order: "gpu[07-09,12],login1" -> gpu07, gpu08, gpu09, gpu12,
+ * login1; "r[1-2]n[1-2]" -> r1n1, r1n2, r2n1, r2n2. A range keeps the width of its first number
+ * (zero padding). undefined when the variable is unset or blank.
+ */
+export function slurmHostlist(env: Env, name: string): string[] | undefined {
   const raw = env[name];
   if (raw === undefined || raw.trim() === '') return undefined;
-  const text = raw.trim();
-  const bad = () => new HoraConfigError(name, raw, 'a Slurm hostlist such as "node[01-04],gpu7"');
-  let host = '';
-  for (let i = 0; i < text.length && text[i] !== ','; ) {
-    if (text[i] === '[') {
-      const end = text.indexOf(']', i);
-      const first = end < 0 ? null : /^\d+/.exec(text.slice(i + 1, end));
-      if (first === null) throw bad();
-      host += first[0];
-      i = end + 1;
-    } else {
-      host += text[i++];
+  const bad = () => new HoraConfigError(name, raw, `a Slurm hostlist such as "node[01-04],gpu7" (at most ${MAX_SLURM_NODES} hosts)`);
+  const hosts: string[] = [];
+  // Commas inside brackets separate ranges, outside them hosts.
+  for (const entry of raw.trim().split(/,(?![^[]*\])/)) {
+    let names = [''];
+    for (const piece of entry.trim().split(/(\[[^\]]*\])/).filter((x) => x !== '')) {
+      if (!piece.startsWith('[')) {
+        if (/[[\]\s]/.test(piece)) throw bad();
+        names = names.map((n) => n + piece);
+        continue;
+      }
+      const numbers: string[] = [];
+      for (const range of piece.slice(1, -1).split(',')) {
+        const m = /^(\d+)(?:-(\d+))?$/.exec(range.trim());
+        if (!m) throw bad();
+        const [from, to] = [Number(m[1]), Number(m[2] ?? m[1])];
+        if (to < from || numbers.length + to - from + 1 > MAX_SLURM_NODES) throw bad();
+        for (let n = from; n <= to; n++) numbers.push(String(n).padStart(m[1].length, '0'));
+      }
+      names = names.flatMap((n) => numbers.map((k) => n + k));
+      if (names.length > MAX_SLURM_NODES) throw bad();
     }
+    if (names.length === 1 && names[0] === '') throw bad();
+    hosts.push(...names);
+    if (hosts.length > MAX_SLURM_NODES) throw bad();
   }
-  if (host === '' || host.includes(']')) throw bad();
-  return host;
+  return hosts;
 }
 
 /**
@@ -200,7 +218,7 @@ function readLayout(env: Env): Layout | undefined {
     return {
       ...pick('slurm', 'SLURM_PROCID', 'SLURM_NTASKS'),
       localRank: parseInteger(env, 'SLURM_LOCALID', 0),
-      localSize: node !== undefined && isSet(env, tasksVar) ? slurmTasksOnNode(env, tasksVar, node) : undefined,
+      localSize: node !== undefined && isSet(env, tasksVar) ? slurmCounts(env, tasksVar)[node] : undefined,
       crossRank: node,
       crossSize: parseInteger(env, nodesVar, 1),
       localRankVar: 'SLURM_LOCALID',
@@ -253,7 +271,7 @@ function defaultRendezvousAddr(env: Env, layout: Layout): { addr: string; nodeli
   if (spans === undefined) return { addr: '127.0.0.1' };
   const lists = source === 'slurm' ? ['SLURM_STEP_NODELIST', 'SLURM_JOB_NODELIST', 'SLURM_NODELIST'] : ['SLURM_JOB_NODELIST', 'SLURM_NODELIST'];
   for (const nodelistVar of lists) {
-    const host = firstSlurmHost(env, nodelistVar);
+    const host = slurmHostlist(env, nodelistVar)?.[0];
     if (host !== undefined) return { addr: host, nodelistVar };
   }
   const how = source === 'ompi' ? 'mpirun -x HORA_RENDEZVOUS_ADDR=<host of rank 0>' : source === 'pmi' ? 'mpiexec -genv HORA_RENDEZVOUS_ADDR <host of rank 0>' : 'export HORA_RENDEZVOUS_ADDR=<host of rank 0>';

@@ -27,6 +27,8 @@ async function main() {
     launcher: { rank: launch.rank, localRank: launch.localRank, localSize: launch.localSize, crossRank: launch.crossRank, crossSize: launch.crossSize },
     rendezvous: `${launch.rendezvousAddr}:${launch.rendezvousPort}`, hostedRendezvous: launch.isRendezvousHost, secretDerived: launch.secretDerived,
     count, wrong, max: max[0],
+    // Where Slurm started it, if it did: its job, and its step and the step's nodes when srun did.
+    slurm: { job: process.env.SLURM_JOB_ID, step: process.env.SLURM_STEP_ID, stepNodes: process.env.SLURM_STEP_NODELIST },
   };
   await hora.shutdown();
   process.stdout.write(`HORA_REPORT ${JSON.stringify(report)}\n`);

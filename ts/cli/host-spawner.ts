@@ -1,14 +1,30 @@
 // The spawner `hora run` uses: each worker through LocalSpawner (spawn.ts) or SshSpawner (ssh.ts) as its
 // host is this machine or not, and the rendezvous server bound where every worker can reach it.
 
-import { firstExternalIPv4, isLoopback, Logger, resolveIface } from '../config';
+import { firstExternalIPv4, isLoopback, Logger, resolveIface, slurmHostlist } from '../config';
 import { ifaceSubnetWarning } from './iface-check';
-import { localAddressToward, SshOptions, SshSpawner } from './ssh';
+import { hostPart, localAddressToward, SshOptions, SshSpawner } from './ssh';
 import { HostSlots, LaunchError, LocalSpawner, RendezvousBinding, Spawner, WorkerHandle, WorkerSpec } from './spawn';
 import type { RunOptions } from './run-args';
 
 /**
- * Workers on this machine through LocalSpawner, on remote hosts over ssh. The
+ * The nodes of the Slurm allocation this runs in (SLURM_JOB_NODELIST of a batch script or salloc shell),
+ * empty outside one or when the list does not parse (hora run's host list then said so already).
+ */
+function allocationNodes(env: NodeJS.ProcessEnv): Set<string> {
+  if (!env.SLURM_JOB_ID?.trim()) return new Set();
+  try {
+    return new Set(slurmHostlist(env, env.SLURM_JOB_NODELIST?.trim() ? 'SLURM_JOB_NODELIST' : 'SLURM_NODELIST') ?? []);
+  } catch {
+    return new Set();
+  }
+}
+
+/**
+ * Workers on this machine through LocalSpawner; on a remote host that is a node of the Slurm allocation
+ * this runs in, with srun (as mpirun does there): ssh into compute nodes is often refused (pam_slurm_adopt)
+ * or not set up, and a step is Slurm's to account for, to signal on scancel and to clean up at the end of
+ * the job; on any other remote host, over ssh. The
  * rendezvous server binds to --iface if given; else, with a remote host in the
  * job, to the local address that routes to it (never loopback, which remote
  * workers cannot reach); else to 127.0.0.1.
@@ -16,6 +32,8 @@ import type { RunOptions } from './run-args';
 export class HostSpawner implements Spawner {
   private readonly local = new LocalSpawner();
   private readonly ssh: SshSpawner;
+  private readonly srun = new SshSpawner({ extraArgs: [] }, 'srun', 'srun');
+  private readonly allocation = allocationNodes(process.env);
 
   constructor(
     ssh: SshOptions,
@@ -56,6 +74,7 @@ export class HostSpawner implements Spawner {
   }
 
   spawn(spec: WorkerSpec): WorkerHandle {
-    return spec.remote ? this.ssh.spawn(spec) : this.local.spawn(spec);
+    if (!spec.remote) return this.local.spawn(spec);
+    return this.allocation.has(hostPart(spec.host)) ? this.srun.spawn(spec) : this.ssh.spawn(spec);
   }
 }

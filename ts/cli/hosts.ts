@@ -1,9 +1,10 @@
-// Where workers may run: the hosts of -H and of a hostfile ([user@]host and its slots), and whether a
-// host is this machine (its workers start here) or a remote one (over ssh).
+// Where workers may run: the hosts of -H, of a hostfile ([user@]host and its slots) or of the Slurm
+// allocation hora run runs in, and whether a host is this machine (its workers start here) or a remote
+// one (over ssh, or srun for a node of the allocation: host-spawner.ts).
 
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import { isLoopback } from '../config';
+import { HoraConfigError, isLoopback, slurmCounts, slurmHostlist } from '../config';
 import { UsageError } from './flags';
 import { hostPart } from './ssh';
 import type { HostSlots } from './spawn';
@@ -60,9 +61,36 @@ export function readHostfile(file: string): HostSlots[] {
   return parseHostfile(text, file);
 }
 
-export function isLocalHost(userHost: string): boolean {
+/**
+ * The nodes of the Slurm allocation this process runs in, with as many slots as Slurm gives tasks there:
+ * SLURM_JOB_NODELIST ("node[01-02]") and SLURM_TASKS_PER_NODE ("2(x2)"), or SLURM_JOB_CPUS_PER_NODE when
+ * no task count is set (an allocation made with --nodes only). undefined outside an allocation (no
+ * SLURM_JOB_ID, or no node list). A list that does not parse, or counts that do not match the nodes, is a
+ * UsageError naming the variable.
+ */
+export function allocationHosts(env: NodeJS.ProcessEnv): HostSlots[] | undefined {
+  if (env.SLURM_JOB_ID === undefined || env.SLURM_JOB_ID.trim() === '') return undefined;
+  const listVar = env.SLURM_JOB_NODELIST?.trim() ? 'SLURM_JOB_NODELIST' : 'SLURM_NODELIST';
+  const countVar = env.SLURM_TASKS_PER_NODE?.trim() ? 'SLURM_TASKS_PER_NODE' : 'SLURM_JOB_CPUS_PER_NODE';
+  try {
+    const nodes = slurmHostlist(env, listVar);
+    if (nodes === undefined) return undefined;
+    if (!env[countVar]?.trim()) throw new UsageError(countVar, undefined, `set by Slurm with ${listVar}: how many tasks each node of the allocation takes`);
+    const counts = slurmCounts(env, countVar);
+    if (counts.length !== nodes.length) {
+      throw new UsageError(countVar, env[countVar], `one count per node of ${listVar}=${env[listVar]} (${nodes.length} nodes), e.g. "2(x${nodes.length})"`);
+    }
+    return nodes.map((host, i) => ({ host, slots: counts[i], remote: !isLocalHost(host, env) }));
+  } catch (e) {
+    if (e instanceof HoraConfigError) throw new UsageError(e.variable, e.value, e.expected);
+    throw e;
+  }
+}
+
+/** A host that is this machine: loopback, its name or address, or the Slurm node it runs on (SLURMD_NODENAME). */
+export function isLocalHost(userHost: string, env: NodeJS.ProcessEnv = process.env): boolean {
   const host = hostPart(userHost);
-  if (isLoopback(host) || host === os.hostname()) return true;
+  if (isLoopback(host) || host === os.hostname() || host === env.SLURMD_NODENAME?.trim()) return true;
   for (const addrs of Object.values(os.networkInterfaces())) {
     for (const a of addrs ?? []) if (a.address === host) return true;
   }

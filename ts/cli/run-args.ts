@@ -11,7 +11,7 @@ import {
 } from '../config';
 import { discoverHostsSync, DiscoveryError } from './discovery';
 import { countFlag, UsageError } from './flags';
-import { isLocalHost, parseHosts, readHostfile } from './hosts';
+import { allocationHosts, isLocalHost, parseHosts, readHostfile } from './hosts';
 import { hostPart, splitShellWords, SshOptions } from './ssh';
 import { MapBy, readCores } from './bind';
 import type { HostSlots } from './spawn';
@@ -117,7 +117,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   const scanned = scanFlags(argv);
   if (scanned === 'help') return 'help';
   const { values, exports, simulateHosts, dashboard, command, args } = scanned;
-  const { np, hosts, discovery } = jobLayout(values, simulateHosts);
+  const { np, hosts, discovery } = jobLayout(values, simulateHosts, env);
   const { timeoutS, graceS, stallWarnS } = timeouts(values, env);
   const { workerEnv, exportEnv } = workerEnvironment(values, exports, env);
   const debug = debugLevel(workerEnv.HORA_DEBUG ?? env.HORA_DEBUG);
@@ -211,11 +211,11 @@ function scanFlags(argv: string[]): ScannedFlags | 'help' {
 }
 
 /**
- * How many workers and on which hosts: -np, -H or --hostfile or the discovery script, torchrun's
- * --nproc-per-node, --nnodes and --standalone, checked against each other.
+ * How many workers and on which hosts: -np, -H or --hostfile or the discovery script (else the Slurm
+ * allocation this runs in), torchrun's --nproc-per-node, --nnodes and --standalone, checked against each other.
  */
-function jobLayout(values: Map<string, string>, simulateHosts: boolean): { np: number; hosts: HostSlots[]; discovery: string | undefined } {
-  const given = givenHosts(values);
+function jobLayout(values: Map<string, string>, simulateHosts: boolean, env: NodeJS.ProcessEnv): { np: number; hosts: HostSlots[]; discovery: string | undefined } {
+  const given = givenHosts(values, values.has('--standalone') ? {} : env);
   const { hostsFlag, discovery } = given;
   let hosts = given.hosts;
   if (values.has('--standalone') && hosts !== undefined) {
@@ -251,8 +251,11 @@ function jobLayout(values: Map<string, string>, simulateHosts: boolean): { np: n
   return { np, hosts, discovery };
 }
 
-/** The hosts of -H, --hostfile or the discovery script's first run (undefined when none is given), and how to name them in errors. */
-function givenHosts(values: Map<string, string>): { hosts: HostSlots[] | undefined; hostsFlag: string; discovery: string | undefined } {
+/**
+ * The hosts of -H, --hostfile or the discovery script's first run, else of the Slurm allocation this
+ * runs in, as mpirun takes them (undefined when there are none), and how to name them in errors.
+ */
+function givenHosts(values: Map<string, string>, env: NodeJS.ProcessEnv): { hosts: HostSlots[] | undefined; hostsFlag: string; discovery: string | undefined } {
   let hosts: HostSlots[] | undefined;
   const hostsText = values.get('-H');
   const hostfile = values.get('--hostfile');
@@ -267,6 +270,13 @@ function givenHosts(values: Map<string, string>): { hosts: HostSlots[] | undefin
     if (other !== undefined) throw new UsageError('--host-discovery-script', discovery, `either ${other} or a discovery script, not both (the script lists the hosts)`);
     if (!values.has('--min-np')) throw new UsageError('--host-discovery-script', discovery, 'to come with --min-np (hosts come and go only in an elastic job)');
     hosts = usageFromDiscovery(() => discoverHostsSync(discovery)).map((h) => ({ ...h, remote: !isLocalHost(h.host) }));
+  }
+  if (hosts === undefined && discovery === undefined) {
+    const allocated = allocationHosts(env);
+    if (allocated !== undefined) {
+      const countVar = env.SLURM_TASKS_PER_NODE?.trim() ? 'SLURM_TASKS_PER_NODE' : 'SLURM_JOB_CPUS_PER_NODE';
+      return { hosts: allocated, hostsFlag: `the Slurm allocation (SLURM_JOB_NODELIST=${env.SLURM_JOB_NODELIST ?? env.SLURM_NODELIST}, ${countVar}=${env[countVar]})`, discovery };
+    }
   }
   const hostsFlag = discovery !== undefined ? `the hosts that --host-discovery-script ${discovery} lists` : hostfile !== undefined ? `--hostfile ${hostfile}` : `-H ${hostsText}`;
   return { hosts, hostsFlag, discovery };

@@ -15,7 +15,9 @@ Job layout:
                               machine: the cores this process may run on)
   -H, --hosts, --host HOST:SLOTS,...
                               hosts and worker slots, filled in order (default
-                              localhost:N); HOST may be user@host; SLOTS defaults to 1
+                              localhost:N; inside a Slurm allocation, as mpirun, its nodes
+                              with SLURM_TASKS_PER_NODE slots, started with srun);
+                              HOST may be user@host; SLOTS defaults to 1
   --hostfile, --machinefile FILE
                               hosts from FILE, one "host slots=N" a line (# comments)
   --nproc-per-node, --nproc_per_node N
@@ -26,6 +28,7 @@ Job layout:
                               host itself, so M must be the number of hosts of -H or
                               --hostfile (1 without them)
   --standalone                torchrun's one-machine job: what hora run does without -H
+                              (also inside a Slurm allocation)
   --simulate-hosts            treat every local -H entry as a separate host with its own
                               HORA_HOST_ID, to exercise multi-host code on one machine
   Other launchers' flags that hora run spells differently (--master-addr, --master-port,

@@ -1,4 +1,5 @@
-// Starting workers on other machines over ssh, for `hora run -H`.
+// Starting workers on other machines over ssh, for `hora run -H`, or with srun on the nodes of the Slurm
+// allocation hora run runs in (the same wrapper and channel; srunArgs says how srun is called).
 //
 // One ssh per worker: `ssh [--ssh-opts] [-p] [-i] -o BatchMode=yes ... -- host
 // '<command line>'`. The command line goes to the remote login shell (POSIX
@@ -217,16 +218,36 @@ export function splitShellWords(text: string): string[] {
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+/** The remote wrapper's argv for one worker: `node -e <wrapper> -- command args...`. It holds no variable. */
+export function remoteWrapperArgv(command: string, args: string[], node = process.execPath, envWaitMs = ENV_WAIT_MS, bind?: BindRequest): string[] {
+  const binder = bind === undefined ? 'null'
+    : `{ readCores: ${readCores.toString()}, bindingFor: ${bindingFor.toString()}, cpuList: ${cpuList.toString()}, wrapNote: ${wrapNote.toString()} }`;
+  const wrapper = `(${remoteWrapper.toString()})(${REMOTE_KILL_DELAY_MS}, ${envWaitMs}, ${bind === undefined ? 'null' : JSON.stringify(bind)}, ${binder})`;
+  return [node, '-e', wrapper, '--', command, ...args];
+}
+
 /**
  * The command line the remote shell runs for one worker. It holds no variable: those go to the
  * wrapper's stdin (envLine).
  */
 export function remoteCommandLine(cwd: string, command: string, args: string[], node = process.execPath, envWaitMs = ENV_WAIT_MS, bind?: BindRequest): string {
-  const binder = bind === undefined ? 'null'
-    : `{ readCores: ${readCores.toString()}, bindingFor: ${bindingFor.toString()}, cpuList: ${cpuList.toString()}, wrapNote: ${wrapNote.toString()} }`;
-  const wrapper = `(${remoteWrapper.toString()})(${REMOTE_KILL_DELAY_MS}, ${envWaitMs}, ${bind === undefined ? 'null' : JSON.stringify(bind)}, ${binder})`;
-  const worker = [command, ...args].map(shellQuote).join(' ');
-  return `cd ${shellQuote(cwd)} && exec ${shellQuote(node)} -e ${shellQuote(wrapper)} -- ${worker}`;
+  return `cd ${shellQuote(cwd)} && exec ${remoteWrapperArgv(command, args, node, envWaitMs, bind).map(shellQuote).join(' ')}`;
+}
+
+/**
+ * Arguments for srun to run the wrapper (remoteWrapperArgv) on `node` of the allocation this runs in:
+ * one task on that node, in the launcher's directory. --overlap: the step shares the CPUs the batch
+ * script's other steps (and the other workers' steps) hold, as a step of a batch job otherwise waits for
+ * CPUs no step gives back. --whole: the step gets every CPU the job has on the node, where one task
+ * would get one (and, with task/affinity or task/cgroup, be confined to it). --ntasks-per-node=1
+ * overrides the allocation's value, which srun would otherwise take from SLURM_NTASKS_PER_NODE and
+ * refuse. --mpi=none: the workers are not MPI programs.
+ */
+export function srunArgs(node: string, cwd: string, wrapperArgv: string[]): string[] {
+  return [
+    '--overlap', '--nodes=1', '--ntasks=1', '--ntasks-per-node=1', `--nodelist=${node}`, `--chdir=${cwd}`,
+    '--whole', '--mpi=none', '--job-name=hora-worker', ...wrapperArgv,
+  ];
 }
 
 /** The first line the launcher writes to the wrapper: the worker's environment. */
@@ -294,18 +315,25 @@ export function remoteWorkerEnv(launcherEnv: NodeJS.ProcessEnv, specEnv: Record<
   return env;
 }
 
-/** Starts workers on remote hosts; see the top of this file. */
+/**
+ * Starts workers on remote hosts; see the top of this file. `via` 'srun' starts them on nodes of the
+ * Slurm allocation this runs in with srun instead of ssh (srunArgs): the same wrapper, the same channel
+ * on its stdin, which srun passes to the one task of the step.
+ */
 export class SshSpawner {
   constructor(
     private readonly ssh: SshOptions,
     private readonly sshCommand = 'ssh',
+    private readonly via: 'ssh' | 'srun' = 'ssh',
   ) {}
 
   spawn(spec: WorkerSpec): WorkerHandle {
     const command = spec.command === 'node' ? process.execPath : spec.command;
     const env = envLine(remoteWorkerEnv(process.env, spec.env));
-    const line = remoteCommandLine(process.cwd(), command, spec.args, process.execPath, ENV_WAIT_MS, spec.bind);
-    const child = child_process.spawn(this.sshCommand, sshArgs(spec.host, this.ssh, line), {
+    const argv = this.via === 'srun'
+      ? srunArgs(hostPart(spec.host), process.cwd(), remoteWrapperArgv(command, spec.args, process.execPath, ENV_WAIT_MS, spec.bind))
+      : sshArgs(spec.host, this.ssh, remoteCommandLine(process.cwd(), command, spec.args, process.execPath, ENV_WAIT_MS, spec.bind));
+    const child = child_process.spawn(this.sshCommand, argv, {
       stdio: ['pipe', 'pipe', 'pipe'],
       // Own process group: a Ctrl-C at the terminal reaches the launcher, which stops workers in order.
       detached: true,
@@ -348,9 +376,15 @@ export class SshSpawner {
       },
       describeFailure: (code: number | null) => {
         if (startError) return startError;
+        const lines = stderrTail.split('\n').map((l) => l.trim()).filter(Boolean);
+        if (this.via === 'srun') {
+          // srun's own failures (no such node, the allocation is gone) are its "srun: error:" lines; those
+          // that say how the task ended ("srun: error: node1: task 0: Exited with exit code 3") are the worker's.
+          const error = lines.find((l) => l.startsWith('srun: error:') && !/^srun: error: \S+: tasks? [\d,-]+: /.test(l));
+          return error === undefined ? undefined : `srun onto ${spec.host} failed (exit ${code}): ${error}`;
+        }
         // 255 is ssh's own failure (no connection, refused, authentication).
         if (code !== 255) return undefined;
-        const lines = stderrTail.split('\n').map((l) => l.trim()).filter(Boolean);
         const why = lines.length > 0 ? `: ${lines[lines.length - 1]}` : '';
         return `ssh to ${spec.host} failed (exit 255)${why}`;
       },
