@@ -77,6 +77,8 @@ t.test('p=2: a joined rank\'s own collective is refused while its join is pendin
   if (!everyRankReported(t, results, job)) return;
   t.equal(results[0].during.code, 'ERR_INVALID_ARGUMENT', 'rank 0: allreduce after join(): ERR_INVALID_ARGUMENT', { got: results[0].during });
   t.match(results[0].during.message, /hora\.allreduce: this rank \(0\) called hora\.join\(\) and it has not resolved/, 'the message names join');
+  t.equal(results[0].grouped.code, 'ERR_INVALID_ARGUMENT', 'rank 0: a grouped allreduce after join(): ERR_INVALID_ARGUMENT', { got: results[0].grouped });
+  t.match(results[0].grouped.message, /hora\.grouped\.allreduce: this rank \(0\) called hora\.join\(\)/, 'the message names the grouped call and join');
   for (const [rank, r] of results.entries()) t.equal(r.last, 1, `rank ${rank}: join resolved to rank 1`);
 });
 

@@ -96,7 +96,7 @@ export function submitCollective<T, A = undefined, B = undefined>(
 ): Work<T> {
   const w = scope ?? current(collective);
   requireElasticRun(w, collective);
-  if (w.dispatcher && joining.has(w.dispatcher)) return refusedWhileJoining(w, collective, callee);
+  if (w.dispatcher?.joining) return refusedWhileJoining(w, collective, callee);
   // A world of one completes here and now: its call site is wanted only for a bad call, and taking it
   // (2-3 µs) on every call made its collectives slower than a world of two's.
   const site = w.dispatcher ? w.dispatcher.callSite(callee) : CallSite.none;
@@ -345,8 +345,8 @@ export function joinIn(scope: Scope | null, callee: Function): Work<number> {
   const w = scope ?? current('join');
   if (w.dispatcher && !work.done) {
     const dispatcher = w.dispatcher;
-    joining.set(dispatcher, w.prefix + 'join');
-    work.onSettled(() => joining.delete(dispatcher));
+    dispatcher.joining = w.prefix + 'join';
+    work.onSettled(() => { dispatcher.joining = null; });
   }
   return work;
 }
@@ -358,12 +358,10 @@ function planJoin(w: Scope): Plan<number> {
   };
 }
 
-// The dispatchers with a join pending, and the call that made it ('join' or 'group.join').
-const joining = new WeakMap<Dispatcher, string>();
-
-function refusedWhileJoining<T>(w: Scope, collective: string, callee: Function): Work<T> {
+/** @internal A call of a rank whose join is pending (w.dispatcher.joining set): refused, and nothing is queued. */
+export function refusedWhileJoining<T>(w: Scope, collective: string, callee: Function): Work<T> {
   const err = new HoraError('ERR_INVALID_ARGUMENT', `hora.${w.prefix}${collective}: this rank (${w.self}) called ` +
-    `hora.${joining.get(w.dispatcher as Dispatcher)}() and it has not resolved; a rank that has joined takes part in the others' ` +
+    `hora.${(w.dispatcher as Dispatcher).joining}() and it has not resolved; a rank that has joined takes part in the others' ` +
     'collectives by itself and calls none of its own until its join resolves (await it first)', w.self);
   new CallSite(callee).attach(err);
   const failed = new Work<T>(null);

@@ -19,7 +19,9 @@
  * ERR_INVALID_ARGUMENT quoting this rank's reason (`tensors[i]`), and the ranks stay in step.
  */
 import { dtypeOf, nameOf, optionsObject } from './arguments';
-import { ALLGATHER_OPTIONS, ALLREDUCE_OPTIONS, Plan, REDUCE_SCATTER_OPTIONS, allgatherPlan, allreducePlan, reduceScatterPlan, submitInvalid } from './collectives';
+import {
+  ALLGATHER_OPTIONS, ALLREDUCE_OPTIONS, Plan, REDUCE_SCATTER_OPTIONS, allgatherPlan, allreducePlan, reduceScatterPlan, refusedWhileJoining, submitInvalid,
+} from './collectives';
 import { DeviceBuffer } from './device-buffer';
 import { requireElasticRun } from './elastic/world';
 import { CallSite, HoraError, KnownOptions, describeValue } from './errors';
@@ -71,6 +73,7 @@ function run(scopeOf: (call: string) => Scope | null, call: Call, callee: Functi
   const w = scopeOf(`grouped.${call.name}`) ?? current(`grouped.${call.name}`);
   const c = `${w.prefix}grouped.${call.name}`;
   requireElasticRun(w, `grouped.${call.name}`);
+  if (w.dispatcher?.joining) return refusedWhileJoining(w, `grouped.${call.name}`, callee);
   const site = w.dispatcher ? w.dispatcher.callSite(callee) : new CallSite(callee);
   const k = (groupsCalled.get(w) ?? 0) + 1;
   groupsCalled.set(w, k);

@@ -235,6 +235,8 @@ export class Dispatcher implements WorkDriver {
   private batchNames = 0;
   /** A grouped call's items are going in (submitGroup): no cut by size falls between them. */
   private wholeGroup = false;
+  /** A join is pending (hora.join() or group.join(), ts/collectives.ts): the call that made it; null: none. */
+  joining: string | null = null;
   private flushScheduled = false;
   // A flush microtask is queued and has not run yet. A wait() loop never lets microtasks run, and each
   // wait() flushes the batch itself; queuing a new microtask per call would pile them up without bound.

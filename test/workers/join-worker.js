@@ -102,7 +102,8 @@ const scenarios = {
     if (r !== 0) return { last: await hora.join() };
     const join = hora.join();
     const during = await attempt(() => hora.allreduce(new Float32Array([1])));
-    return { during, last: await join };
+    const grouped = await attempt(() => hora.grouped.allreduce([new Float32Array([1]), new Float32Array([2])]));
+    return { during, grouped, last: await join };
   },
 
   async scaled(r, p) {
