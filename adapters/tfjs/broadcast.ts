@@ -57,6 +57,22 @@ export async function broadcastOptimizer(optimizer: tf.Optimizer, root = 0): Pro
   fresh.forEach((w) => w.tensor.dispose());
 }
 
+/**
+ * The end of this rank's data for an epoch of uneven data: joins (hora.join()), serving the other ranks'
+ * remaining steps with zeros (a DistributedOptimizer's sample count 0), and once every rank has joined
+ * copies the model's weights, and the optimizer's state when given, from the rank that joined last (it took
+ * every step; a rank that joined earlier skipped the updates of the steps it served). Resolves to that rank.
+ * model.fit and fitDataset with a DistributedOptimizer do this by themselves at each epoch's end; a custom
+ * loop calls it after its last batch of each epoch, on every rank.
+ */
+export async function joinEpoch(model: ModelWithWeights, optimizer?: tf.Optimizer): Promise<number> {
+  const last = await hora.join();
+  if (hora.size() === 1) return last;
+  await broadcastModel(model, last);
+  if (optimizer) await broadcastOptimizer(optimizer, last);
+  return last;
+}
+
 export interface ShardOptions {
   /** 'contiguous' (default): rank r gets samples [r*m, (r+1)*m); 'strided': samples r, r+size, r+2*size... */
   mode?: 'contiguous' | 'strided';

@@ -7,7 +7,7 @@ import type { Logs } from '@tensorflow/tfjs-layers';
 import { tfl } from './framework';
 import * as hora from '../../ts/index';
 import { checkOptionKeys, knownOptions } from '../../ts/internal';
-import { broadcastModel } from './broadcast';
+import { ModelWithWeights, broadcastModel, joinEpoch } from './broadcast';
 import { DistributedOptimizer, setLearningRate } from './optimizer';
 
 /** Broadcasts root's weights to every rank when training begins, so all ranks start identical. */
@@ -140,9 +140,11 @@ function stepsPerEpoch(params: Record<string, unknown> | undefined): number | un
  * registers it with tfjs (registerCallbackConstructor, at verbosity 0), so that every fit and fitDataset
  * makes one, ahead of the callbacks the user passes; it does nothing for a model with another optimizer.
  *
- * The place for what fit must do at the end of an epoch's data on this rank (onEpochEnd here runs on each
- * rank when its own batches of the epoch are done, before the user's callbacks): hora.join(), so that a
- * rank with fewer batches takes part in the others' remaining steps with a count of 0.
+ * At the end of this rank's data for the epoch (onEpochEnd runs on each rank when its own batches are done,
+ * before the user's callbacks) it joins (hora.join()): a rank with fewer batches than the others takes part
+ * in their remaining steps with zeros and a count of 0, so the last, uneven global batches average over the
+ * samples that exist; the epoch ends on every rank together when the last rank's data ends, and the ranks
+ * that joined early take the weights and optimizer state of the last to join (joinEpoch()).
  */
 export class SampleCountCallback extends tfl.Callback {
   async onBatchBegin(batch: number, logs?: Logs): Promise<void> {
@@ -150,6 +152,11 @@ export class SampleCountCallback extends tfl.Callback {
     if (!optimizer) return;
     const size = typeof logs?.size === 'number' ? logs.size : batchSizeOf(this.params, batch);
     if (size !== undefined) optimizer.setSampleCount(size);
+  }
+
+  async onEpochEnd(): Promise<void> {
+    const optimizer = distributedOptimizerOf(this.model);
+    if (optimizer && hora.size() > 1) await joinEpoch(this.model as unknown as ModelWithWeights, optimizer);
   }
 }
 
