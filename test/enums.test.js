@@ -32,9 +32,15 @@ t.test('the JS lists that users see derive from the tables', async (t) => {
   const { ALGORITHMS } = require('../dist/ts/config.js');
   t.same(ALGORITHMS, ours.algorithms, 'HORA_ALGO takes the algorithms, in order');
   const { COLLECTIVE_KINDS, MESSAGE_KINDS } = require('../dist/ts/control/messages.js');
-  t.same(COLLECTIVE_KINDS, ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'], 'stats name the collectives as the API does');
+  t.same(COLLECTIVE_KINDS, ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier', 'alltoall', 'reduce', 'gather', 'scatter'],
+    'stats name the collectives as the API does');
   t.same(MESSAGE_KINDS, ['send', 'recv'], 'and the messages');
   t.equal(native.DTYPE_OF_NAME.bfloat16, ours.dtypes.indexOf('bfloat16'), 'DTYPE_OF_NAME gives a name its value');
+});
+
+t.test('kinds: the collectives appended after the messages keep their wire values', async (t) => {
+  t.same(ours.kinds, ['allreduce', 'broadcast', 'allgather', 'reducescatter', 'barrier', 'invalid call', 'send', 'recv',
+    'alltoall', 'reduce', 'gather', 'scatter'], 'the engine names of kinds 0-11 (never renumbered; new ones go last)');
 });
 
 t.test('dtypes: appended after the first seven, and every kind, op, dtype and algorithm fits its 4 bits of itemCode()', async (t) => {

@@ -48,7 +48,7 @@ export function orderByName(items: NativeItem[], sort = true): void {
 
 /** The invalid call that stands at a duplicate's place (see orderByName). */
 function duplicateOf(item: NativeItem): NativeItem {
-  const call = (item.group ? 'group.' : '') + (item.kind < NativeKind.Invalid ? KIND_NAMES[item.kind].api : 'collective');
+  const call = (item.group ? 'group.' : '') + (item.kind !== NativeKind.Invalid && KIND_NAMES[item.kind] ? KIND_NAMES[item.kind].api : 'collective');
   const reason = `hora.${call}: argument 'options.name' must differ from the names of the other collectives called in the ` +
     `same synchronous run of JavaScript (one batch); received ${describeValue(item.name)} a second time`;
   return { ...invalidItem(reason, item.group, item.name), id: item.id };

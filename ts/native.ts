@@ -30,7 +30,8 @@
  * test/enums.test.js checks them against these tables entry by entry.
  */
 
-export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7 }
+export const enum NativeKind { Allreduce = 0, Broadcast = 1, Allgather = 2, ReduceScatter = 3, Barrier = 4, Invalid = 5, Send = 6, Recv = 7,
+  Alltoall = 8, Reduce = 9, Gather = 10, Scatter = 11 }
 export const enum NativeDType { Float32 = 0, Float64 = 1, Float16 = 2, BFloat16 = 3, Int32 = 4, Int64 = 5, Uint8 = 6,
   Int8 = 7, Int16 = 8, Uint16 = 9 }
 export const enum NativeOp { Sum = 0, Avg = 1, Min = 2, Max = 3, Prod = 4 }
@@ -87,9 +88,14 @@ export const KIND_NAMES = {
   [NativeKind.Invalid]: { api: 'invalid', engine: 'invalid call' },
   [NativeKind.Send]: { api: 'send', engine: 'send' },
   [NativeKind.Recv]: { api: 'recv', engine: 'recv' },
+  [NativeKind.Alltoall]: { api: 'alltoall', engine: 'alltoall' },
+  [NativeKind.Reduce]: { api: 'reduce', engine: 'reduce' },
+  [NativeKind.Gather]: { api: 'gather', engine: 'gather' },
+  [NativeKind.Scatter]: { api: 'scatter', engine: 'scatter' },
 } as const satisfies { readonly [K in NativeKind]: { readonly api: string; readonly engine: string } };
 /** The kinds that are collectives of the ordered queue (not a placeholder, not a message). */
-export type CollectiveNativeKind = NativeKind.Allreduce | NativeKind.Broadcast | NativeKind.Allgather | NativeKind.ReduceScatter | NativeKind.Barrier;
+export type CollectiveNativeKind = NativeKind.Allreduce | NativeKind.Broadcast | NativeKind.Allgather | NativeKind.ReduceScatter | NativeKind.Barrier |
+  NativeKind.Alltoall | NativeKind.Reduce | NativeKind.Gather | NativeKind.Scatter;
 
 /**
  * The codes of a native Status in the addon's order (codeName); every one but 'OK' is a HoraError code
@@ -246,17 +252,24 @@ export interface NativeItem {
    * absent when both are 1. An item with it goes through submit() (collective() has no room for it).
    */
   scale?: [number, number];
+  /**
+   * alltoall: the elements this rank sends each rank of its group, in group rank order (their sum is
+   * data's length), then, when the caller gave recvSplits, the elements it expects from each (size or 2 *
+   * size entries). scatter: on the root, the elements for each rank; absent elsewhere. An item with it goes
+   * through submit().
+   */
+  splits?: number[];
 }
 
 export interface NativeResult {
   code?: string;
   message?: string;
   peer?: number;
-  /** allgather of host memory: every rank's block, concatenated. */
+  /** allgather, alltoall, scatter of host memory: what came from each rank, concatenated in rank order. */
   gathered?: ArrayBuffer;
   /** allgather of device memory: the same, in device memory of the item's device, now owned by the JS side. */
   devicePtr?: bigint;
-  /** allgather: elements from each rank. */
+  /** allgather, alltoall, scatter: elements from each rank. */
   counts?: number[];
   fused?: boolean;
 }
@@ -378,7 +391,7 @@ export interface NativeCuda {
  */
 export const ITEM_KEYS = [
   'id', 'code', 'root', 'name', 'invalidReason', 'device', 'devicePtr', 'count', 'stream', 'outPtr', 'data', 'out',
-  'peer', 'tag', 'group', 'scale',
+  'peer', 'tag', 'group', 'scale', 'splits',
 ] as const satisfies readonly (keyof NativeItem)[];
 
 /**

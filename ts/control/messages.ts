@@ -105,8 +105,9 @@ export interface Heartbeat {
   timeMs: number;
 }
 
-/** Kinds of collective a Stats message may name (the API's names): the kinds before Invalid. */
-export const COLLECTIVE_KINDS = valuesOf(KIND_NAMES, (k) => k.api).slice(0, NativeKind.Invalid) as readonly CollectiveKind[];
+/** Kinds of collective a Stats message may name (the API's names): every kind but Invalid and the messages. */
+export const COLLECTIVE_KINDS = valuesOf(KIND_NAMES, (k) => k.api).filter((_, kind) =>
+  kind !== NativeKind.Invalid && kind !== NativeKind.Send && kind !== NativeKind.Recv) as readonly CollectiveKind[];
 export type CollectiveKind = (typeof KIND_NAMES)[CollectiveNativeKind]['api'];
 /** Point-to-point calls, counted beside the collectives (but outside their order: no sequence numbers). */
 export const MESSAGE_KINDS = [KIND_NAMES[NativeKind.Send].api, KIND_NAMES[NativeKind.Recv].api] as const;

@@ -45,8 +45,13 @@ enum class Kind : uint8_t {
   // Point-to-point messages (engine/p2p.h): never part of the agreement, never on the collectives' streams.
   kSend = 6,
   kRecv = 7,
+  // Collectives appended after the messages (wire values are never renumbered).
+  kAlltoall = 8,  // every rank sends its block q to rank q: per-rank counts (engine/work.h Work::splits)
+  kReduce = 9,    // a reduction to one root (hora.reduce)
+  kGather = 10,   // every rank's block to one root (hora.gather)
+  kScatter = 11,  // the root's blocks, block q to rank q (Work::splits on the root)
 };
-constexpr int kNumKinds = static_cast<int>(Kind::kRecv) + 1;
+constexpr int kNumKinds = static_cast<int>(Kind::kScatter) + 1;
 
 // The allreduce algorithms (algorithms/collectives.h).
 enum class Algorithm : uint8_t {
@@ -114,6 +119,10 @@ constexpr const char* kindName(Kind k) {
     case Kind::kInvalid: return "invalid call";
     case Kind::kSend: return "send";
     case Kind::kRecv: return "recv";
+    case Kind::kAlltoall: return "alltoall";
+    case Kind::kReduce: return "reduce";
+    case Kind::kGather: return "gather";
+    case Kind::kScatter: return "scatter";
   }
   return "unknown collective";
 }

@@ -76,6 +76,10 @@ struct Work {
   // received into.
   int peer = -1;
   int32_t tag = 0;
+  // kAlltoall: elements this rank sends to each rank of its group (group rank order; their sum is count),
+  // then, when the caller gave them (recvSplits), the elements it expects from each: size or 2 * size
+  // entries. kScatter: on the root, the elements for each rank (size entries); empty elsewhere.
+  std::vector<uint64_t> splits;
   // kInvalid: what was wrong with this rank's call.
   std::string invalidReason;
   // The process group it runs in (engine/group.h); nullptr: the world. Collectives only; a message names
@@ -84,8 +88,8 @@ struct Work {
 
   // Results, written by the engine.
   Status status;
-  std::vector<uint8_t> gathered;          // allgather: every rank's block, concatenated
-  std::vector<uint64_t> gatheredCounts;   // allgather: elements from each rank
+  std::vector<uint8_t> gathered;          // allgather, alltoall, scatter: what came in, in rank order
+  std::vector<uint64_t> gatheredCounts;   // allgather, alltoall, scatter: elements from each rank
   void* gatheredDevice = nullptr;         // allgather of device memory: the result, from cuda::allocate()
   bool fused = false;                     // went out in a fusion buffer with others
   WorkTimes times;                        // only while the timeline is on
