@@ -14,13 +14,13 @@
  */
 import { CallSite, HoraError, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import {
-  Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, planAllgatherObject, planBroadcastObject,
-  recvPlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
+  Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, planAllgatherObject, planAlltoall,
+  planBroadcastObject, planScatter, recvPlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
 } from './hora';
 import { DeviceBuffer } from './device-buffer';
 import { NativeDType, NativeKind, NativeOp, NativeResult, nativeItem } from './native';
 import type {
-  AllgatherObjectOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastObjectOptions, BroadcastOptions, NewGroupOptions, RecvOptions, ReduceScatterOptions,
+  AllgatherObjectOptions, AllgatherOptions, AlltoallOptions, AlltoallResult, ScatterOptions, AllreduceOptions, BarrierOptions, BroadcastObjectOptions, BroadcastOptions, NewGroupOptions, RecvOptions, ReduceScatterOptions,
   SendOptions, Tensor,
 } from './types';
 import { Work } from './work';
@@ -73,6 +73,17 @@ export class Group {
   /** Completes once every member has called it. */
   barrier(options?: BarrierOptions): Work<void> {
     return submitCollective(this.live('barrier'), 'barrier', this.barrier, barrierPlan(options), undefined, options);
+  }
+
+  /** hora.alltoall over the group: splits and recvSplits by group rank, data in group rank order. */
+  alltoall<T extends Tensor>(x: T, options?: AlltoallOptions): Work<AlltoallResult<T>> {
+    return submitCollective(this.live('alltoall'), 'alltoall', this.alltoall,
+      planAlltoall as (w: Scope, a: unknown, b: unknown) => Plan<AlltoallResult<T>>, x, options);
+  }
+
+  /** hora.scatter from group rank `root` (default 0): splits by group rank. */
+  scatter<T extends Tensor>(x: T, options?: ScatterOptions): Work<T> {
+    return submitCollective(this.live('scatter'), 'scatter', this.scatter, planScatter as (w: Scope, a: unknown, b: unknown) => Plan<T>, x, options);
   }
 
   /** hora.broadcastObject from group rank `root` (default 0) to the group. */

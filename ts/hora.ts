@@ -9,10 +9,12 @@
  *   ts/collectives.ts    allreduce, broadcast, allgather, reduceScatter, barrier, failPeers (submitCollective(), Plan)
  *   ts/messages.ts       send and recv (runMessage())
  *   ts/objects.ts        broadcastObject and allgatherObject (one allgather of serialized values)
+ *   ts/alltoall.ts       alltoall and scatter (per-rank splits)
  *
  * Plain values, not `export { x } from`: that compiles to a getter on the module object, run on every call
  * of an importer (see ts/index.ts).
  */
+import * as alltoalls from './alltoall';
 import * as collectives from './collectives';
 import * as lifecycle from './init';
 import * as messages from './messages';
@@ -58,6 +60,11 @@ export const broadcastObject = objects.broadcastObject;
 export const planBroadcastObject = objects.planBroadcastObject;
 export const allgatherObject = objects.allgatherObject;
 export const planAllgatherObject = objects.planAllgatherObject;
+
+export const alltoall = alltoalls.alltoall;
+export const planAlltoall = alltoalls.planAlltoall;
+export const scatter = alltoalls.scatter;
+export const planScatter = alltoalls.planScatter;
 
 export const runMessage = messages.runMessage;
 export const send = messages.send;

@@ -23,6 +23,8 @@ export const reduceScatter = core.reduceScatter;
 export const barrier = core.barrier;
 export const broadcastObject = core.broadcastObject;
 export const allgatherObject = core.allgatherObject;
+export const alltoall = core.alltoall;
+export const scatter = core.scatter;
 export const failPeers = core.failPeers;
 export const send = core.send;
 export const recv = core.recv;
@@ -38,5 +40,5 @@ export type HoraError = errors.HoraError;
 export type { HoraErrorCode } from './errors';
 export type {
   ReduceOp, DType, Tensor, CollectiveInput, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
-  ReduceScatterOptions, BarrierOptions, BroadcastObjectOptions, AllgatherObjectOptions, SendOptions, RecvOptions, NewGroupOptions,
+  ReduceScatterOptions, BarrierOptions, BroadcastObjectOptions, AlltoallOptions, AlltoallResult, ScatterOptions, AllgatherObjectOptions, SendOptions, RecvOptions, NewGroupOptions,
 } from './types';
