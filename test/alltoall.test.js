@@ -45,6 +45,7 @@ const BAD = {
   divide: /hora\.alltoall: argument 'options\.splits' must be given when x\.length \(7\) does not divide by the 3 ranks/,
   recvNegative: /hora\.alltoall: argument 'options\.recvSplits\[0\]' must be a non-negative integer count of elements; received number -2/,
   unknown: /hora\.alltoall: argument 'options\.split' is not an option .*did you mean 'splits'\?/,
+  torch: /hora\.alltoall: argument 'options\.output_split_sizes' is not an option .*did you mean 'recvSplits'\?/,
   scatterRoot: /hora\.scatter: argument 'options\.root' must be an integer rank from 0 to 2; received number 3/,
   scatterSum: /hora\.scatter: argument 'options\.splits' must sum to x\.length \(6\); received an Array of length 3 that sums to 5/,
 };

@@ -131,6 +131,7 @@ async function bad(r, p) {
     divide: () => hora.alltoall(r === 1 ? new Float32Array(2 * p + 1) : x),
     recvNegative: () => hora.alltoall(x, { recvSplits: r === 1 ? [-2, ...even.slice(1)] : even }),
     unknown: () => hora.alltoall(x, r === 1 ? { split: even } : {}),
+    torch: () => hora.alltoall(x, r === 1 ? { splits: even, output_split_sizes: even } : {}),
     scatterRoot: () => hora.scatter(x, { root: r === 1 ? p : 0 }),
     scatterSum: () => hora.scatter(x, { root: 1, splits: r === 1 ? [1, ...even.slice(1)] : undefined }),
   };
