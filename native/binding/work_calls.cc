@@ -383,11 +383,11 @@ Napi::Value CommunicatorWrap::ResultOf(Napi::Env env, Work& w) {
     w.gatheredDevice = nullptr;
     r.Set("counts", CountsArray(env, w.gatheredCounts));
   } else if (GathersInto(w) && w.status.isOk()) {
-    auto* storage = new std::vector<uint8_t>(std::move(w.gathered));
+    auto* storage = new hora::ResultBytes(std::move(w.gathered));
     Napi::ArrayBuffer ab = storage->empty()
                                ? Napi::ArrayBuffer::New(env, 0)
                                : Napi::ArrayBuffer::New(env, storage->data(), storage->size(),
-                                                        [](Napi::Env, void*, std::vector<uint8_t>* v) { delete v; },
+                                                        [](Napi::Env, void*, hora::ResultBytes* v) { delete v; },
                                                         storage);
     if (storage->empty()) delete storage;
     r.Set("gathered", ab);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/collectives.h"
@@ -16,6 +17,29 @@
 namespace hora {
 
 struct Group;
+
+// An allocator whose resize() leaves new bytes as they are rather than zeroing them: a result buffer that
+// the collective then fills whole (an allgather's, an alltoall's) is written once, not twice.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+// The bytes of a result that the engine allocates and JavaScript adopts (Work::gathered).
+using ResultBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
 
 // When each phase of a Work happened, for the timeline (HORA_TIMELINE). Filled only while the
 // communicator's timeline is on; monotonicNanos() values, 0 where a phase did not happen (a failure ended
@@ -88,7 +112,7 @@ struct Work {
 
   // Results, written by the engine.
   Status status;
-  std::vector<uint8_t> gathered;          // allgather, alltoall, scatter: what came in, in rank order
+  ResultBytes gathered;                   // allgather, alltoall, scatter: what came in, in rank order
   std::vector<uint64_t> gatheredCounts;   // allgather, alltoall, scatter: elements from each rank
   void* gatheredDevice = nullptr;         // allgather of device memory: the result, from cuda::allocate()
   bool fused = false;                     // went out in a fusion buffer with others
