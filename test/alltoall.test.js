@@ -26,7 +26,8 @@ for (const np of [2, 3, 4]) {
       for (const [rank, r] of results.entries()) {
         const names = Object.keys(r.checks);
         for (const d of DTYPES) {
-          for (const want of [`${d} uneven`, `${d} one-sided recvSplits`, `${d} empty`, `${d} splits omitted`, `${d} scatter root ${np - 1}`]) {
+          for (const want of [`${d} uneven`, `${d} one-sided recvSplits`, `${d} empty`, `${d} splits omitted`, `${d} splits []`, `${d} zero-length x`,
+            `${d} scatter root ${np - 1}`]) {
             t.ok(names.includes(want), `rank ${rank} ran ${want}`);
           }
         }
@@ -39,7 +40,7 @@ for (const np of [2, 3, 4]) {
 
 const BAD = {
   negative: /hora\.alltoall: argument 'options\.splits\[0\]' must be a non-negative integer count of elements; received number -1/,
-  length: /hora\.alltoall: argument 'options\.splits' must be an array of 3 counts of elements, one for each rank; received an Array of length 2/,
+  length: /hora\.alltoall: argument 'options\.splits' must be an array of 3 counts of elements, one for each rank \(or empty\); received an Array of length 2/,
   sum: /hora\.alltoall: argument 'options\.splits' must sum to x\.length \(6\); received an Array of length 3 that sums to 7/,
   fraction: /hora\.alltoall: argument 'options\.splits\[0\]' must be a non-negative integer count of elements; received number 1\.5/,
   divide: /hora\.alltoall: argument 'options\.splits' must be given when x\.length \(7\) does not divide by the 3 ranks/,

@@ -26,8 +26,8 @@ const SCATTER_OPTIONS = knownOptions<ScatterOptions>({ root: true, splits: true,
 /**
  * Rank r sends splits[q] elements of x to rank q (x cut in rank order) and receives what every rank sends
  * it, concatenated in rank order: the Work resolves to {data, splits}, data a new array of x's type and
- * splits the elements received from each rank. splits omitted: x cut into size() equal parts (x.length
- * must divide by size()). recvSplits, when each rank knows what comes to it, spares the exchange of
+ * splits the elements received from each rank. splits omitted or empty: x cut into size() equal parts
+ * (x.length must divide by size()). recvSplits, when each rank knows what comes to it, spares the exchange of
  * counts; the agreement checks them against every sender's splits (ERR_MISMATCH on every rank).
  */
 export function alltoall<T extends Tensor>(x: T, options?: AlltoallOptions): Work<AlltoallResult<T>> {
@@ -49,9 +49,10 @@ export function planAlltoall(w: Scope, x: Tensor, options: AlltoallOptions | und
   const o = optionsObject<AlltoallOptions>(c, options, ALLTOALL_OPTIONS, w.self);
   const dtype = hostDtypeOf(c, x, o.dtype, w.self);
   const name = nameOf(c, o.name, w.self);
-  const send = o.splits === undefined ? equalParts(c, x.length, w.size, w.self) : countsOf(c, 'splits', o.splits, w.size, w.self);
-  if (o.splits !== undefined) sumsTo(c, send, x.length, o.splits, w.self);
-  const recv = o.recvSplits === undefined ? null : countsOf(c, 'recvSplits', o.recvSplits, w.size, w.self);
+  // Empty splits mean equal parts and empty recvSplits none, as Horovod's and torch's empty split lists do.
+  const send = isEmpty(o.splits) ? equalParts(c, x.length, w.size, w.self) : countsOf(c, 'splits', o.splits, w.size, w.self);
+  if (!isEmpty(o.splits)) sumsTo(c, send, x.length, o.splits, w.self);
+  const recv = isEmpty(o.recvSplits) ? null : countsOf(c, 'recvSplits', o.recvSplits, w.size, w.self);
   const Ctor = x.constructor as new (buffer: ArrayBuffer) => Tensor;
   const item = nativeItem(NativeKind.Alltoall, NativeOp.Sum, dtype, 0, name, x, null);
   item.splits = recv ? send.concat(recv) : send;
@@ -77,8 +78,8 @@ export function planScatter(w: Scope, x: Tensor, options: ScatterOptions | undef
   const name = nameOf(c, o.name, w.self);
   const item = nativeItem(NativeKind.Scatter, NativeOp.Sum, dtype, root, name, x, null);
   if (w.rank === root) {
-    const splits = o.splits === undefined ? equalParts(c, x.length, w.size, w.self) : countsOf(c, 'splits', o.splits, w.size, w.self);
-    if (o.splits !== undefined) sumsTo(c, splits, x.length, o.splits, w.self);
+    const splits = isEmpty(o.splits) ? equalParts(c, x.length, w.size, w.self) : countsOf(c, 'splits', o.splits, w.size, w.self);
+    if (!isEmpty(o.splits)) sumsTo(c, splits, x.length, o.splits, w.self);
     item.splits = splits;
   }
   const Ctor = x.constructor as new (buffer: ArrayBuffer) => Tensor;
@@ -97,6 +98,11 @@ function hostDtypeOf(c: string, x: unknown, dtype: unknown, rank: number) {
   return dtypeOf(c, x, dtype, rank);
 }
 
+/** Splits omitted, or an empty array (or typed array). */
+function isEmpty(v: unknown): boolean {
+  return v === undefined || ((Array.isArray(v) || ArrayBuffer.isView(v)) && (v as ArrayLike<unknown>).length === 0);
+}
+
 /** size equal parts of n elements. */
 function equalParts(c: string, n: number, size: number, rank: number): number[] {
   if (n % size !== 0) {
@@ -111,7 +117,7 @@ function countsOf(c: string, key: string, v: unknown, size: number, rank: number
   const arrayLike = Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView) && !(v instanceof BigInt64Array) &&
     !(v instanceof BigUint64Array));
   if (!arrayLike || (v as ArrayLike<unknown>).length !== size) {
-    throw invalidArgument(c, `options.${key}`, `an array of ${size} counts of elements, one for each rank`, v, rank);
+    throw invalidArgument(c, `options.${key}`, `an array of ${size} counts of elements, one for each rank (or empty)`, v, rank);
   }
   const a = v as ArrayLike<unknown>;
   const out = new Array<number>(size);

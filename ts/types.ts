@@ -85,7 +85,7 @@ export interface AllgatherObjectOptions {
 }
 
 export interface AlltoallOptions {
-  /** Elements of x for each rank, in rank order (an array of size() non-negative integers summing to x.length). Default: equal parts. */
+  /** Elements of x for each rank, in rank order (an array of size() non-negative integers summing to x.length). Omitted or empty: equal parts. */
   splits?: ArrayLike<number>;
   /** Elements this rank receives from each rank, when known: spares the exchange of counts (checked against every rank's splits). */
   recvSplits?: ArrayLike<number>;

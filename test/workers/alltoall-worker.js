@@ -2,7 +2,8 @@
 // Runs inside every rank of a `hora run` job for test/alltoall.test.js: hora.alltoall and hora.scatter,
 // one scenario (argv[2]) per run.
 //
-//   values      every dtype; equal, uneven, one-sided and empty splits, zero-length arrays, recvSplits given,
+//   values      every dtype; equal, uneven, one-sided and empty splits (all zero, and [] for equal parts),
+//               zero-length arrays, recvSplits given,
 //               blocks past the shared-memory slots; awaited and wait()ed; in the world and in a group of the
 //               last and first ranks; scatter from every root, equal and uneven. Each result compared with
 //               what every rank can compute (blockOf())
@@ -89,6 +90,8 @@ async function values(r, p) {
     }
     const eq = alltoallCase(Ctor, conv, r, p, PATTERNS.equal);
     checks[`${dname} splits omitted`] = await check(() => hora.alltoall(eq.x, dtype ? { dtype } : undefined), eq.want, eq.recvSplits);
+    checks[`${dname} splits []`] = await check(() => hora.alltoall(eq.x, { ...(dtype ? { dtype } : {}), splits: [], recvSplits: [] }), eq.want, eq.recvSplits);
+    checks[`${dname} zero-length x`] = await check(() => hora.alltoall(new Ctor(0), dtype ? { dtype } : undefined), new Ctor(0), Array(p).fill(0));
     for (let root = 0; root < p; root++) {
       const parts = (q) => (q + root) % 3;  // rank root gets 0 elements when root is 0
       const x = r === root ? concat(Ctor, Array.from({ length: p }, (_, q) => blockOf(Ctor, conv, root, q, parts(q)))) : new Ctor(0);
