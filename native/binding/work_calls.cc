@@ -193,8 +193,11 @@ Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
       readOut(out, w.get());
       w->keepAlive[1] = hora::binding::holdBackingStore(env, out);
     }
-    Napi::Value splits = get(kSplits);
-    if (!splits.IsUndefined()) readSplits(splits, w.get());
+    // Asked for of the kinds that have splits only: the other items cost no property lookup for it.
+    if (w->kind == hora::Kind::kAlltoall || w->kind == hora::Kind::kScatter) {
+      Napi::Value splits = get(kSplits);
+      if (!splits.IsUndefined()) readSplits(splits, w.get());
+    }
     batch.push_back(std::move(w));
   }
   for (const auto& w : all) Adopt(env, w);
