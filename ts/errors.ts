@@ -149,6 +149,8 @@ const FOREIGN_OPTIONS: Record<string, Hint> = {
   dst: (v, keys) => renamed('to')(v, keys) ?? renamed('root')(v, keys),
   tensorname: renamed('name'),
   reduceop: renamed('op'),
+  inputsplitsizes: renamed('splits'),
+  outputsplitsizes: renamed('recvSplits'),
   timeout: (_v, keys) => (keys.includes('timeoutSeconds') ? 'use timeoutSeconds (seconds, for every collective)' : undefined),
   fusionthreshold: (_v, keys) => (keys.includes('fusionMB') ? 'use fusionMB (MiB; 0 turns fusion off)' : undefined),
   gradientpredividefactor: (_v, keys) => {

@@ -15,13 +15,14 @@
 import { CallSite, HoraError, checkOptionKeys, describeValue, invalidArgument, knownOptions } from './errors';
 import {
   Grouped, Plan, Scope, World, allgatherPlan, allreducePlan, barrierPlan, broadcastPlan, current, gatherPlan, joinIn, planAllgatherObject,
-  planBroadcastObject, groupedOf, recvPlan, reducePlan, reduceScatterPlan, runMessage, sendPlan, submitCollective, submitInvalid,
+  planAlltoall, planBroadcastObject, planScatter, groupedOf, recvPlan, reducePlan, reduceScatterPlan, runMessage, sendPlan, submitCollective,
+  submitInvalid,
 } from './hora';
 import { DeviceBuffer } from './device-buffer';
 import { NativeDType, NativeKind, NativeOp, NativeResult, nativeItem } from './native';
 import type {
-  AllgatherObjectOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastObjectOptions, BroadcastOptions, GatherOptions, NewGroupOptions,
-  RecvOptions, ReduceOptions, ReduceScatterOptions, SendOptions, Tensor,
+  AllgatherObjectOptions, AllgatherOptions, AllreduceOptions, AlltoallOptions, AlltoallResult, BarrierOptions, BroadcastObjectOptions,
+  BroadcastOptions, GatherOptions, NewGroupOptions, RecvOptions, ReduceOptions, ReduceScatterOptions, ScatterOptions, SendOptions, Tensor,
 } from './types';
 import { Work } from './work';
 
@@ -94,6 +95,17 @@ export class Group {
    */
   join(): Work<number> {
     return joinIn(this.live('join'), this.join);
+  }
+
+  /** hora.alltoall over the group: splits and recvSplits by group rank, data in group rank order. */
+  alltoall<T extends Tensor>(x: T, options?: AlltoallOptions): Work<AlltoallResult<T>> {
+    return submitCollective(this.live('alltoall'), 'alltoall', this.alltoall,
+      planAlltoall as (w: Scope, a: unknown, b: unknown) => Plan<AlltoallResult<T>>, x, options);
+  }
+
+  /** hora.scatter from group rank `root` (default 0): splits by group rank. */
+  scatter<T extends Tensor>(x: T, options?: ScatterOptions): Work<T> {
+    return submitCollective(this.live('scatter'), 'scatter', this.scatter, planScatter as (w: Scope, a: unknown, b: unknown) => Plan<T>, x, options);
   }
 
   /** hora.broadcastObject from group rank `root` (default 0) to the group. */

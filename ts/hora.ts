@@ -10,10 +10,12 @@
  *   ts/messages.ts       send and recv (runMessage())
  *   ts/objects.ts        broadcastObject and allgatherObject (one allgather of serialized values)
  *   ts/grouped.ts        hora.grouped: allreduce, allgather and reduceScatter of a list, as one piece of a batch
+ *   ts/alltoall.ts       alltoall and scatter (per-rank splits)
  *
  * Plain values, not `export { x } from`: that compiles to a getter on the module object, run on every call
  * of an importer (see ts/index.ts).
  */
+import * as alltoalls from './alltoall';
 import * as collectives from './collectives';
 import * as groupedCalls from './grouped';
 import * as lifecycle from './init';
@@ -70,6 +72,10 @@ export const planAllgatherObject = objects.planAllgatherObject;
 export const grouped = groupedCalls.grouped;
 export const groupedOf = groupedCalls.groupedOf;
 export type { Grouped } from './grouped';
+export const alltoall = alltoalls.alltoall;
+export const planAlltoall = alltoalls.planAlltoall;
+export const scatter = alltoalls.scatter;
+export const planScatter = alltoalls.planScatter;
 
 export const runMessage = messages.runMessage;
 export const send = messages.send;

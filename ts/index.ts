@@ -29,6 +29,8 @@ export const broadcastObject = core.broadcastObject;
 export const allgatherObject = core.allgatherObject;
 export const grouped = core.grouped;
 export type { Grouped } from './grouped';
+export const alltoall = core.alltoall;
+export const scatter = core.scatter;
 export const failPeers = core.failPeers;
 export const send = core.send;
 export const recv = core.recv;
@@ -49,5 +51,6 @@ export type HoraError = errors.HoraError;
 export type { HoraErrorCode } from './errors';
 export type {
   ReduceOp, DType, Tensor, CollectiveInput, InitOptions, AllreduceOptions, BroadcastOptions, AllgatherOptions,
-  ReduceScatterOptions, ReduceOptions, GatherOptions, BarrierOptions, BroadcastObjectOptions, AllgatherObjectOptions, SendOptions, RecvOptions, NewGroupOptions,
+  ReduceScatterOptions, ReduceOptions, GatherOptions, BarrierOptions, BroadcastObjectOptions, AlltoallOptions, AlltoallResult, ScatterOptions,
+  AllgatherObjectOptions, SendOptions, RecvOptions, NewGroupOptions,
 } from './types';

@@ -88,11 +88,9 @@ export const KIND_NAMES = {
   [NativeKind.Invalid]: { api: 'invalid', engine: 'invalid call' },
   [NativeKind.Send]: { api: 'send', engine: 'send' },
   [NativeKind.Recv]: { api: 'recv', engine: 'recv' },
-  // Reserved for alltoall (its own change adds the call); the engine refuses it until then.
   [NativeKind.Alltoall]: { api: 'alltoall', engine: 'alltoall' },
   [NativeKind.Reduce]: { api: 'reduce', engine: 'reduce' },
   [NativeKind.Gather]: { api: 'gather', engine: 'gather' },
-  // Reserved for scatter (its own change adds the call); the engine refuses it until then.
   [NativeKind.Scatter]: { api: 'scatter', engine: 'scatter' },
   [NativeKind.Join]: { api: 'join', engine: 'join' },
 } as const satisfies { readonly [K in NativeKind]: { readonly api: string; readonly engine: string } };
@@ -260,17 +258,24 @@ export interface NativeItem {
    * absent when both are 1. An item with it goes through submit() (collective() has no room for it).
    */
   scale?: [number, number];
+  /**
+   * alltoall: the elements this rank sends each rank of its group, in group rank order (their sum is
+   * data's length), then, when the caller gave recvSplits, the elements it expects from each (size or 2 *
+   * size entries). scatter: on the root, the elements for each rank; absent elsewhere. An item with it goes
+   * through submit().
+   */
+  splits?: number[];
 }
 
 export interface NativeResult {
   code?: string;
   message?: string;
   peer?: number;
-  /** allgather of host memory, and gather at its root: every rank's block, concatenated. */
+  /** allgather, alltoall, scatter of host memory, and gather at its root: what came from each rank, concatenated in rank order. */
   gathered?: ArrayBuffer;
   /** allgather of device memory: the same, in device memory of the item's device, now owned by the JS side. */
   devicePtr?: bigint;
-  /** allgather, and gather at its root: elements from each rank. */
+  /** allgather, alltoall, scatter, and gather at its root: elements from each rank. */
   counts?: number[];
   fused?: boolean;
   /** join: the rank (of the join's group, if any) that joined last. */
@@ -394,7 +399,7 @@ export interface NativeCuda {
  */
 export const ITEM_KEYS = [
   'id', 'code', 'root', 'name', 'invalidReason', 'device', 'devicePtr', 'count', 'stream', 'outPtr', 'data', 'out',
-  'peer', 'tag', 'group', 'scale',
+  'peer', 'tag', 'group', 'scale', 'splits',
 ] as const satisfies readonly (keyof NativeItem)[];
 
 /**

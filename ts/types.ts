@@ -104,6 +104,33 @@ export interface AllgatherObjectOptions {
   name?: string;
 }
 
+export interface AlltoallOptions {
+  /** Elements of x for each rank, in rank order (an array of size() non-negative integers summing to x.length). Omitted or empty: equal parts. */
+  splits?: ArrayLike<number>;
+  /** Elements this rank receives from each rank, when known: spares the exchange of counts (checked against every rank's splits). */
+  recvSplits?: ArrayLike<number>;
+  name?: string;
+  /** Element type of a Uint16Array: 'uint16', 'float16' or 'bfloat16'. */
+  dtype?: DType;
+}
+
+/** What an alltoall resolves to. */
+export interface AlltoallResult<T> {
+  /** What every rank sent this rank, concatenated in rank order. */
+  data: T;
+  /** Elements received from each rank, in rank order. */
+  splits: number[];
+}
+
+export interface ScatterOptions {
+  /** Rank whose x is cut and sent (default 0). */
+  root?: number;
+  /** On the root: elements of x for each rank (size() non-negative integers summing to x.length); default equal parts. Not read elsewhere. */
+  splits?: ArrayLike<number>;
+  name?: string;
+  dtype?: DType;
+}
+
 export interface BarrierOptions {
   name?: string;
 }

@@ -179,7 +179,7 @@ function isMessage(item: NativeItem): boolean {
 /** A host collective of the world that collective() takes as positional arguments. */
 function isLoneCollective(item: NativeItem): boolean {
   return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
-    item.kind !== NativeKind.Recv && !item.group && item.scale === undefined;
+    item.kind !== NativeKind.Recv && !item.group && item.scale === undefined && item.splits === undefined;
 }
 
 interface Outstanding {

@@ -23,10 +23,10 @@ namespace hora::binding {
 // Looking a property up by a C string makes and internalizes a V8 string each time; with a dozen per item
 // that was a good part of a small collective's cost, so the names are made once per communicator.
 enum ItemKey { kId, kCode, kRoot, kName, kInvalidReason, kDevice, kDevicePtr, kCount, kStream, kOutPtr, kData, kOut,
-               kPeer, kTag, kGroup, kScale, kNumItemKeys };
+               kPeer, kTag, kGroup, kScale, kSplits, kNumItemKeys };
 const char* const kItemKeyNames[kNumItemKeys] = {"id", "code", "root", "name", "invalidReason", "device", "devicePtr",
                                                   "count", "stream", "outPtr", "data", "out", "peer", "tag", "group",
-                                                  "scale"};
+                                                  "scale", "splits"};
 
 // The flags in the code argument of collective() and message() (ts/native.ts packCode), above the item's
 // code (ts/native.ts itemCode; decodeCode in work_calls.cc): the manner of waiting (kWillWait, kWaitNow:
@@ -70,6 +70,7 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   Napi::Value Result(const Napi::CallbackInfo& info);
   inline Napi::Value Take(Napi::Env env, std::unordered_map<uint64_t, std::shared_ptr<hora::Work>>::iterator it);
   static inline bool PlainSuccess(const hora::Work& w);
+  static inline bool GathersInto(const hora::Work& w);
   inline Napi::Value ResultOf(Napi::Env env, hora::Work& w);
   static inline Napi::Array CountsArray(Napi::Env env, const std::vector<uint64_t>& counts);
   inline void Recycle(std::shared_ptr<hora::Work>&& w);

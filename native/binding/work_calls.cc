@@ -42,12 +42,31 @@ void decodeCode(Napi::Env env, int32_t code, Work* w) {
   w->algorithm = checkedEnum<hora::Algorithm>(env, (code >> 12) & 15, "algorithm", hora::kNumAlgorithms);
 }
 
-// A broadcast's, reduce's or gather's root: asked for of those only (no other kind has one; theirs stays
-// 0), so root() gives the value only when it is wanted and the other kinds cost no call.
+// A root of the kinds that have one (broadcast, reduce, gather, scatter): asked for of those only (no other
+// kind has one; theirs stays 0), so root() gives the value only when it is wanted and the other kinds cost
+// no call.
 template <typename Root>
 void readRoot(Root root, Work* w) {
-  if (w->kind == hora::Kind::kBroadcast || w->kind == hora::Kind::kReduce || w->kind == hora::Kind::kGather) {
+  if (w->kind == hora::Kind::kBroadcast || w->kind == hora::Kind::kReduce || w->kind == hora::Kind::kGather ||
+      w->kind == hora::Kind::kScatter) {
     w->root = int32Or(root(), 0);
+  }
+}
+
+// An alltoall's or scatter's splits (ts/native.ts NativeItem.splits): counts of elements, each a
+// non-negative integer of at most 2^53; the engine checks them against the group (engine/communicator.cc
+// badSplits). At most 2^17 entries, so a malformed item cannot size a large allocation.
+void readSplits(const Napi::Value& v, Work* w) {
+  Napi::Env env = v.Env();
+  if (!v.IsArray()) throw Napi::TypeError::New(env, "native: splits must be an array of counts");
+  Napi::Array a = v.As<Napi::Array>();
+  if (a.Length() > (1u << 17)) throw Napi::RangeError::New(env, "native: splits has too many entries");
+  w->splits.resize(a.Length());
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value e = a.Get(i);
+    const double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : -1;
+    if (!(d >= 0 && d <= 9007199254740992.0) || d != std::floor(d)) throw Napi::RangeError::New(env, "native: a split must be a count of elements");
+    w->splits[i] = static_cast<uint64_t>(d);
   }
 }
 
@@ -119,7 +138,7 @@ hora::Scaling scalingOf(const Napi::Value& v) {
 
 }  // namespace
 
-// submit(items: [{id, code, root, name, data, out, invalidReason}], willWait?): code is ts/native.ts
+// submit(items: [{id, code, root, name, data, out, invalidReason, splits}], willWait?): code is ts/native.ts
 // itemCode()'s (kind, op, dtype, algorithm). A send or recv item (kinds 6, 7) carries peer and tag and is
 // posted at once, beside the batch; a device item has device >= 0, devicePtr, count, stream (and outPtr
 // for reducescatter) instead of data and out. willWait: the caller goes on to wait for one of the items at
@@ -177,6 +196,11 @@ Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
     if (!out.IsUndefined() && !out.IsNull()) {
       readOut(out, w.get());
       w->keepAlive[1] = hora::binding::holdBackingStore(env, out);
+    }
+    // Asked for of the kinds that have splits only: the other items cost no property lookup for it.
+    if (w->kind == hora::Kind::kAlltoall || w->kind == hora::Kind::kScatter) {
+      Napi::Value splits = get(kSplits);
+      if (!splits.IsUndefined()) readSplits(splits, w.get());
     }
     batch.push_back(std::move(w));
   }
@@ -343,8 +367,13 @@ Napi::Value CommunicatorWrap::Take(Napi::Env env, std::unordered_map<uint64_t, s
 }
 
 // Success with nothing to hand back: the common case.
-bool CommunicatorWrap::PlainSuccess(const Work& w) {
-  return w.status.isOk() && w.kind != hora::Kind::kAllgather && w.kind != hora::Kind::kGather && w.kind != hora::Kind::kJoin && !w.fused;
+bool CommunicatorWrap::PlainSuccess(const Work& w) { return w.status.isOk() && !GathersInto(w) && w.kind != hora::Kind::kJoin && !w.fused; }
+
+// The kinds whose result is memory the engine allocated (Work::gathered) and the counts from each rank (a
+// gather's at its root only: the others' counts stay empty and they get no result).
+bool CommunicatorWrap::GathersInto(const Work& w) {
+  return w.kind == hora::Kind::kAllgather || w.kind == hora::Kind::kAlltoall || w.kind == hora::Kind::kScatter ||
+         (w.kind == hora::Kind::kGather && !w.gatheredCounts.empty());
 }
 
 // A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
@@ -362,14 +391,12 @@ Napi::Value CommunicatorWrap::ResultOf(Napi::Env env, Work& w) {
     r.Set("devicePtr", pointerValue(env, w.gatheredDevice));
     w.gatheredDevice = nullptr;
     r.Set("counts", CountsArray(env, w.gatheredCounts));
-  } else if ((w.kind == hora::Kind::kAllgather || (w.kind == hora::Kind::kGather && !w.gatheredCounts.empty())) &&
-             w.status.isOk()) {
-    // A gather's result is the root's alone (its counts are set there only): the others get none.
-    auto* storage = new std::vector<uint8_t>(std::move(w.gathered));
+  } else if (GathersInto(w) && w.status.isOk()) {
+    auto* storage = new hora::ResultBytes(std::move(w.gathered));
     Napi::ArrayBuffer ab = storage->empty()
                                ? Napi::ArrayBuffer::New(env, 0)
                                : Napi::ArrayBuffer::New(env, storage->data(), storage->size(),
-                                                        [](Napi::Env, void*, std::vector<uint8_t>* v) { delete v; },
+                                                        [](Napi::Env, void*, hora::ResultBytes* v) { delete v; },
                                                         storage);
     if (storage->empty()) delete storage;
     r.Set("gathered", ab);

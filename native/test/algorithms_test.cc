@@ -14,6 +14,7 @@
 // HORA_TEST_WATCHDOG_S (default 240) bounds the whole run, so a hang fails instead of blocking CI.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -1562,6 +1563,87 @@ void groupTests(World& w) {
   }
 }
 
+// Rank s sends rank q bytes(s, q) bytes whose values name s, q and the index; every rank must receive the
+// blocks for it, in rank order, and write nothing past them.
+void alltoallCase(World& w, Check& check, const std::string& pattern, const std::function<size_t(int, int)>& bytes, bool countsFirst) {
+  const std::string what = "bytes " + pattern + (countsFirst ? ", counts exchanged" : ", counts known");
+  if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
+  const int p = w.size;
+  auto value = [](int s, int q, size_t i) { return static_cast<uint8_t>(mix(i * 131 + static_cast<uint64_t>(s) * 7 + static_cast<uint64_t>(q)) >> 13); };
+  std::vector<std::vector<uint8_t>> in(p), out(p), want(p);
+  for (int r = 0; r < p; ++r) {
+    for (int q = 0; q < p; ++q) {
+      for (size_t i = 0; i < bytes(r, q); ++i) in[r].push_back(value(r, q, i));
+      for (size_t i = 0; i < bytes(q, r); ++i) want[r].push_back(value(q, r, i));
+    }
+    out[r].assign(want[r].size() + kGuardBytes, kGuardByte);
+  }
+  const std::vector<Status> st = onEveryRank(w, [&](int r, Context& c) {
+    AlltoallOptions o;
+    o.input = in[r].data();
+    o.output = out[r].data();
+    std::vector<uint64_t> send(p), recv;
+    for (int q = 0; q < p; ++q) {
+      o.sendBytes.push_back(bytes(r, q));
+      send[q] = bytes(r, q);
+    }
+    if (countsFirst) {
+      uint64_t total = 0;
+      HORA_RETURN_IF_ERROR(alltoallCounts(c, send, -1, 1, &recv, &total));
+      if (total != want[r].size()) return Status(Code::kInternal, "the counts sum to " + std::to_string(total));
+      for (uint64_t n : recv) o.recvBytes.push_back(n);
+    } else {
+      for (int q = 0; q < p; ++q) o.recvBytes.push_back(bytes(q, r));
+    }
+    return alltoall(c, o);
+  });
+  std::string err = firstFailure(st);
+  for (int r = 0; r < p && err.empty(); ++r) {
+    if (!std::equal(want[r].begin(), want[r].end(), out[r].begin())) err = "rank " + std::to_string(r) + " received other bytes";
+    for (size_t i = want[r].size(); i < out[r].size() && err.empty(); ++i) {
+      if (out[r][i] != kGuardByte) err = "rank " + std::to_string(r) + " wrote past its output";
+    }
+  }
+  if (err.empty()) check.pass();
+  else check.fail(what + ": " + err);
+}
+
+void alltoallTests(World& w) {
+  Check check("alltoall " + w.name() + ": pairwise, different bytes per pair, some empty, some past 64 KiB");
+  for (bool countsFirst : {false, true}) {
+    alltoallCase(w, check, "0", [](int, int) { return size_t(0); }, countsFirst);
+    alltoallCase(w, check, "(s + 2q) % 3", [](int s, int q) { return static_cast<size_t>((s + 2 * q) % 3); }, countsFirst);
+    alltoallCase(w, check, "only rank 0 sends", [](int s, int) { return s == 0 ? size_t(9) : size_t(0); }, countsFirst);
+    alltoallCase(w, check, "70001 + 1013s + 17q", [](int s, int q) { return size_t(70001) + 1013 * s + 17 * q; }, countsFirst);
+  }
+  if (w.size < 2 || w.broken) return;
+  // The agreement's splits check: recvSplits that match every sender's splits agree; one that differs is
+  // ERR_MISMATCH on every rank, naming the sender, the receiver and both counts.
+  const int p = w.size;
+  auto proposals = [&](int odd, uint64_t seq) {
+    return onEveryRank(w, [&, odd, seq](int r, Context& c) {
+      Work wk = makeWork(Kind::kAlltoall, 0);
+      for (int q = 0; q < p; ++q) wk.splits.push_back(static_cast<uint64_t>(r + q));
+      for (int q = 0; q < p; ++q) wk.splits.push_back(static_cast<uint64_t>(q + r + (r == odd && q == 0 ? 1 : 0)));
+      for (int q = 0; q < p; ++q) wk.count += wk.splits[q];
+      Proposal mine = proposalFor(wk, seq, 1, wk.count);
+      mine.recvSplits = 1;
+      mine.splitsDigest = splitsDigest(wk, r, p);
+      return agree(c, mine, "", nullptr, nullptr, nullptr, &wk.splits);
+    });
+  };
+  Check agreeCheck("agree " + w.name() + ": an alltoall's recvSplits against every sender's splits");
+  std::string err = firstFailure(proposals(-1, w.seq++));
+  agreeCheck.expect(err.empty(), "matching splits: " + err);
+  err = expectSameVerdict(proposals(p - 1, w.seq++), Code::kMismatch, [&](const std::string& m) -> std::string {
+    const std::string want = "rank 0 sends " + std::to_string(p - 1) + " elements to rank " + std::to_string(p - 1) +
+                             " (its options.splits), but rank " + std::to_string(p - 1) + " expects " + std::to_string(p);
+    return contains(m, want) ? "" : "the message does not say '" + want + "': " + m;
+  });
+  if (err.empty()) err = stillUsable(w);
+  agreeCheck.expect(err.empty(), "rank " + std::to_string(p - 1) + " expects one more from rank 0: " + err);
+}
+
 void worldTests(Net net, int size) {
   World w;
   {
@@ -1593,6 +1675,8 @@ void worldTests(Net net, int size) {
   reduceScatterTests(w);
   fresh();
   allgatherTests(w);
+  fresh();
+  alltoallTests(w);
   fresh();
   broadcastTests(w);
   fresh();

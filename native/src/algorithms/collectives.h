@@ -50,6 +50,21 @@ Status allgather(Context& ctx, const AllgatherOptions& opts);
 // (mine from this rank), bounded (a count past 2^40 bytes is an error) and summed.
 Status allgatherCounts(Context& ctx, uint64_t mine, size_t elementBytes, std::vector<uint64_t>* counts, uint64_t* total);
 
+struct AlltoallOptions {
+  const uint8_t* input = nullptr;     // this rank's blocks, one for each rank in rank order (sendBytes[q] for rank q)
+  std::vector<size_t> sendBytes;      // bytes to each rank (size entries)
+  uint8_t* output = nullptr;          // the blocks from each rank in rank order (recvBytes[q] from rank q)
+  std::vector<size_t> recvBytes;      // bytes from each rank: what it sends here, which every rank must have
+                                      // agreed on (alltoallCounts, or recvSplits the agreement checked)
+};
+Status alltoall(Context& ctx, const AlltoallOptions& opts);
+// The first step of an alltoall whose ranks do not know what comes to them: each rank tells each other
+// rank how many elements it sends it. from >= 0: only rank `from` sends (a scatter's root), the others
+// hear from it alone. The counts come from the network: each is bounded (past 2^40 bytes is an error)
+// and *total is their sum.
+Status alltoallCounts(Context& ctx, const std::vector<uint64_t>& sendCounts, int from, size_t elementBytes,
+                      std::vector<uint64_t>* recvCounts, uint64_t* total);
+
 struct BroadcastOptions {
   uint8_t* data = nullptr;  // root: the bytes to send; others: where they land
   size_t bytes = 0;

@@ -45,10 +45,11 @@ enum class Kind : uint8_t {
   // Point-to-point messages (engine/p2p.h): never part of the agreement, never on the collectives' streams.
   kSend = 6,
   kRecv = 7,
-  kAlltoall = 8,  // reserved here for alltoall (its branch adds the collective); refused until then
+  // Collectives appended after the messages (wire values are never renumbered).
+  kAlltoall = 8,  // every rank sends its block q to rank q: per-rank counts (engine/work.h Work::splits)
   kReduce = 9,    // every rank's data reduced into the root's out (algorithms/rooted.cc)
   kGather = 10,   // every rank's data concatenated at the root, lengths may differ (algorithms/rooted.cc)
-  kScatter = 11,  // reserved here for scatter (its branch adds the collective); refused until then
+  kScatter = 11,  // the root's blocks, block q to rank q (Work::splits on the root)
   // hora.join() (engine/agreement.h): a rank out of data takes part in the others' collectives with a
   // neutral contribution until every rank has joined.
   kJoin = 12,

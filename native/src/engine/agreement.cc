@@ -34,6 +34,7 @@ struct Message {
   uint32_t rootsLive = 0;
   int32_t lastJoiner = -1;
   uint64_t lastJoinedAt = 0;
+  uint64_t splitsSum = 0;     // the sum of the splitsDigest of every rank combined so far
   char text[400];             // the verdict's words; read only when state != 0
   Message() { text[0] = '\0'; }
   // Copies the text only when there is a verdict: an agreed message is its head.
@@ -46,7 +47,7 @@ struct Message {
 
 bool sameCollective(const Proposal& a, const Proposal& b) {
   return a.seq == b.seq && a.group == b.group && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.root == b.root &&
-         a.algorithm == b.algorithm && a.onDevice == b.onDevice &&
+         a.algorithm == b.algorithm && a.onDevice == b.onDevice && a.recvSplits == b.recvSplits &&
          a.numTensors == b.numTensors && a.nameHash == b.nameHash && (!a.compareCount || a.count == b.count) &&
          a.prescale == b.prescale && a.postscale == b.postscale;
 }
@@ -127,6 +128,7 @@ void combine(Message* out, const Message* lower, const Message* higher) {
     result = lower->proposer <= higher->proposer ? *lower : *higher;
     mergeJoinCounters(&result, *lower, *higher);
   }
+  result.splitsSum = lower->splitsSum + higher->splitsSum;
   *out = result;
 }
 
@@ -155,7 +157,10 @@ std::string describe(const Proposal& p, const std::string& name) {
       if (p.prescale != 1) s += ", prescaleFactor " + shortest(p.prescale);
       if (p.postscale != 1) s += ", postscaleFactor " + shortest(p.postscale);
     }
-    if (kind == Kind::kBroadcast || kind == Kind::kReduce || kind == Kind::kGather) s += ", root " + std::to_string(p.root);
+    if (kind == Kind::kBroadcast || kind == Kind::kReduce || kind == Kind::kGather || kind == Kind::kScatter) {
+      s += ", root " + std::to_string(p.root);
+    }
+    if (p.recvSplits) s += ", recvSplits given";
     if (p.numTensors > 1) s += ", " + std::to_string(p.numTensors) + " fused tensors";
     s += p.onDevice ? ", in GPU memory)" : ")";
   }
@@ -171,9 +176,10 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   const bool reduces = w.kind == Kind::kAllreduce || w.kind == Kind::kReduceScatter || w.kind == Kind::kReduce;
   p.op = static_cast<uint8_t>(reduces ? w.op : ReduceOp::kSum);
   p.dtype = static_cast<uint8_t>(w.dtype);
-  p.root = w.kind == Kind::kBroadcast || w.kind == Kind::kReduce || w.kind == Kind::kGather ? w.root : 0;
+  p.root = w.kind == Kind::kBroadcast || w.kind == Kind::kReduce || w.kind == Kind::kGather || w.kind == Kind::kScatter ? w.root : 0;
   p.count = w.kind == Kind::kBarrier || w.kind == Kind::kJoin ? 0 : totalCount;
-  p.compareCount = w.kind == Kind::kAllgather || w.kind == Kind::kGather ? 0 : 1;
+  // Ranks bring their own counts to these; an alltoall's splits are checked apart (splitsDigest).
+  p.compareCount = w.kind == Kind::kAllgather || w.kind == Kind::kGather || w.kind == Kind::kAlltoall || w.kind == Kind::kScatter ? 0 : 1;
   p.numTensors = static_cast<uint32_t>(numTensors);
   p.group = w.group != nullptr ? w.group->id : 0;
   p.algorithm = static_cast<uint8_t>(w.algorithm);
@@ -190,6 +196,22 @@ Proposal proposalFor(const Work& w, uint64_t seq, size_t numTensors, uint64_t to
   const size_t n = w.name.size() < room - lead ? w.name.size() : room - lead;
   memcpy(p.name + lead, w.name.data(), n);
   return p;
+}
+
+namespace {
+
+uint64_t edgeHash(int from, int to, uint64_t count) {
+  const uint64_t fields[] = {static_cast<uint64_t>(from), static_cast<uint64_t>(to), count};
+  return fnv1a64(std::string(reinterpret_cast<const char*>(fields), sizeof(fields)));
+}
+
+}  // namespace
+
+uint64_t splitsDigest(const Work& w, int rank, int size) {
+  if (w.kind != Kind::kAlltoall || w.splits.size() != 2 * static_cast<size_t>(size)) return 0;
+  uint64_t sum = 0;
+  for (int q = 0; q < size; ++q) sum += edgeHash(rank, q, w.splits[q]) - edgeHash(q, rank, w.splits[size + q]);
+  return sum;
 }
 
 Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount) {
@@ -531,6 +553,33 @@ Status refusedWhileJoined(Context& ctx, const Message& verdict) {
   return Status::ok();
 }
 
+// The second round of an alltoall whose splits do not match (the digests of every rank do not cancel),
+// run by every rank (all have the same sum): each sends its splits (sent, then expected) to all, and every
+// rank names the same first count that differs. A rank's splits are 2 * size entries (execute() refused
+// any other before the agreement), so nothing from the network sizes an allocation.
+Status explainSplits(Context& ctx, const std::vector<uint64_t>& splits, const Message& verdict) {
+  const int p = ctx.size();
+  std::vector<uint64_t> all(2 * static_cast<size_t>(p) * p, 0);
+  memcpy(all.data() + 2 * static_cast<size_t>(p) * ctx.rank(), splits.data(), 2 * p * sizeof(uint64_t));
+  AllgatherOptions o;
+  o.output = reinterpret_cast<uint8_t*>(all.data());
+  o.bytesPerRank.assign(p, 2 * p * sizeof(uint64_t));
+  HORA_RETURN_IF_ERROR(allgather(ctx, o));
+  const std::string what = describe(verdict.proposal);
+  for (int to = 0; to < p; ++to) {
+    for (int from = 0; from < p; ++from) {
+      const uint64_t sent = all[2 * static_cast<size_t>(p) * from + to];
+      const uint64_t expected = all[2 * static_cast<size_t>(p) * to + p + from];
+      if (sent == expected) continue;
+      return Status(Code::kMismatch, "rank " + std::to_string(ctx.worldRank(from)) + " sends " + std::to_string(sent) +
+                                         " elements to rank " + std::to_string(ctx.worldRank(to)) + " (its options.splits), but rank " +
+                                         std::to_string(ctx.worldRank(to)) + " expects " + std::to_string(expected) +
+                                         " from it (its options.recvSplits), in " + what, -1);
+    }
+  }
+  return Status(Code::kMismatch, "the alltoall's splits and recvSplits do not match across ranks, in " + what, -1);
+}
+
 }  // namespace
 
 bool partnerMessageArrived(Context& ctx) {
@@ -568,7 +617,7 @@ bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen) {
 }
 
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload,
-             const Layout* layout, size_t* alike, Joined* joined) {
+             const Layout* layout, size_t* alike, const std::vector<uint64_t>* splits, Joined* joined) {
   size_t ignored = 0;
   if (alike == nullptr) alike = &ignored;
   *alike = 0;
@@ -577,6 +626,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   // Messages name world ranks, also inside a process group.
   msg.proposer = ctx.worldRank(ctx.rank());
   msg.culprit = msg.proposer;
+  msg.splitsSum = mine.splitsDigest;
   // Reduce a private copy: if a later step finds a disagreement, the caller's buffer is left untouched.
   // Two ranks take one step, which reduces only when the two proposals agree, and that is the verdict:
   // they reduce into the caller's buffer at once.
@@ -617,6 +667,11 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
       }
       if (someJoined && msg.contributors > 0) HORA_RETURN_IF_ERROR(refusedWhileJoined(ctx, msg));
       if (!someJoined && userPayload != nullptr && payload != userPayload) memcpy(userPayload, work, msg.payloadBytes);
+      // Every rank has the same sum, so every rank takes part in the second round, or none does.
+      if (msg.splitsSum != 0) {
+        if (splits != nullptr) return explainSplits(ctx, *splits, msg);
+        return Status(Code::kMismatch, "the alltoall's splits and recvSplits do not match across ranks, in " + describe(msg.proposal), -1);
+      }
       return Status::ok();
     }
     case VerdictState::kInvalid:

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/layout.h"
@@ -53,9 +54,14 @@ struct Proposal {
   uint8_t compareCount = 1;
   uint8_t algorithm = 0;    // Algorithm forced for this collective (kAuto unless HORA_ALGO)
   uint8_t onDevice = 0;     // 1: GPU memory (every rank must agree: the device paths differ from the host's)
+  uint8_t recvSplits = 0;   // 1: an alltoall whose caller gave recvSplits (every rank must agree)
   char name[32] = {};
   double prescale = 1;      // allreduce, reducescatter: prescaleFactor and postscaleFactor (1: none)
   double postscale = 1;
+  // An alltoall with recvSplits: this rank's part of the check that what each rank sends each other rank
+  // is what that rank expects (splitsDigest()). Not compared: agree() sums the parts of every rank, and a
+  // sum other than 0 is a mismatch. 0 for every other collective.
+  uint64_t splitsDigest = 0;
   uint64_t joinedAt = 0;    // kJoin: the sequence number of this rank's first join proposal
 };
 
@@ -65,6 +71,12 @@ struct Joined {
   int32_t lastJoiner = -1;    // when contributors is 0: the rank (of this context) that joined last
   Proposal live;              // the verdict's proposal: the live ranks' collective (kJoin when all joined)
 };
+
+// An alltoall's part of the splits check, for rank `rank` of `size` with w.splits of 2 * size entries
+// (sent, then expected): a hash of each (from, to, count) it sends, less a hash of each it expects. Summed
+// over every rank the parts cancel exactly when every count sent is the count expected; a wrong one leaves
+// a sum of 0 only by a 64-bit hash collision.
+uint64_t splitsDigest(const Work& w, int rank, int size);
 
 // Describes a proposal for error messages: "allreduce 'grad/w' (float32 x 1024, op avg, #17)".
 std::string describe(const Proposal& p);
@@ -98,12 +110,16 @@ Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 // passes it runs those tensors as one allreduce (the payload did not ride along), completes them, and
 // takes the rest up again; every rank computes the same number, so the ranks stay in step.
 //
+// splits: an alltoall with recvSplits, its Work::splits; read only when the splits of the ranks do not
+// match, for a second round that names the first rank and count that differ.
+//
 // joined: filled when the agreement succeeds. While some rank has joined (contributors below the size) a
 // payload did not ride along (it is left as it was), and alike is 0. A broadcast whose root has joined, a
 // collective on GPU memory, and a prescaleFactor with op min, max or prod fail with ERR_INVALID_ARGUMENT on
 // every rank while a rank has joined (the joined ranks' agree() returns the same).
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr,
-             const Layout* layout = nullptr, size_t* alike = nullptr, Joined* joined = nullptr);
+             const Layout* layout = nullptr, size_t* alike = nullptr, const std::vector<uint64_t>* splits = nullptr,
+             Joined* joined = nullptr);
 // chosen: the allreduce's algorithm when already chosen (Work::chosen), else kAuto, and then the choice is
 // made here, only if the rest fits, and stored there; nullptr: chosen here and forgotten.
 bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen = nullptr);

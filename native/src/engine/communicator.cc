@@ -19,6 +19,53 @@ constexpr int64_t kMessageWaitMicros = 2000;
 // Timeline records held for collection; past this (nobody collects) newer ones are dropped.
 constexpr size_t kMaxTimelineRecords = size_t(1) << 20;
 
+// What is wrong with an alltoall's or scatter's splits for a group of `size` (empty: nothing). The JS
+// layer checks them first (ts/alltoall.ts); this keeps a malformed item from reaching the algorithm.
+std::string badSplits(const Work& w, int rank, int size) {
+  const size_t p = static_cast<size_t>(size);
+  if (w.kind == Kind::kScatter && rank != w.root) return std::string();
+  if (w.splits.size() != p && (w.kind == Kind::kScatter || w.splits.size() != 2 * p)) {
+    return "its splits have " + std::to_string(w.splits.size()) + " entries for a group of " + std::to_string(size);
+  }
+  uint64_t sum = 0;
+  for (size_t q = 0; q < p; ++q) {
+    if (w.splits[q] > w.count) return "its splits exceed its " + std::to_string(w.count) + " elements";
+    sum += w.splits[q];
+  }
+  if (sum != w.count) return "its splits sum to " + std::to_string(sum) + ", not its " + std::to_string(w.count) + " elements";
+  return std::string();
+}
+
+// An agreed alltoall or scatter: the counts (exchanged, or the recvSplits the agreement checked), the
+// output sized by them, then the pairwise exchange (algorithms/alltoall.cc) into it.
+Status runAlltoall(Context& ctx, Work& w) {
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t elem = dtypeSize(w.dtype);
+  std::vector<uint64_t> send(p, 0);
+  if (w.kind == Kind::kAlltoall || r == w.root) send.assign(w.splits.begin(), w.splits.begin() + p);
+  uint64_t total = 0;
+  if (w.kind == Kind::kAlltoall && w.splits.size() == 2 * static_cast<size_t>(p)) {
+    w.gatheredCounts.assign(w.splits.begin() + p, w.splits.end());
+    for (uint64_t c : w.gatheredCounts) {
+      if (c > (uint64_t(1) << 40) / elem) return Status(Code::kInvalidArgument, "recvSplits of " + std::to_string(c) + " elements is past 2^40 bytes");
+      total += c;
+    }
+  } else {
+    HORA_RETURN_IF_ERROR(alltoallCounts(ctx, send, w.kind == Kind::kScatter ? w.root : -1, elem, &w.gatheredCounts, &total));
+  }
+  w.gathered.resize(total * elem);
+  AlltoallOptions o;
+  o.input = w.data;
+  o.output = w.gathered.data();
+  o.sendBytes.resize(p);
+  o.recvBytes.resize(p);
+  for (int q = 0; q < p; ++q) {
+    o.sendBytes[q] = send[q] * elem;
+    o.recvBytes[q] = w.gatheredCounts[q] * elem;
+  }
+  return alltoall(ctx, o);
+}
+
 }  // namespace
 
 // While ranks have joined (hora.join()), avg divides by the ranks that contributed: the reduction runs as a
@@ -363,6 +410,13 @@ Status Communicator::execute(Work& w) {
   const int p = ctx.size(), r = ctx.rank();
   uint64_t count = w.kind == Kind::kBarrier ? 0 : w.count;
   Proposal proposal = proposalFor(w, g.seq++, 1, count);
+  if (w.kind == Kind::kAlltoall || w.kind == Kind::kScatter) {
+    // A malformed item fails as an invalid call, on every rank; recvSplits given go into the agreement.
+    w.invalidReason = badSplits(w, r, p);
+    if (!w.invalidReason.empty()) proposal.kind = static_cast<uint8_t>(Kind::kInvalid);
+    proposal.recvSplits = w.kind == Kind::kAlltoall && w.splits.size() == 2 * static_cast<size_t>(p) ? 1 : 0;
+    proposal.splitsDigest = splitsDigest(w, r, p);
+  }
   // Read only when another rank's fused run stands at this position (a Layout is two words, no allocation).
   const Layout layout(w);
   w.times.seq = proposal.seq;
@@ -374,7 +428,7 @@ Status Communicator::execute(Work& w) {
   joined.contributors = static_cast<uint32_t>(p);
   if (carriesPayload(proposal, ctx, &w.chosen)) {
     w.times.algorithm = kRodeAlong;
-    Status agreed = agree(ctx, proposal, w.invalidReason, w.data, &layout, &alike, &joined);
+    Status agreed = agree(ctx, proposal, w.invalidReason, w.data, &layout, &alike, nullptr, &joined);
     stamp(&w.times.negotiateEnd);
     if (agreed.isOk() && joined.contributors == static_cast<uint32_t>(p)) {
       // Scaled, the agreement finished the payload, division included.
@@ -385,12 +439,12 @@ Status Communicator::execute(Work& w) {
     // A rank has joined: the payload did not ride along, and the allreduce runs below.
     if (agreed.isOk()) w.times.algorithm = nullptr;
   } else {
-    Status agreed = agree(ctx, proposal, w.invalidReason, nullptr, &layout, &alike, &joined);
+    Status agreed = agree(ctx, proposal, w.invalidReason, nullptr, &layout, &alike, &w.splits, &joined);
     stamp(&w.times.negotiateEnd);
     if (!agreed.isOk() && alike == 0) return agreed;
   }
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) {
-    if (w.kind == Kind::kReduce || w.kind == Kind::kGather) {
+    if (w.kind == Kind::kReduce || w.kind == Kind::kGather || w.kind == Kind::kAlltoall || w.kind == Kind::kScatter) {
       return Status(Code::kInvalidArgument, std::string(kindName(w.kind)) + " takes host memory only");
     }
     if (w.group != nullptr) return Status(Code::kInvalidArgument, "group collectives take host memory only");
@@ -510,7 +564,8 @@ Status Communicator::execute(Work& w) {
       return gather(ctx, o);
     }
     case Kind::kAlltoall:
-      return Status(Code::kInvalidArgument, "alltoall is not in this build");
+    case Kind::kScatter:
+      return runAlltoall(ctx, w);
     case Kind::kBarrier:
     case Kind::kInvalid:
       return Status::ok();
@@ -541,7 +596,7 @@ Status Communicator::runJoin(Work& w) {
     mine.joinedAt = joinedAt;
     w.times.seq = mine.seq;
     Joined joined;
-    const Status agreed = agree(ctx, mine, "", nullptr, nullptr, nullptr, &joined);
+    const Status agreed = agree(ctx, mine, "", nullptr, nullptr, nullptr, nullptr, &joined);
     if (!agreed.isOk()) {
       if (isFatal(agreed.code())) return agreed;
       continue;

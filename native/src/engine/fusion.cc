@@ -72,7 +72,7 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
   joined.contributors = static_cast<uint32_t>(ctx.size());
   if (rodeAlong) {
     group.algorithm = kRodeAlong;
-    st = agree(ctx, proposal, "", buf, &layout, &alike, &joined);
+    st = agree(ctx, proposal, "", buf, &layout, &alike, nullptr, &joined);
     stamp(&group.negotiateEnd);
     // A rank has joined: the payload did not ride along, and the allreduce runs below.
     if (st.isOk() && joined.contributors < static_cast<uint32_t>(ctx.size())) {
@@ -81,7 +81,7 @@ size_t Communicator::runFused(std::vector<std::shared_ptr<Work>>& batch, size_t 
     }
     if (st.isOk() && rodeAlong && first.op == ReduceOp::kAvg && !first.scaling.active()) scaleForAvg(first.dtype, buf, total, ctx.size());
   } else {
-    st = agree(ctx, proposal, "", nullptr, &layout, &alike, &joined);
+    st = agree(ctx, proposal, "", nullptr, &layout, &alike, nullptr, &joined);
     stamp(&group.negotiateEnd);
   }
   if (!st.isOk() && alike > 0) {

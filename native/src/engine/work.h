@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/collectives.h"
@@ -16,6 +17,29 @@
 namespace hora {
 
 struct Group;
+
+// An allocator whose resize() leaves new bytes as they are rather than zeroing them: a result buffer that
+// the collective then fills whole (an allgather's, an alltoall's) is written once, not twice.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+// The bytes of a result that the engine allocates and JavaScript adopts (Work::gathered).
+using ResultBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
 
 // When each phase of a Work happened, for the timeline (HORA_TIMELINE). Filled only while the
 // communicator's timeline is on; monotonicNanos() values, 0 where a phase did not happen (a failure ended
@@ -76,6 +100,10 @@ struct Work {
   // received into.
   int peer = -1;
   int32_t tag = 0;
+  // kAlltoall: elements this rank sends to each rank of its group (group rank order; their sum is count),
+  // then, when the caller gave them (recvSplits), the elements it expects from each: size or 2 * size
+  // entries. kScatter: on the root, the elements for each rank (size entries); empty elsewhere.
+  std::vector<uint64_t> splits;
   // kInvalid: what was wrong with this rank's call.
   std::string invalidReason;
   // The process group it runs in (engine/group.h); nullptr: the world. Collectives only; a message names
@@ -84,8 +112,8 @@ struct Work {
 
   // Results, written by the engine.
   Status status;
-  std::vector<uint8_t> gathered;          // allgather: every rank's block, concatenated
-  std::vector<uint64_t> gatheredCounts;   // allgather: elements from each rank
+  ResultBytes gathered;                   // allgather, alltoall, scatter: what came in, in rank order
+  std::vector<uint64_t> gatheredCounts;   // allgather, alltoall, scatter: elements from each rank
   void* gatheredDevice = nullptr;         // allgather of device memory: the result, from cuda::allocate()
   int lastJoined = -1;                    // join: the rank (of its group, if any) that joined last
   bool fused = false;                     // went out in a fusion buffer with others

@@ -1,0 +1,194 @@
+'use strict';
+// Runs inside every rank of a `hora run` job for test/alltoall.test.js: hora.alltoall and hora.scatter,
+// one scenario (argv[2]) per run.
+//
+//   values      every dtype; equal, uneven, one-sided and empty splits (all zero, and [] for equal parts),
+//               zero-length arrays, recvSplits given,
+//               blocks past the shared-memory slots; awaited and wait()ed; in the world and in a group of the
+//               last and first ranks; scatter from every root, equal and uneven. Each result compared with
+//               what every rank can compute (blockOf())
+//   bad         rank 1 alone passes a bad argument (a negative split, splits of the wrong length or sum, a
+//               non-integer, x.length that does not divide, an unknown option, a root out of range)
+//   recv        rank 1's recvSplits differ from what rank 0 sends it; rank 0 alone gives recvSplits; ranks
+//               name different roots for scatter
+//   one         a world of one
+//   kill        the last rank SIGKILLs itself; the others' next alltoall
+//   elastic     under `hora run -np 2 --min-np 2`: refused outside hora.elastic.run, working inside it
+// After each failing call every rank runs one more alltoall, which must succeed: nothing was lost.
+const hora = require('../../dist/ts/index.js');
+const { describeError, outcome, runScenarios } = require('../support/worker-util');
+
+// [name, constructor, options.dtype, how a number becomes an element]
+const DTYPES = [
+  ['float32', Float32Array, undefined, Number], ['float64', Float64Array, undefined, Number],
+  ['float16', Uint16Array, 'float16', Number], ['bfloat16', Uint16Array, 'bfloat16', Number],
+  ['int32', Int32Array, undefined, Number], ['int64', BigInt64Array, undefined, BigInt], ['uint8', Uint8Array, undefined, Number],
+  ['int8', Int8Array, undefined, Number], ['int16', Int16Array, undefined, Number], ['uint16', Uint16Array, 'uint16', Number],
+];
+
+/** The block rank s sends rank q: n elements, values that name s, q and the index (within every dtype's range). */
+function blockOf(Ctor, conv, s, q, n) {
+  return Ctor.from({ length: n }, (_, i) => conv((s * 37 + q * 11 + i) % 120));
+}
+
+function concat(Ctor, blocks) {
+  const out = new Ctor(blocks.reduce((a, b) => a + b.length, 0));
+  let at = 0;
+  for (const b of blocks) {
+    out.set(b, at);
+    at += b.length;
+  }
+  return out;
+}
+
+/** x of rank s for splits(s, q), and what rank r must receive. */
+function alltoallCase(Ctor, conv, r, p, splits) {
+  const x = concat(Ctor, Array.from({ length: p }, (_, q) => blockOf(Ctor, conv, r, q, splits(r, q))));
+  const want = concat(Ctor, Array.from({ length: p }, (_, s) => blockOf(Ctor, conv, s, r, splits(s, r))));
+  const sendSplits = Array.from({ length: p }, (_, q) => splits(r, q));
+  const recvSplits = Array.from({ length: p }, (_, s) => splits(s, r));
+  return { x, want, sendSplits, recvSplits };
+}
+
+const same = (a, b) => a.constructor === b.constructor && a.length === b.length && a.every((v, i) => v === b[i]);
+
+async function check(call, want, wantSplits) {
+  try {
+    const got = await call();
+    const data = wantSplits === undefined ? got : got.data;
+    const ok = same(data, want) && (wantSplits === undefined || JSON.stringify(got.splits) === JSON.stringify(wantSplits));
+    return ok ? { ok: true } : { ok: false, got: Array.from(data.slice(0, 20), String), splits: got.splits, want: Array.from(want.slice(0, 20), String), wantSplits };
+  } catch (e) {
+    return describeError(e);
+  }
+}
+
+/** One alltoall after a failure: the ranks are still in step. */
+async function after(r, p) {
+  const { x, want } = alltoallCase(Int32Array, Number, r, p, () => 2);
+  return check(() => hora.alltoall(x), want, Array(p).fill(2));
+}
+
+const PATTERNS = {
+  equal: () => 3,
+  uneven: (s, q) => (s * 2 + q * 3 + 1) % 4,   // some zeros, different everywhere
+  'one-sided': (s) => (s === 0 ? 5 : 0),       // only rank 0 sends; it receives only its own part
+  'to one': (s, q) => (q === 1 ? s + 1 : 0),   // every rank sends to rank 1 only
+  empty: () => 0,
+  large: (s, q) => 70001 + 1013 * s + 17 * q,  // past the 64 KiB shared-memory slots
+};
+
+async function values(r, p) {
+  const checks = {};
+  for (const [dname, Ctor, dtype, conv] of DTYPES) {
+    for (const [pname, splits] of Object.entries(PATTERNS)) {
+      if (pname === 'large' && !['float32', 'int8', 'int64'].includes(dname)) continue;
+      const c = alltoallCase(Ctor, conv, r, p, splits);
+      const base = dtype ? { dtype } : {};
+      checks[`${dname} ${pname}`] = await check(() => hora.alltoall(c.x, { ...base, splits: c.sendSplits }), c.want, c.recvSplits);
+      checks[`${dname} ${pname} recvSplits`] = await check(() => hora.alltoall(c.x, { ...base, splits: c.sendSplits, recvSplits: c.recvSplits }).wait(), c.want, c.recvSplits);
+    }
+    const eq = alltoallCase(Ctor, conv, r, p, PATTERNS.equal);
+    checks[`${dname} splits omitted`] = await check(() => hora.alltoall(eq.x, dtype ? { dtype } : undefined), eq.want, eq.recvSplits);
+    checks[`${dname} splits []`] = await check(() => hora.alltoall(eq.x, { ...(dtype ? { dtype } : {}), splits: [], recvSplits: [] }), eq.want, eq.recvSplits);
+    checks[`${dname} zero-length x`] = await check(() => hora.alltoall(new Ctor(0), dtype ? { dtype } : undefined), new Ctor(0), Array(p).fill(0));
+    for (let root = 0; root < p; root++) {
+      const parts = (q) => (q + root) % 3;  // rank root gets 0 elements when root is 0
+      const x = r === root ? concat(Ctor, Array.from({ length: p }, (_, q) => blockOf(Ctor, conv, root, q, parts(q)))) : new Ctor(0);
+      const splits = Array.from({ length: p }, (_, q) => parts(q));
+      checks[`${dname} scatter root ${root}`] = await check(() => hora.scatter(x, { ...(dtype ? { dtype } : {}), root, splits }), blockOf(Ctor, conv, root, r, parts(r)));
+    }
+  }
+  const bigRoot = p - 1;
+  const bigX = r === bigRoot ? concat(Float32Array, Array.from({ length: p }, (_, q) => blockOf(Float32Array, Number, bigRoot, q, 200000))) : new Float32Array(3);
+  checks['scatter equal parts, 800 KB each, splits only on the root'] = await check(() => hora.scatter(bigX, { root: bigRoot }), blockOf(Float32Array, Number, bigRoot, r, 200000));
+  // Two calls and an allreduce in one synchronous run (one batch).
+  const a = alltoallCase(Float64Array, Number, r, p, PATTERNS.uneven);
+  checks['one batch'] = await check(async () => {
+    const w1 = hora.alltoall(a.x, { splits: a.sendSplits, name: 'a' });
+    const s = hora.allreduce(new Float32Array([1]), { op: 'sum', name: 'b' });
+    const w2 = hora.alltoall(a.x, { splits: a.sendSplits, recvSplits: a.recvSplits, name: 'c' });
+    const [g1, sum, g2] = await Promise.all([w1, s, w2]);
+    return { data: same(g1.data, g2.data) && sum[0] === p ? g1.data : new Float64Array(0), splits: g2.splits };
+  }, a.want, a.recvSplits);
+  const g = await hora.newGroup([p - 1, 0]);
+  if (g) {
+    const gr = g.rank();
+    const c = alltoallCase(Int32Array, Number, gr, 2, PATTERNS.uneven);
+    checks['group.alltoall'] = await check(() => g.alltoall(c.x, { splits: c.sendSplits }), c.want, c.recvSplits);
+    checks['group.alltoall recvSplits'] = await check(() => g.alltoall(c.x, { splits: c.sendSplits, recvSplits: c.recvSplits }), c.want, c.recvSplits);
+    const x = gr === 1 ? concat(Int16Array, [blockOf(Int16Array, Number, 1, 0, 4), blockOf(Int16Array, Number, 1, 1, 2)]) : new Int16Array(0);
+    checks['group.scatter'] = await check(() => g.scatter(x, { root: 1, splits: [4, 2] }), blockOf(Int16Array, Number, 1, gr, gr === 0 ? 4 : 2));
+  }
+  return { checks };
+}
+
+async function bad(r, p) {
+  const x = new Float32Array(2 * p);
+  const even = Array(p).fill(2);
+  const calls = {
+    negative: () => hora.alltoall(x, { splits: r === 1 ? [-1, ...even.slice(1)] : even }),
+    length: () => hora.alltoall(x, { splits: r === 1 ? even.slice(1) : even }),
+    sum: () => hora.alltoall(x, { splits: r === 1 ? [3, ...even.slice(1)] : even }),
+    fraction: () => hora.alltoall(x, { splits: r === 1 ? [1.5, 0.5, ...even.slice(2)] : even }),
+    divide: () => hora.alltoall(r === 1 ? new Float32Array(2 * p + 1) : x),
+    recvNegative: () => hora.alltoall(x, { recvSplits: r === 1 ? [-2, ...even.slice(1)] : even }),
+    unknown: () => hora.alltoall(x, r === 1 ? { split: even } : {}),
+    torch: () => hora.alltoall(x, r === 1 ? { splits: even, output_split_sizes: even } : {}),
+    scatterRoot: () => hora.scatter(x, { root: r === 1 ? p : 0 }),
+    scatterSum: () => hora.scatter(x, { root: 1, splits: r === 1 ? [1, ...even.slice(1)] : undefined }),
+  };
+  const got = {};
+  for (const [name, call] of Object.entries(calls)) {
+    got[name] = await outcome(call);
+    got[name].after = await after(r, p);
+  }
+  return got;
+}
+
+async function recv(r, p) {
+  const c = alltoallCase(Int32Array, Number, r, p, PATTERNS.uneven);
+  const wrong = c.recvSplits.slice();
+  if (r === 1) wrong[0] += 1;
+  const mismatch = await outcome(() => hora.alltoall(c.x, { splits: c.sendSplits, recvSplits: wrong }));
+  const mixed = await outcome(() => hora.alltoall(c.x, { splits: c.sendSplits, recvSplits: r === 0 ? c.recvSplits : undefined }));
+  const roots = await outcome(() => hora.scatter(new Int32Array(p), { root: r }));
+  const after1 = await after(r, p);
+  return { mismatch, mixed, roots, after: after1 };
+}
+
+async function one() {
+  const x = new Float64Array([1, 2, 3]);
+  const a = await hora.alltoall(x);
+  const b = hora.scatter(x, { splits: [3] }).wait();
+  const wrongRecv = await outcome(() => hora.alltoall(x, { recvSplits: [2] }));
+  const badSplits = await outcome(() => hora.alltoall(x, { splits: [2] }));
+  return { a: Array.from(a.data), splits: a.splits, copy: a.data !== x, b: Array.from(b), bCopy: b !== x, wrongRecv, badSplits };
+}
+
+async function kill(r, p) {
+  await hora.barrier();
+  if (r === p - 1) {
+    process.kill(process.pid, 'SIGKILL');
+    await new Promise(() => {});
+  }
+  const t0 = performance.now();
+  const got = await outcome(() => hora.alltoall(new Float32Array(p * 1000)));
+  return { got, ms: performance.now() - t0 };
+}
+
+async function elastic(r) {
+  const outside = await outcome(() => hora.alltoall(new Float32Array(2)));
+  const state = new hora.elastic.State({ step: 0 });
+  let inside = null;
+  await hora.elastic.run(state, async () => {
+    const p = hora.size(), me = hora.rank();
+    const c = alltoallCase(Int32Array, Number, me, p, PATTERNS.uneven);
+    inside = await check(() => hora.alltoall(c.x, { splits: c.sendSplits }), c.want, c.recvSplits);
+    const x = me === 0 ? Int32Array.from({ length: 2 * p }, (_, i) => i) : new Int32Array(0);
+    inside.scatter = await check(() => hora.scatter(x), Int32Array.from([2 * me, 2 * me + 1]));
+  });
+  return { outside, inside, r };
+}
+
+runScenarios(hora, { values, bad, recv, one, kill, elastic }, { noShutdown: ['kill'] });
