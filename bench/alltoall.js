@@ -3,12 +3,15 @@
 // the machine is shared and noisy, so the figure quoted per size is the median over pairs of
 // (hora time / MPI time) inverted, a ratio of two runs taken seconds apart.
 //
-//   node bench/alltoall.js [--np 2] [--pairs 3] [--reps 5] [--max 4M] [--transport auto|tcp] [--recv 1] [--out FILE]
+//   node bench/alltoall.js [--np 2] [--pairs 3] [--reps 5] [--max 4M] [--transport auto|tcp] [--recv 1] [--into 1] [--out FILE]
 //
 // Each size is the bytes each rank sends each peer (float32 blocks, equal splits), from 1 KiB by fours to
 // --max. Both sides time a blocking loop (hora: Work.wait(); the iteration counts of mpi_alltoallv.c), take
 // the slowest rank's mean per round and the median of --reps rounds. --recv 1 (default) gives hora the
 // recvSplits, as MPI_Alltoallv is given its receive counts; --recv 0 lets hora exchange the counts first.
+// --into 1 (default) gives hora an `out` array to receive into, as MPI_Alltoallv is given its receive
+// buffer; --into 0 lets each call return a new array (fresh memory: its page faults are the cost above
+// 64 KiB on this machine).
 // Needs mpicc and mpirun (Debian: openmpi-bin libopenmpi-dev). --transport tcp sets HORA_TRANSPORT=tcp
 // and gives Open MPI `--mca btl tcp,self`.
 //
@@ -22,7 +25,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 
-const args = { np: 2, pairs: 3, reps: 5, max: '4M', transport: 'auto', recv: 1, out: '', worker: 0 };
+const args = { np: 2, pairs: 3, reps: 5, max: '4M', transport: 'auto', recv: 1, into: 1, out: '', worker: 0 };
 for (let i = 2; i < process.argv.length; i += 2) {
   const key = process.argv[i].replace(/^--/, '');
   if (!(key in args)) { console.error(`alltoall.js: unknown option ${process.argv[i]}`); process.exit(2); }
@@ -46,6 +49,8 @@ async function worker() {
     const x = new Float32Array(count * p).fill(1);
     const splits = Array(p).fill(count);
     const options = args.recv ? { splits, recvSplits: splits } : { splits };
+    // As MPI_Alltoallv is given its receive buffer: one array, written by every call (--into 0: a new one each).
+    if (args.into) options.out = new Float32Array(count * p);
     const iters = itersFor(bytes);
     for (let i = 0; i < 3; i++) hora.alltoall(x, options).wait();
     const rounds = [];
@@ -78,7 +83,7 @@ function compare() {
   const mpiBin = path.join(os.tmpdir(), `hora-mpi-alltoallv-${process.pid}`);
   execFileSync('mpicc', ['-O2', '-o', mpiBin, path.join(__dirname, 'mpi_alltoallv.c')], { stdio: 'inherit' });
   const runHora = () => lines(execFileSync(process.execPath, [path.join(root, 'dist/ts/cli/main.js'), 'run', '-np', String(args.np),
-    process.execPath, __filename, '--worker', '1', '--max', String(maxBytes), '--reps', String(args.reps), '--recv', String(args.recv)],
+    process.execPath, __filename, '--worker', '1', '--max', String(maxBytes), '--reps', String(args.reps), '--recv', String(args.recv), '--into', String(args.into)],
   { env: { ...process.env, ...(tcp ? { HORA_TRANSPORT: 'tcp' } : {}) }, encoding: 'utf8', maxBuffer: 1 << 24 }));
   // Open MPI's TCP transport leaves out the loopback interface unless told otherwise: the traffic stays on loopback.
   const runMpi = () => lines(execFileSync('mpirun', ['--allow-run-as-root', '--oversubscribe', '--mca', 'btl_tcp_if_include', 'lo',
@@ -95,7 +100,7 @@ function compare() {
   }
   if (args.out) fs.writeFileSync(args.out, JSON.stringify({ args, raw }, null, 1));
   const p = args.np;
-  console.log(`alltoall, ${p} ranks, transport ${args.transport}, recvSplits ${args.recv ? 'given' : 'exchanged'}; medians over ${args.pairs} pairs`);
+  console.log(`alltoall, ${p} ranks, transport ${args.transport}, recvSplits ${args.recv ? 'given' : 'exchanged'}, ${args.into ? 'into one out array' : 'a new array each call'}; medians over ${args.pairs} pairs`);
   console.log('| bytes/peer | bytes/rank | hora time µs | hora algbw GB/s | hora busbw GB/s | MPI time µs | MPI algbw GB/s | MPI busbw GB/s | MPI time / hora time (median) | (min) |');
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (let bytes = 1024; bytes <= maxBytes; bytes *= 4) {

@@ -49,6 +49,9 @@ const BAD = {
   torch: /hora\.alltoall: argument 'options\.output_split_sizes' is not an option .*did you mean 'recvSplits'\?/,
   scatterRoot: /hora\.scatter: argument 'options\.root' must be an integer rank from 0 to 2; received number 3/,
   scatterSum: /hora\.scatter: argument 'options\.splits' must sum to x\.length \(6\); received an Array of length 3 that sums to 5/,
+  outType: /hora\.alltoall: argument 'options\.out' must be a Float32Array \(x's type\) to receive into; received Int32Array\(6\)/,
+  outLength: /hora\.alltoall: argument 'options\.recvSplits' must sum to options\.out\.length \(7\)/,
+  outOverlap: /hora\.alltoall: argument 'options\.out' must be an array apart from x/,
 };
 
 for (const [transport, env] of TRANSPORTS) {
@@ -63,6 +66,15 @@ for (const [transport, env] of TRANSPORTS) {
         if (rank !== 1) t.match(got.message, /rank 1 made an invalid call/, `rank ${rank}: ${name}: names rank 1`);
         t.same(got.after, { ok: true }, `rank ${rank}: after ${name}: the next alltoall succeeds`);
       }
+    }
+  });
+
+  t.test(`p=3 ${transport}: out receives (reused, with recvSplits and with equal parts of out), and the Work's data is out`, async (t) => {
+    const { results, job } = await runScenario(t, 3, WORKER, 'out', env);
+    if (!everyRankReported(t, results, job)) return;
+    for (const [rank, r] of results.entries()) {
+      for (const [name, got] of Object.entries(r.checks)) t.same(got, { ok: true }, `rank ${rank}: ${name}`);
+      t.equal(Object.keys(r.checks).length, 5, `rank ${rank}: five calls checked`);
     }
   });
 

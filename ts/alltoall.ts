@@ -20,7 +20,7 @@ import { Scope } from './world';
 import { Work } from './work';
 import { Lend } from './lend';
 
-const ALLTOALL_OPTIONS = knownOptions<AlltoallOptions>({ splits: true, recvSplits: true, name: true, dtype: true });
+const ALLTOALL_OPTIONS = knownOptions<AlltoallOptions>({ splits: true, recvSplits: true, out: true, name: true, dtype: true });
 const SCATTER_OPTIONS = knownOptions<ScatterOptions>({ root: true, splits: true, name: true, dtype: true });
 
 /**
@@ -52,14 +52,30 @@ export function planAlltoall(w: Scope, x: Tensor, options: AlltoallOptions | und
   // Empty splits mean equal parts and empty recvSplits none, as Horovod's and torch's empty split lists do.
   const send = isEmpty(o.splits) ? equalParts(c, x.length, w.size, w.self) : countsOf(c, 'splits', o.splits, w.size, w.self);
   if (!isEmpty(o.splits)) sumsTo(c, send, x.length, o.splits, w.self);
-  const recv = isEmpty(o.recvSplits) ? null : countsOf(c, 'recvSplits', o.recvSplits, w.size, w.self);
+  const out = o.out === undefined ? null : outOf(c, x, o.out, w.self);
+  let recv = isEmpty(o.recvSplits) ? null : countsOf(c, 'recvSplits', o.recvSplits, w.size, w.self);
+  if (out) {
+    if (recv) {
+      sumsTo(c, recv, out.length, o.recvSplits, w.self, 'options.recvSplits', 'options.out.length');
+    } else {
+      if (out.length % w.size !== 0) {
+        throw invalidArgument(c, 'options.out', `an array whose length divides by the ${w.size} ranks when recvSplits is not given ` +
+          `(it is cut into equal parts)`, out, w.self);
+      }
+      recv = new Array<number>(w.size).fill(out.length / w.size);
+    }
+  }
   const Ctor = x.constructor as new (buffer: ArrayBuffer) => Tensor;
-  const item = nativeItem(NativeKind.Alltoall, NativeOp.Sum, dtype, 0, name, x, null);
+  const item = nativeItem(NativeKind.Alltoall, NativeOp.Sum, dtype, 0, name, x, out);
   item.splits = recv ? send.concat(recv) : send;
   // A world of one checks its recvSplits here, as the agreement would (the plan's error rejects the Work).
   if (w.size === 1 && recv && recv[0] !== x.length) {
     throw new HoraError('ERR_MISMATCH', `hora.${c}: rank ${w.self} sends ${x.length} elements to rank ${w.self} (its options.splits), ` +
       `but expects ${recv[0]} from it (its options.recvSplits)`, w.self);
+  }
+  if (out) {
+    const local = (): AlltoallResult<Tensor> => ((out as Float32Array).set(x as Float32Array), { data: out, splits: [x.length] });
+    return { item, finish: (r) => ({ data: out, splits: r.counts ?? [] }), keep: [x, out], local, value: undefined, lends: Lend.Reads };
   }
   const local = (): AlltoallResult<Tensor> => ({ data: x.slice(), splits: [x.length] });
   const finish = (r: NativeResult): AlltoallResult<Tensor> => ({ data: new Ctor(r.gathered as ArrayBuffer), splits: r.counts ?? [] });
@@ -98,6 +114,18 @@ function hostDtypeOf(c: string, x: unknown, dtype: unknown, rank: number) {
   return dtypeOf(c, x, dtype, rank);
 }
 
+/** options.out: an array of x's type (so of its dtype) over memory apart from x's. */
+function outOf(c: string, x: Tensor, out: unknown, rank: number): Tensor {
+  if (!ArrayBuffer.isView(out) || out.constructor !== x.constructor) {
+    throw invalidArgument(c, 'options.out', `a ${x.constructor.name} (x's type) to receive into`, out, rank);
+  }
+  const o = out as Tensor;
+  if (o.buffer === x.buffer && o.byteOffset < x.byteOffset + x.byteLength && x.byteOffset < o.byteOffset + o.byteLength) {
+    throw invalidArgument(c, 'options.out', 'an array apart from x (what x sends would be overwritten while it is sent)', out, rank);
+  }
+  return o;
+}
+
 /** Splits omitted, or an empty array (or typed array). */
 function isEmpty(v: unknown): boolean {
   return v === undefined || ((Array.isArray(v) || ArrayBuffer.isView(v)) && (v as ArrayLike<unknown>).length === 0);
@@ -131,10 +159,10 @@ function countsOf(c: string, key: string, v: unknown, size: number, rank: number
   return out;
 }
 
-function sumsTo(c: string, counts: number[], n: number, given: unknown, rank: number): void {
+function sumsTo(c: string, counts: number[], n: number, given: unknown, rank: number, key = 'options.splits', length = 'x.length'): void {
   const sum = counts.reduce((a, b) => a + b, 0);
   if (sum !== n) {
-    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.${c}: argument 'options.splits' must sum to x.length (${n}); ` +
+    throw new HoraError('ERR_INVALID_ARGUMENT', `hora.${c}: argument '${key}' must sum to ${length} (${n}); ` +
       `received ${describeValue(given)} that sums to ${sum}`, rank);
   }
 }

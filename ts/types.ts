@@ -109,6 +109,12 @@ export interface AlltoallOptions {
   splits?: ArrayLike<number>;
   /** Elements this rank receives from each rank, when known: spares the exchange of counts (checked against every rank's splits). */
   recvSplits?: ArrayLike<number>;
+  /**
+   * Where what comes in lands: an array of x's type, which the Work resolves to as `data` (as torch's
+   * all_to_all_single writes its output tensor), instead of a new array each call. Its length is the sum of
+   * recvSplits; without recvSplits it is cut into size() equal parts, which then stand for recvSplits.
+   */
+  out?: Tensor;
   name?: string;
   /** Element type of a Uint16Array: 'uint16', 'float16' or 'bfloat16'. */
   dtype?: DType;

@@ -121,8 +121,8 @@ size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data) {
 void readData(const Napi::Value& v, Work* w) { w->count = elementsOf(v, hora::dtypeSize(w->dtype), &w->data); }
 
 void readOut(const Napi::Value& v, Work* w) {
-  size_t bytes = 0;
-  viewOf(v, &w->out, &bytes);
+  viewOf(v, &w->out, &w->outBytes);
+  w->outGiven = true;
 }
 
 // An item's scale, [prescaleFactor, postscaleFactor] (finite numbers; the JS layer checked them).

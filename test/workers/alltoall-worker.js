@@ -137,6 +137,9 @@ async function bad(r, p) {
     torch: () => hora.alltoall(x, r === 1 ? { splits: even, output_split_sizes: even } : {}),
     scatterRoot: () => hora.scatter(x, { root: r === 1 ? p : 0 }),
     scatterSum: () => hora.scatter(x, { root: 1, splits: r === 1 ? [1, ...even.slice(1)] : undefined }),
+    outType: () => hora.alltoall(x, { out: r === 1 ? new Int32Array(2 * p) : new Float32Array(2 * p) }),
+    outLength: () => hora.alltoall(x, { recvSplits: even, out: new Float32Array(r === 1 ? 2 * p + 1 : 2 * p) }),
+    outOverlap: () => hora.alltoall(x, { out: r === 1 ? x.subarray(1) : new Float32Array(2 * p) }),
   };
   const got = {};
   for (const [name, call] of Object.entries(calls)) {
@@ -144,6 +147,31 @@ async function bad(r, p) {
     got[name].after = await after(r, p);
   }
   return got;
+}
+
+/**
+ * options.out: the caller's array receives, twice in a row (the same array reused), with recvSplits
+ * (uneven) and without (equal parts of out); the Work's data is out itself.
+ */
+async function out(r, p) {
+  const checks = {};
+  for (const [name, pattern] of [['uneven', PATTERNS.uneven], ['large', PATTERNS.large]]) {
+    const c = alltoallCase(Float64Array, Number, r, p, pattern);
+    const into = new Float64Array(c.want.length).fill(-1);
+    for (const round of [1, 2]) {
+      let same = true;
+      checks[`${name} ${round}`] = await check(async () => {
+        const got = await hora.alltoall(c.x, { splits: c.sendSplits, recvSplits: c.recvSplits, out: into });
+        same = got.data === into;
+        return got;
+      }, c.want, c.recvSplits);
+      if (!same) checks[`${name} ${round}`] = { ok: false, why: 'data is not out' };
+    }
+  }
+  const c = alltoallCase(Int32Array, Number, r, p, PATTERNS.equal);
+  const into = new Int32Array(c.want.length);
+  checks.equal = await check(() => hora.alltoall(c.x, { out: into }).then((got) => (got.data === into ? got : { data: new Int32Array(0), splits: [] })), c.want, c.recvSplits);
+  return { checks };
 }
 
 async function recv(r, p) {
@@ -191,4 +219,4 @@ async function elastic(r) {
   return { outside, inside, r };
 }
 
-runScenarios(hora, { values, bad, recv, one, kill, elastic }, { noShutdown: ['kill'] });
+runScenarios(hora, { values, bad, out, recv, one, kill, elastic }, { noShutdown: ['kill'] });

@@ -53,10 +53,19 @@ Status runAlltoall(Context& ctx, Work& w) {
   } else {
     HORA_RETURN_IF_ERROR(alltoallCounts(ctx, send, w.kind == Kind::kScatter ? w.root : -1, elem, &w.gatheredCounts, &total));
   }
-  w.gathered.resize(total * elem);
   AlltoallOptions o;
   o.input = w.data;
-  o.output = w.gathered.data();
+  if (w.kind == Kind::kAlltoall && w.outGiven) {
+    // The caller's array (ts/alltoall.ts sized it by recvSplits, which the agreement checked).
+    if (w.outBytes != total * elem) {
+      return Status(Code::kInvalidArgument, "its out array holds " + std::to_string(w.outBytes) + " bytes, but " +
+                                                std::to_string(total * elem) + " come to it");
+    }
+    o.output = w.out;
+  } else {
+    w.gathered.resize(total * elem);
+    o.output = w.gathered.data();
+  }
   o.sendBytes.resize(p);
   o.recvBytes.resize(p);
   for (int q = 0; q < p; ++q) {

@@ -91,6 +91,9 @@ struct Work {
   size_t count = 0;
   // reducescatter: this rank's block of the result (blockCount(count, size, rank) elements).
   uint8_t* out = nullptr;
+  // alltoall: out was given (the caller's array receives; Work::gathered stays empty) and its size in bytes.
+  bool outGiven = false;
+  size_t outBytes = 0;
   // device >= 0: data and out are device memory of that CUDA device (a hora.cuda.DeviceBuffer), and the
   // work is ordered after what is queued on stream (nullptr: the legacy default stream); its result is
   // ready on that stream when the work completes. -1: host memory.
