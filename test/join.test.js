@@ -72,6 +72,31 @@ t.test('p=3: a broadcast whose root has joined is ERR_INVALID_ARGUMENT on every 
   }
 });
 
+for (const np of [3, 4]) {
+  t.test(`p=${np}: reduce, gather, scatter and alltoall run among the live ranks while rank 0 has joined; a joined root and recvSplits are refused`, async (t) => {
+    const { results, job } = await runScenario(t, np, WORKER, 'rooted');
+    if (!everyRankReported(t, results, job)) return;
+    const live = Array.from({ length: np - 1 }, (_, q) => q + 1);
+    const sum = live.reduce((a, b) => a + b, 0);
+    for (const [rank, r] of results.entries()) {
+      t.equal(r.last, np - 1, `rank ${rank}: join resolved to rank ${np - 1}`);
+      if (rank === 0) continue;
+      const g = r.got;
+      t.same(g.sum, { ok: true, value: rank === 1 ? [sum, 2 * sum, 10 * (np - 1)] : [] }, `rank ${rank}: reduce sum over the live ranks at root 1`);
+      t.same(g.avg, { ok: true, value: rank === 1 ? [sum / (np - 1), 2 * sum / (np - 1), 10] : [] }, `rank ${rank}: reduce avg divides by the ${np - 1} contributors`);
+      t.same(g.max, { ok: true, value: rank === np - 1 ? [np - 1, 2 * (np - 1), 10] : [] }, `rank ${rank}: reduce max`);
+      t.same(g.gather, { ok: true, value: rank === 1 ? live.flatMap((q) => new Array(q).fill(q)) : [] }, `rank ${rank}: gather of the live ranks' parts (rank 0 gives nothing)`);
+      t.same(g.scatter, { ok: true, value: [2 * rank, 2 * rank + 1] }, `rank ${rank}: its part of the scatter`);
+      t.same(g.alltoall, { ok: true, value: live.map((q) => 100 * q + rank) }, `rank ${rank}: alltoall: a block from each live rank, none from rank 0`);
+      t.equal(g.reduceRoot0.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}: reduce to the joined root 0: ERR_INVALID_ARGUMENT`, { got: g.reduceRoot0 });
+      t.match(g.reduceRoot0.message, /its root, rank 0, has joined and takes no result/, `rank ${rank}: names the root`);
+      t.equal(g.alltoallRecv.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}: alltoall with recvSplits: ERR_INVALID_ARGUMENT`, { got: g.alltoallRecv });
+      t.match(g.alltoallRecv.message, /an alltoall with recvSplits does not run while a rank has joined/, `rank ${rank}: says why`);
+      t.same(g.after, { ok: true, value: [sum] }, `rank ${rank}: the next allreduce works`);
+    }
+  });
+}
+
 t.test('p=2: a joined rank\'s own collective is refused while its join is pending; the join still resolves', async (t) => {
   const { results, job } = await runScenario(t, 2, WORKER, 'refused');
   if (!everyRankReported(t, results, job)) return;

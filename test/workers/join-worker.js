@@ -11,6 +11,9 @@
 //   lastIsZero  rank 0 runs 3 steps, the others 1 (joining together): rank 0 is the last
 //   rootJoined  rank 0 joins at once; the others broadcast from root 0 (ERR_INVALID_ARGUMENT), then allreduce
 //               (which still works), then join
+//   rooted      rank 0 joins at once; the others reduce (sum, avg over the contributors, max), gather,
+//               scatter and alltoall with it taking part with nothing; a reduce to root 0 and an alltoall
+//               with recvSplits are ERR_INVALID_ARGUMENT
 //   refused     rank 0 joins and at once calls allreduce, which is refused; its join still resolves
 //   scaled      rank 0 joins at once; the others allreduce with prescaleFactor 2 and op min (refused on every
 //               live rank) and with postscaleFactor 3 and op avg (divided by the contributors, then scaled)
@@ -96,6 +99,33 @@ const scenarios = {
     const bcast = await attempt(() => hora.broadcast(new Float32Array(4), { root: 0 }));
     const after = await attempt(() => hora.allreduce(new Float32Array([r, 1]), { op: 'avg' }));
     return { bcast, after, last: await hora.join() };
+  },
+
+  // Rank 0 joins at once; ranks 1..p-1 run the rooted calls and alltoall among themselves (rank 0 takes part
+  // with nothing), then the same with root 0 (refused) and an alltoall with recvSplits (refused).
+  async rooted(r, p) {
+    if (r === 0) return { last: await hora.join() };
+    const live = Array.from({ length: p - 1 }, (_, q) => q + 1);
+    const mine = Float32Array.from([r, 2 * r, 10]);
+    const value = async (call) => {
+      const got = await attempt(async () => {
+        const v = await call();
+        return v === null ? [] : ArrayBuffer.isView(v) ? v : v.data;
+      });
+      return got;
+    };
+    const got = {
+      sum: await value(() => hora.reduce(mine, { root: 1, op: 'sum' })),
+      avg: await value(() => hora.reduce(mine, { root: 1, op: 'avg' })),
+      max: await value(() => hora.reduce(mine, { root: p - 1, op: 'max' })),
+      gather: await value(() => hora.gather(new Int32Array(r).fill(r), { root: 1 })),
+      scatter: await value(() => hora.scatter(Int32Array.from({ length: 2 * p }, (_, i) => i), { root: 1, splits: Array.from({ length: p }, () => 2) })),
+      alltoall: await value(() => hora.alltoall(Int32Array.from({ length: p }, (_, q) => 100 * r + q))),
+      reduceRoot0: await attempt(() => hora.reduce(mine, { root: 0 })),
+      alltoallRecv: await attempt(() => hora.alltoall(new Int32Array(p), { recvSplits: new Array(p).fill(1) })),
+    };
+    got.after = await attempt(() => hora.allreduce(new Float32Array([r]), { op: 'sum' }));
+    return { got, live, last: await hora.join() };
   },
 
   async refused(r) {

@@ -76,6 +76,12 @@ bool differInNameOnly(const Proposal& a, const Proposal& b) {
 
 bool isJoin(const Proposal& p) { return p.kind == static_cast<uint8_t>(Kind::kJoin); }
 
+// The kinds whose proposal names a root (broadcast, reduce, gather, scatter).
+bool hasRoot(uint8_t kind) {
+  const Kind k = static_cast<Kind>(kind);
+  return k == Kind::kBroadcast || k == Kind::kReduce || k == Kind::kGather || k == Kind::kScatter;
+}
+
 // A join proposal agrees with any collective at the same place of the same group's order.
 bool joinAgrees(const Proposal& a, const Proposal& b) { return a.seq == b.seq && a.group == b.group; }
 
@@ -530,22 +536,33 @@ Status refusedWhileJoined(Context& ctx, const Message& verdict) {
     case Kind::kBroadcast:
     case Kind::kAllgather:
     case Kind::kReduceScatter:
+    case Kind::kReduce:
+    case Kind::kGather:
+    case Kind::kScatter:
+    case Kind::kAlltoall:
     case Kind::kBarrier:
     case Kind::kInvalid:
       break;
     default:
       return Status(Code::kInvalidArgument, which + ": a rank that has joined cannot take part in a " + kindName(static_cast<Kind>(p.kind)), -1);
   }
-  if (p.kind == static_cast<uint8_t>(Kind::kBroadcast) && verdict.rootsLive == 0) {
+  if (hasRoot(p.kind) && verdict.rootsLive == 0) {
     const int root = p.root >= 0 && p.root < ctx.size() ? ctx.worldRank(p.root) : p.root;
-    return Status(Code::kInvalidArgument, which + ": its root, rank " + std::to_string(root) +
-                                              ", has joined and has nothing to send; broadcast from a rank that has not joined", root);
+    const bool sends = p.kind == static_cast<uint8_t>(Kind::kBroadcast) || p.kind == static_cast<uint8_t>(Kind::kScatter);
+    return Status(Code::kInvalidArgument, which + ": its root, rank " + std::to_string(root) + ", has joined and " +
+                                              (sends ? "has nothing to send" : "takes no result") + "; choose a root that has not joined", root);
+  }
+  if (p.recvSplits) {
+    // What a live rank sends a joined one, the joined rank cannot expect: its part of the check is unknown.
+    return Status(Code::kInvalidArgument, which + ": an alltoall with recvSplits does not run while a rank has joined " +
+                                              "(leave recvSplits out: the counts are then exchanged, the joined rank's being 0)", -1);
   }
   if (p.onDevice) {
     return Status(Code::kInvalidArgument, which + ": collectives on GPU memory do not run while a rank has joined", -1);
   }
   const ReduceOp op = static_cast<ReduceOp>(p.op);
-  const bool reduces = p.kind == static_cast<uint8_t>(Kind::kAllreduce) || p.kind == static_cast<uint8_t>(Kind::kReduceScatter);
+  const bool reduces = p.kind == static_cast<uint8_t>(Kind::kAllreduce) || p.kind == static_cast<uint8_t>(Kind::kReduceScatter) ||
+                       p.kind == static_cast<uint8_t>(Kind::kReduce);
   if (reduces && p.prescale != 1 && (op == ReduceOp::kMin || op == ReduceOp::kMax || op == ReduceOp::kProd)) {
     return Status(Code::kInvalidArgument, which + ": a prescaleFactor with op " + opName(op) +
                                               " does not run while a rank has joined (its neutral element, scaled, is no longer neutral)", -1);
@@ -641,7 +658,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   }
   const bool joinedHere = isJoin(mine);
   msg.contributors = joinedHere ? 0 : 1;
-  msg.rootsLive = mine.kind == static_cast<uint8_t>(Kind::kBroadcast) && mine.root == ctx.rank() ? 1 : 0;
+  msg.rootsLive = hasRoot(mine.kind) && mine.root == ctx.rank() ? 1 : 0;
   if (joinedHere) {
     msg.lastJoiner = ctx.rank();
     msg.lastJoinedAt = mine.joinedAt;

@@ -552,7 +552,12 @@ Status Communicator::execute(Work& w) {
       o.root = w.root;
       if (r == w.root && w.count > 0 && w.out == nullptr) return Status(Code::kInternal, "the root's reduce has no out array");
       if (options_.timeline) w.times.algorithm = algorithmName(chooseReduceAlgorithm(ctx, o));
-      return reduce(ctx, o);
+      const JoinAdjusted a = adjustForJoin(w.op, w.scaling, joined.contributors, p);
+      o.op = a.op;
+      o.scaling = a.scaling;
+      HORA_RETURN_IF_ERROR(reduce(ctx, o));
+      if (r == w.root) scaleForAvg(w.dtype, w.out, w.count, a.divideBy);
+      return Status::ok();
     }
     case Kind::kGather: {
       const size_t elem = dtypeSize(w.dtype);
@@ -672,6 +677,51 @@ Status Communicator::serveJoined(Context& ctx, const Joined& joined) {
       o.bytes = bytes;
       o.root = p.root;
       return broadcast(ctx, o);
+    }
+    case Kind::kReduce: {
+      // The agreement refused a reduce whose root has joined: this rank sends the identity and takes nothing.
+      Scaling scaling;
+      scaling.pre = p.prescale;
+      scaling.post = p.postscale;
+      const JoinAdjusted a = adjustForJoin(op, scaling, joined.contributors, ctx.size());
+      if (neutral_.size() < bytes) neutral_.resize(bytes);
+      fillIdentity(op, dtype, neutral_.data(), p.count);
+      ReduceOptions o;
+      o.input = neutral_.data();
+      o.count = p.count;
+      o.dtype = dtype;
+      o.op = a.op;
+      o.algorithm = static_cast<Algorithm>(p.algorithm);
+      o.scaling = a.scaling;
+      o.root = p.root;
+      return reduce(ctx, o);
+    }
+    case Kind::kGather: {
+      // Nothing from this rank to the (live) root.
+      std::vector<uint64_t> counts;
+      uint64_t total = 0;
+      HORA_RETURN_IF_ERROR(allgatherCounts(ctx, 0, elem, &counts, &total));
+      GatherOptions o;
+      o.root = p.root;
+      o.bytesPerRank.resize(ctx.size());
+      for (int i = 0; i < ctx.size(); ++i) o.bytesPerRank[i] = counts[i] * elem;
+      return gather(ctx, o);
+    }
+    case Kind::kAlltoall:
+    case Kind::kScatter: {
+      // Nothing from this rank (its counts are 0; the agreement refused recvSplits); what comes is discarded.
+      const bool scatter = p.kind == static_cast<uint8_t>(Kind::kScatter);
+      const std::vector<uint64_t> none(ctx.size(), 0);
+      std::vector<uint64_t> counts;
+      uint64_t total = 0;
+      HORA_RETURN_IF_ERROR(alltoallCounts(ctx, none, scatter ? p.root : -1, elem, &counts, &total));
+      if (neutral_.size() < total * elem) neutral_.resize(total * elem);
+      AlltoallOptions o;
+      o.output = neutral_.data();
+      o.sendBytes.assign(ctx.size(), 0);
+      o.recvBytes.resize(ctx.size());
+      for (int i = 0; i < ctx.size(); ++i) o.recvBytes[i] = counts[i] * elem;
+      return alltoall(ctx, o);
     }
     case Kind::kBarrier:
     case Kind::kInvalid:
