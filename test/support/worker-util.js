@@ -81,4 +81,16 @@ function growYoungGeneration() {
   }
 }
 
-module.exports = { report, prng, outcome, describeError, runScenarios, growYoungGeneration };
+/**
+ * For a scenario that loses a rank: every rank passes a barrier, then the last rank SIGKILLs itself (it
+ * never returns); the others go on to the call whose failure the test checks.
+ */
+async function lastRankDies(hora, r, p) {
+  await hora.barrier();
+  if (r === p - 1) {
+    process.kill(process.pid, 'SIGKILL');
+    await new Promise(() => {});
+  }
+}
+
+module.exports = { report, prng, outcome, describeError, runScenarios, growYoungGeneration, lastRankDies };

@@ -16,7 +16,7 @@
 //   elastic     under `hora run -np 2 --min-np 2`: refused outside hora.elastic.run, working inside it
 // After each failing call every rank runs one more alltoall, which must succeed: nothing was lost.
 const hora = require('../../dist/ts/index.js');
-const { describeError, outcome, runScenarios } = require('../support/worker-util');
+const { describeError, outcome, runScenarios, lastRankDies } = require('../support/worker-util');
 
 // [name, constructor, options.dtype, how a number becomes an element]
 const DTYPES = [
@@ -195,11 +195,7 @@ async function one() {
 }
 
 async function kill(r, p) {
-  await hora.barrier();
-  if (r === p - 1) {
-    process.kill(process.pid, 'SIGKILL');
-    await new Promise(() => {});
-  }
+  await lastRankDies(hora, r, p);
   const t0 = performance.now();
   const got = await outcome(() => hora.alltoall(new Float32Array(p * 1000)));
   return { got, ms: performance.now() - t0 };

@@ -17,7 +17,7 @@
 // After each failing call every rank runs one more allgatherObject, which must succeed: nothing was lost.
 const util = require('node:util');
 const hora = require('../../dist/ts/index.js');
-const { describeError, outcome, runScenarios } = require('../support/worker-util');
+const { describeError, outcome, runScenarios, lastRankDies } = require('../support/worker-util');
 
 /** The value rank r contributes: the same on every rank for a given r. */
 function valueOf(r) {
@@ -116,11 +116,7 @@ async function one() {
 }
 
 async function kill(r, p) {
-  await hora.barrier();
-  if (r === p - 1) {
-    process.kill(process.pid, 'SIGKILL');
-    await new Promise(() => {});
-  }
+  await lastRankDies(hora, r, p);
   const t0 = performance.now();
   const got = await outcome(() => hora.allgatherObject({ r }));
   return { got, ms: performance.now() - t0 };

@@ -17,7 +17,7 @@
 //              each step, worker 2 SIGKILLing itself after the first commit
 // After each failing call every rank runs one more reduce, which must succeed: nothing was lost.
 const hora = require('../../dist/ts/index.js');
-const { describeError, outcome, runScenarios } = require('../support/worker-util');
+const { describeError, outcome, runScenarios, lastRankDies } = require('../support/worker-util');
 
 const DTYPES = ['float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'int8', 'int16', 'uint16'];
 const OPS = ['sum', 'avg', 'min', 'max', 'prod'];
@@ -261,11 +261,7 @@ async function invalid(r, p) {
 }
 
 async function kill(r, p) {
-  await hora.barrier();
-  if (r === p - 1) {
-    process.kill(process.pid, 'SIGKILL');
-    await new Promise(() => {});
-  }
+  await lastRankDies(hora, r, p);
   const t0 = performance.now();
   const reduce = await outcome(() => hora.reduce(new Float32Array(1000), { root: 0 }));
   const ms = performance.now() - t0;

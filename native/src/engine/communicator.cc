@@ -75,6 +75,15 @@ Status runAlltoall(Context& ctx, Work& w) {
   return alltoall(ctx, o);
 }
 
+// A joined rank's first step of an allgather or gather: it brings 0 elements, and learns every rank's bytes.
+Status noBlockOfMine(Context& ctx, size_t elem, std::vector<size_t>* bytesPerRank, uint64_t* total) {
+  std::vector<uint64_t> counts;
+  HORA_RETURN_IF_ERROR(allgatherCounts(ctx, 0, elem, &counts, total));
+  bytesPerRank->resize(ctx.size());
+  for (int i = 0; i < ctx.size(); ++i) (*bytesPerRank)[i] = counts[i] * elem;
+  return Status::ok();
+}
+
 }  // namespace
 
 // While ranks have joined (hora.join()), avg divides by the ranks that contributed: the reduction runs as a
@@ -659,13 +668,10 @@ Status Communicator::serveJoined(Context& ctx, const Joined& joined) {
     }
     case Kind::kAllgather: {
       // Nothing from this rank; what the others gathered is discarded.
-      std::vector<uint64_t> counts;
-      uint64_t total = 0;
-      HORA_RETURN_IF_ERROR(allgatherCounts(ctx, 0, elem, &counts, &total));
-      if (neutral_.size() < total * elem) neutral_.resize(total * elem);
       AllgatherOptions o;
-      o.bytesPerRank.resize(ctx.size());
-      for (int i = 0; i < ctx.size(); ++i) o.bytesPerRank[i] = counts[i] * elem;
+      uint64_t total = 0;
+      HORA_RETURN_IF_ERROR(noBlockOfMine(ctx, elem, &o.bytesPerRank, &total));
+      if (neutral_.size() < total * elem) neutral_.resize(total * elem);
       o.output = neutral_.data();
       return allgather(ctx, o);
     }
@@ -698,13 +704,10 @@ Status Communicator::serveJoined(Context& ctx, const Joined& joined) {
     }
     case Kind::kGather: {
       // Nothing from this rank to the (live) root.
-      std::vector<uint64_t> counts;
-      uint64_t total = 0;
-      HORA_RETURN_IF_ERROR(allgatherCounts(ctx, 0, elem, &counts, &total));
       GatherOptions o;
+      uint64_t total = 0;
+      HORA_RETURN_IF_ERROR(noBlockOfMine(ctx, elem, &o.bytesPerRank, &total));
       o.root = p.root;
-      o.bytesPerRank.resize(ctx.size());
-      for (int i = 0; i < ctx.size(); ++i) o.bytesPerRank[i] = counts[i] * elem;
       return gather(ctx, o);
     }
     case Kind::kAlltoall:
