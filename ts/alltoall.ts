@@ -10,7 +10,7 @@
  *
  * Host typed arrays only: a hora.cuda.DeviceBuffer is refused with ERR_INVALID_ARGUMENT.
  */
-import { dtypeOf, nameOf, optionsObject } from './arguments';
+import { dtypeOf, nameOf, optionsObject, rootOf } from './arguments';
 import { DeviceBuffer } from './device-buffer';
 import { HoraError, describeValue, invalidArgument, knownOptions } from './errors';
 import { NativeKind, NativeOp, NativeResult, nativeItem } from './native';
@@ -87,10 +87,7 @@ export function planScatter(w: Scope, x: Tensor, options: ScatterOptions | undef
   const c = w.prefix + 'scatter';
   const o = optionsObject<ScatterOptions>(c, options, SCATTER_OPTIONS, w.self);
   const dtype = hostDtypeOf(c, x, o.dtype, w.self);
-  const root = o.root === undefined ? 0 : o.root;
-  if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= w.size) {
-    throw invalidArgument(c, 'options.root', `an integer rank from 0 to ${w.size - 1}`, o.root, w.self);
-  }
+  const root = rootOf(c, o.root, w.size, w.self);
   const name = nameOf(c, o.name, w.self);
   const item = nativeItem(NativeKind.Scatter, NativeOp.Sum, dtype, root, name, x, null);
   if (w.rank === root) {

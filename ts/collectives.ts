@@ -175,10 +175,7 @@ export function broadcastPlan<T extends CollectiveInput>(x: T, options?: Broadca
     const c = w.prefix + 'broadcast';
     const o = optionsObject<BroadcastOptions>(c, options, BROADCAST_OPTIONS, w.self);
     const dtype = dtypeOf(c, x, o.dtype, w.self);
-    const root = o.root === undefined ? 0 : o.root;
-    if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= w.size) {
-      throw invalidArgument(c, 'options.root', `an integer rank from 0 to ${w.size - 1}`, o.root, w.self);
-    }
+    const root = rootOf(c, o.root, w.size, w.self);
     const name = nameOf(c, o.name, w.self);
     const inplace = booleanOf(c, 'inplace', o.inplace, w.self);
     if (x instanceof DeviceBuffer) {

@@ -25,7 +25,7 @@
  * where broadcast pipelines its blocks. Objects are small next to tensors; send tensors with broadcast.
  */
 import { deserialize, serialize } from 'node:v8';
-import { optionsObject, nameOf } from './arguments';
+import { optionsObject, nameOf, rootOf } from './arguments';
 import { HoraError, describeValue, invalidArgument, knownOptions } from './errors';
 import { NativeDType, NativeKind, NativeOp, NativeResult, nativeItem } from './native';
 import type { AllgatherObjectOptions, BroadcastObjectOptions } from './types';
@@ -70,10 +70,7 @@ export function allgatherObject<T = unknown>(value: T, options?: AllgatherObject
 export function planBroadcastObject(w: Scope, value: unknown, options: BroadcastObjectOptions | undefined): Plan<unknown> {
   const c = w.prefix + 'broadcastObject';
   const o = optionsObject<BroadcastObjectOptions>(c, options, BROADCAST_OBJECT_OPTIONS, w.self);
-  const root = o.root === undefined ? 0 : o.root;
-  if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= w.size) {
-    throw invalidArgument(c, 'options.root', `an integer rank from 0 to ${w.size - 1}`, o.root, w.self);
-  }
+  const root = rootOf(c, o.root, w.size, w.self);
   const maxBytes = maxBytesOf(c, o.maxBytes, w.self);
   const name = nameOf(c, o.name, w.self);
   const payload = w.rank === root ? serialized(c, value, maxBytes, w.self) : null;
