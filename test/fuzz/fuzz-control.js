@@ -138,7 +138,7 @@ function invariantProblem(m) {
       const counters = [m.timeMs, m.submitted, m.completed, m.steps, m.stepUs, m.commWaitUs];
       if (!counters.every(count)) return 'a stats counter';
       if (m.completed > m.submitted || m.commWaitUs > m.stepUs) return 'stats counters disagree';
-      const collectives = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+      const collectives = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier', 'alltoall', 'reduce', 'gather', 'scatter'];
       const kinds = [...collectives, 'send', 'recv'];
       if (m.kinds.length > kinds.length || new Set(m.kinds.map((k) => k.kind)).size !== m.kinds.length) return 'stats kinds';
       for (const k of m.kinds) if (!kinds.includes(k.kind) || ![k.count, k.bytes, k.busyUs].every(count)) return `stats kind ${k.kind}`;

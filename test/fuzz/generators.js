@@ -55,7 +55,7 @@ function addr(rng) {
   return rng.chance(0.8) ? `${rng.int(256)}.${rng.int(256)}.${rng.int(256)}.${rng.int(256)}` : rng.pick(['', '::1', 'fe80::1%eth0', 'node-7.cluster']);
 }
 
-const COLLECTIVES = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier'];
+const COLLECTIVES = ['allreduce', 'broadcast', 'allgather', 'reduceScatter', 'barrier', 'alltoall', 'reduce', 'gather', 'scatter'];
 /** What Stats.kinds may total: the collectives, and send and recv (which are never pending collectives). */
 const KINDS = [...COLLECTIVES, 'send', 'recv'];
 
