@@ -639,13 +639,26 @@ Status Communicator::serveJoined(Context& ctx, const Joined& joined) {
   const ReduceOp op = static_cast<ReduceOp>(p.op);
   switch (static_cast<Kind>(p.kind)) {
     case Kind::kAllreduce:
-    case Kind::kReduceScatter: {
+    case Kind::kReduceScatter:
+    case Kind::kReduce: {
+      // This rank sends the op's identity (a reduce's root is live: the agreement refused a joined one).
       Scaling scaling;
       scaling.pre = p.prescale;
       scaling.post = p.postscale;
       const JoinAdjusted a = adjustForJoin(op, scaling, joined.contributors, ctx.size());
       if (neutral_.size() < bytes) neutral_.resize(bytes);
       fillIdentity(op, dtype, neutral_.data(), p.count);
+      if (p.kind == static_cast<uint8_t>(Kind::kReduce)) {
+        ReduceOptions o;
+        o.input = neutral_.data();
+        o.count = p.count;
+        o.dtype = dtype;
+        o.op = a.op;
+        o.algorithm = static_cast<Algorithm>(p.algorithm);
+        o.scaling = a.scaling;
+        o.root = p.root;
+        return reduce(ctx, o);
+      }
       if (p.kind == static_cast<uint8_t>(Kind::kReduceScatter)) {
         ReduceScatterOptions o;
         o.data = neutral_.data();
@@ -683,24 +696,6 @@ Status Communicator::serveJoined(Context& ctx, const Joined& joined) {
       o.bytes = bytes;
       o.root = p.root;
       return broadcast(ctx, o);
-    }
-    case Kind::kReduce: {
-      // The agreement refused a reduce whose root has joined: this rank sends the identity and takes nothing.
-      Scaling scaling;
-      scaling.pre = p.prescale;
-      scaling.post = p.postscale;
-      const JoinAdjusted a = adjustForJoin(op, scaling, joined.contributors, ctx.size());
-      if (neutral_.size() < bytes) neutral_.resize(bytes);
-      fillIdentity(op, dtype, neutral_.data(), p.count);
-      ReduceOptions o;
-      o.input = neutral_.data();
-      o.count = p.count;
-      o.dtype = dtype;
-      o.op = a.op;
-      o.algorithm = static_cast<Algorithm>(p.algorithm);
-      o.scaling = a.scaling;
-      o.root = p.root;
-      return reduce(ctx, o);
     }
     case Kind::kGather: {
       // Nothing from this rank to the (live) root.
