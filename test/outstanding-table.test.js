@@ -3,7 +3,7 @@
 // ids jump, the table grows past its first size, and iteration stays oldest first, as the Map it replaced
 // kept them. Checked against a Map driven by the same random steps.
 const t = require('tap');
-const { OutstandingTable } = require('../dist/ts/work.js');
+const { OutstandingTable } = require('../dist/ts/outstanding.js');
 
 const rec = (id) => ({ id, work: null, finish: null, site: null, keep: [] });
 

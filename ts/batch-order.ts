@@ -1,4 +1,4 @@
-// The order of a batch's collectives across ranks (ts/work.ts, Dispatcher.flush): a batch of named
+// The order of a batch's collectives across ranks (ts/dispatcher.ts, Dispatcher.flush): a batch of named
 // collectives ordered by name, and the invalid placeholder that holds the place of a call that cannot run
 // (a duplicate name here; a refused or failed call in the Dispatcher and in hora.failPeers), so that every
 // rank fails that place and the ranks stay in step.

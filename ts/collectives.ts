@@ -20,7 +20,9 @@ import type {
   AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, CollectiveInput, GatherOptions, ReduceOptions,
   ReduceScatterOptions, Tensor,
 } from './types';
-import { Dispatcher, invalidItem, Work } from './work';
+import { invalidItem } from './batch-order';
+import { Dispatcher } from './dispatcher';
+import { Work } from './work';
 import { ALGORITHMS, Scope, current, rank } from './world';
 import { Lend } from './lend';
 

@@ -183,7 +183,7 @@ export function newGroup(ranks: readonly number[], options?: NewGroupOptions): W
   const dispatcher = w.dispatcher;
   const mine = Int32Array.from([id, ...list]);
   // Numbered: two newGroup calls in one synchronous run are two collectives of one batch, which must
-  // differ by name (see orderByName in work.ts).
+  // differ by name (see orderByName in batch-order.ts).
   const item = nativeItem(NativeKind.Allgather, NativeOp.Sum, NativeDType.Int32, 0, `hora.newGroup ${id}`, mine, null);
   const lists = dispatcher.submit(item, (r: NativeResult) => splitLists(new Int32Array(r.gathered as ArrayBuffer), r.counts ?? []), site, [mine]);
   const made = new Work<Group | null>({

@@ -15,7 +15,7 @@ import { NativeResult, lookupName } from './native';
 import type { InitOptions } from './types';
 import { startReporting, stopReporting } from './stats';
 import { openTimeline } from './timeline';
-import { Dispatcher } from './work';
+import { Dispatcher } from './dispatcher';
 import {
   ALGORITHMS, World, closeQuietly, endWorld, isInitialized, isShutDown, joinedWorld, nativeSettings, setWorld, unreachableHint, worldScope,
 } from './world';

@@ -1,4 +1,4 @@
-// The Dispatcher's table of outstanding works (ts/work.ts): what has been submitted and not yet settled,
+// The Dispatcher's table of outstanding works (ts/dispatcher.ts): what has been submitted and not yet settled,
 // by id. Generic in what it holds (the Dispatcher's Outstanding records); the type parameter is erased,
 // so the code that runs is the one class it always was.
 

@@ -10,7 +10,7 @@ import type { RendezvousServer } from './control/server';
 import { HoraError } from './errors';
 import { ALGORITHM_NAMES, NativeAlgorithm, NativeCommunicator, NativeKeptConnections, NativeTransport, valueOfName } from './native';
 import type { InitOptions } from './types';
-import type { Dispatcher } from './work';
+import type { Dispatcher } from './dispatcher';
 
 export interface Topology {
   rank: number;

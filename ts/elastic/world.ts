@@ -16,7 +16,7 @@ import { NativeKeptConnections, NativeResult } from '../native';
 import type { InitOptions } from '../types';
 import { startReporting, stopReporting } from '../stats';
 import { openTimeline, TimelineWriter } from '../timeline';
-import { Dispatcher } from '../work';
+import { Dispatcher } from '../dispatcher';
 import {
   NativeSettings, Scope, World, abortQuietly, closeQuietly, isClosed, joinedWorld, nativeSettings, setWorld, unreachableHint, worldScope,
 } from '../world';

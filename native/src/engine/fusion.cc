@@ -25,7 +25,7 @@ bool Communicator::fusable(const Work& w) const {
 }
 
 // Tensor fusion: pack the run of allreduces into one buffer, reduce it once, unpack. Every rank fuses the
-// same runs because batches are formed by program order, or by name (see ts/work.ts), and the agreement
+// same runs because batches are formed by program order, or by name (see ts/dispatcher.ts), and the agreement
 // checks the run tensor by tensor: a digest of the names and counts in order (engine/layout.h), so
 // that no rank adds a tensor's elements to another's; a difference names the first tensor that differs.
 //
