@@ -70,8 +70,9 @@ void setText(Message* m, const std::string& s) {
 }
 
 // Commutative in the sense that matters: combine(lower, higher) is computed identically on both sides.
+// out is neither input.
 void combine(Message* out, const Message* lower, const Message* higher) {
-  Message result;
+  Message& result = *out;
   if (lower->state != 0 || higher->state != 0) {
     // Keep the verdict that involves the lowest rank; invalid input beats a mismatch it may have caused.
     const uint8_t invalid = static_cast<uint8_t>(VerdictState::kInvalid);
@@ -104,7 +105,6 @@ void combine(Message* out, const Message* lower, const Message* higher) {
     mergeJoinCounters(&result, *lower, *higher);
   }
   result.splitsSum = lower->splitsSum + higher->splitsSum;
-  *out = result;
 }
 
 // A factor as JS would print it: the fewest digits that read back as the same double.
@@ -182,10 +182,10 @@ uint64_t edgeHash(int from, int to, uint64_t count) {
 
 }  // namespace
 
-uint64_t splitsDigest(const Work& w, int rank, int size) {
-  if (w.kind != Kind::kAlltoall || w.splits.size() != 2 * static_cast<size_t>(size)) return 0;
+uint64_t splitsDigest(const std::vector<uint64_t>& splits, int rank, int size) {
+  if (splits.size() != 2 * static_cast<size_t>(size)) return 0;
   uint64_t sum = 0;
-  for (int q = 0; q < size; ++q) sum += edgeHash(rank, q, w.splits[q]) - edgeHash(q, rank, w.splits[size + q]);
+  for (int q = 0; q < size; ++q) sum += edgeHash(rank, q, splits[q]) - edgeHash(q, rank, splits[size + q]);
   return sum;
 }
 
@@ -321,13 +321,12 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
   for (int mask = 1; mask < plan.pof2; mask <<= 1) {
     const int newPartner = newRank ^ mask;
     const int partner = plan.actual(newPartner);
-    // This rank's message must go out before it is merged with the partner's: send a copy.
-    Message outgoing = *msg;
+    // exchange() copies this rank's message out before decide() merges the partner's into it.
     if (scaled) {
       step = scaledStep(scaling, mask == 1 && !plan.foldsIn(rank), mask == 1 && !plan.foldsIn(partner), mask * 2 >= plan.pof2,
                         op, size);
     }
-    HORA_RETURN_IF_ERROR(exchange(ctx, partner, outgoing, payload, &theirs, true, true, payload, op, dtype,
+    HORA_RETURN_IF_ERROR(exchange(ctx, partner, *msg, payload, &theirs, true, true, payload, op, dtype,
                                   scaled ? &step : nullptr, mergeWith(newPartner < newRank)));
     finish(newPartner < newRank, theirs);
   }
@@ -384,7 +383,9 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   // Messages name world ranks, also inside a process group.
   msg.proposer = ctx.worldRank(ctx.rank());
   msg.culprit = msg.proposer;
-  msg.splitsSum = mine.splitsDigest;
+  if (splits != nullptr && mine.recvSplits && mine.kind == static_cast<uint8_t>(Kind::kAlltoall)) {
+    msg.splitsSum = splitsDigest(*splits, ctx.rank(), ctx.size());
+  }
   // Reduce a private copy: if a later step finds a disagreement, the caller's buffer is left untouched.
   // Two ranks take one step, which reduces only when the two proposals agree, and that is the verdict:
   // they reduce into the caller's buffer at once.

@@ -43,7 +43,10 @@ namespace hora {
 
 struct Proposal {
   uint64_t seq = 0;
-  uint64_t count = 0;       // compared except for allgather, where ranks may differ
+  union {
+    uint64_t count = 0;     // compared except for allgather, gather, scatter and alltoall, where ranks may differ
+    uint64_t joinedAt;      // kJoin (which has no count): the sequence number of this rank's first join proposal
+  };
   uint64_t nameHash = 0;
   int32_t root = 0;
   uint32_t numTensors = 1;  // tensors fused into this collective
@@ -58,11 +61,6 @@ struct Proposal {
   char name[32] = {};
   double prescale = 1;      // allreduce, reducescatter: prescaleFactor and postscaleFactor (1: none)
   double postscale = 1;
-  // An alltoall with recvSplits: this rank's part of the check that what each rank sends each other rank
-  // is what that rank expects (splitsDigest()). Not compared: agree() sums the parts of every rank, and a
-  // sum other than 0 is a mismatch. 0 for every other collective.
-  uint64_t splitsDigest = 0;
-  uint64_t joinedAt = 0;    // kJoin: the sequence number of this rank's first join proposal
 };
 
 // What the ranks of an agreed collective learn of joined ranks (hora.join()); agree() fills it on success.
@@ -72,11 +70,11 @@ struct Joined {
   Proposal live;              // the verdict's proposal: the live ranks' collective (kJoin when all joined)
 };
 
-// An alltoall's part of the splits check, for rank `rank` of `size` with w.splits of 2 * size entries
-// (sent, then expected): a hash of each (from, to, count) it sends, less a hash of each it expects. Summed
-// over every rank the parts cancel exactly when every count sent is the count expected; a wrong one leaves
-// a sum of 0 only by a 64-bit hash collision.
-uint64_t splitsDigest(const Work& w, int rank, int size);
+// An alltoall's part of the splits check, for rank `rank` of `size` with splits of 2 * size entries (sent,
+// then expected; any other length: 0): a hash of each (from, to, count) it sends, less a hash of each it
+// expects. Summed over every rank the parts cancel exactly when every count sent is the count expected; a
+// wrong one leaves a sum of 0 only by a 64-bit hash collision. agree() sums them (see its splits).
+uint64_t splitsDigest(const std::vector<uint64_t>& splits, int rank, int size);
 
 // Describes a proposal for error messages: "allreduce 'grad/w' (float32 x 1024, op avg, #17)".
 std::string describe(const Proposal& p);
@@ -110,8 +108,9 @@ Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 // passes it runs those tensors as one allreduce (the payload did not ride along), completes them, and
 // takes the rest up again; every rank computes the same number, so the ranks stay in step.
 //
-// splits: an alltoall with recvSplits, its Work::splits; read only when the splits of the ranks do not
-// match, for a second round that names the first rank and count that differ.
+// splits: the Work::splits of an alltoall (mine.recvSplits: with the counts expected, whose check this rank's
+// splitsDigest() is part of), read again only when the splits of the ranks do not match, for a second round
+// that names the first rank and count that differ; nullptr or any other collective: no check.
 //
 // joined: filled when the agreement succeeds. While some rank has joined (contributors below the size) a
 // payload did not ride along (it is left as it was), and alike is 0. A broadcast whose root has joined, a

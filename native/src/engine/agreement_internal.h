@@ -25,18 +25,18 @@ enum class VerdictState : uint8_t { kAgreed = 0, kMismatch = 1, kInvalid = 2, kL
 // What travels: the proposal of the lowest rank in the group so far, and the group's verdict.
 struct Message {
   Proposal proposal;
-  int32_t proposer = 0;  // rank whose proposal this is
-  uint8_t state = 0;
-  int32_t culprit = 0;   // lowest rank involved in the disagreement; orders verdicts deterministically
-  uint32_t payloadBytes = 0;  // bytes of reduced data that follow this message on the wire
+  uint64_t splitsSum = 0;     // the sum of the splitsDigest() of every rank combined so far
   // Join (hora.join()), summed or kept over the ranks combined so far: how many proposed a collective (not
   // kJoin); how many of those are the root of the broadcast they propose; the rank that joined last (of
   // this context; -1: none), with its joinedAt.
+  uint64_t lastJoinedAt = 0;
   uint32_t contributors = 0;
   uint32_t rootsLive = 0;
   int32_t lastJoiner = -1;
-  uint64_t lastJoinedAt = 0;
-  uint64_t splitsSum = 0;     // the sum of the splitsDigest of every rank combined so far
+  int32_t proposer = 0;       // rank whose proposal this is
+  int32_t culprit = 0;        // lowest rank involved in the disagreement; orders verdicts deterministically
+  uint32_t payloadBytes = 0;  // bytes of reduced data that follow this message on the wire
+  uint8_t state = 0;          // a VerdictState
   char text[400];             // the verdict's words; read only when state != 0
   Message() { text[0] = '\0'; }
   // Copies the text only when there is a verdict: an agreed message is its head.

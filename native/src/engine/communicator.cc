@@ -409,7 +409,6 @@ Status Communicator::execute(Work& w) {
     w.invalidReason = badSplits(w, r, p);
     if (!w.invalidReason.empty()) proposal.kind = static_cast<uint8_t>(Kind::kInvalid);
     proposal.recvSplits = w.kind == Kind::kAlltoall && w.splits.size() == 2 * static_cast<size_t>(p) ? 1 : 0;
-    proposal.splitsDigest = splitsDigest(w, r, p);
   }
   // Read only when another rank's fused run stands at this position (a Layout is two words, no allocation).
   const Layout layout(w);
