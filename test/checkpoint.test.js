@@ -205,6 +205,41 @@ t.test('p=3: ranks that do not share the directory (each its own) fail the save 
   }
 });
 
+t.test('p=3: a file operation that fails is ERR_IO on every rank, with the OS code and the path; a missing step is the caller\'s argument', async (t) => {
+  const [tmp, saved, latestIsDir, manifestIsDir] = tempDirs(t, 4);
+  // A directory that cannot be made (its parent is a regular file: root's permissions do not stop this one).
+  const parentFile = path.join(tmp, 'a-file');
+  fs.writeFileSync(parentFile, 'not a directory');
+  const parentIsFile = path.join(parentFile, 'ckpt');
+  // A regular file where a step's directory goes.
+  await save(t, 3, [saved, manifestIsDir], 1);
+  fs.writeFileSync(path.join(saved, 'step-9'), 'not a directory');
+  // A directory where a file is read: `latest`, a step's manifest.
+  fs.mkdirSync(path.join(latestIsDir, 'latest'));
+  const manifest = path.join(manifestIsDir, 'step-1', 'manifest.json');
+  fs.rmSync(manifest);
+  fs.mkdirSync(manifest);
+  const io = { parentIsFile, stepIsFile: saved, latestIsDir, manifestIsDir, missingStep: saved };
+  const { results } = await runScenario(t, 3, WORKER, 'ioFailures', { CKPT_IO: JSON.stringify(io) });
+  const expected = {
+    parentIsFile: { osCode: 'ENOTDIR', path: parentIsFile, who: 0, text: `could not write to the directory (argument 'dir') ${parentIsFile}` },
+    stepIsFile: { osCode: 'EEXIST', path: path.join(saved, 'step-9'), who: 0, text: `could not write ${path.join(saved, 'step-9')}/.rank-00000-` },
+    latestIsDir: { osCode: 'EISDIR', path: path.join(latestIsDir, 'latest'), who: 0, text: `could not read ${path.join(latestIsDir, 'latest')}` },
+    manifestIsDir: { osCode: 'EISDIR', path: manifest, who: 0, text: `could not read ${manifest}` },
+  };
+  for (const [rank, r] of results.entries()) {
+    for (const [k, x] of Object.entries(expected)) {
+      t.match(r.cases[k], { ok: false, isHoraError: true, code: 'ERR_IO', osCode: x.osCode, path: x.path }, `rank ${rank}, ${k}: ERR_IO with the OS code and the path`);
+      t.ok(r.cases[k].message && r.cases[k].message.includes(x.text), `rank ${rank}, ${k}: the message says what failed on which file`, { message: r.cases[k].message });
+      if (rank !== x.who) t.ok(r.cases[k].message.startsWith(`rank ${x.who} failed: `), `rank ${rank}, ${k}: says rank ${x.who} failed`);
+    }
+    t.match(r.cases.missingStep, { ok: false, code: 'ERR_INVALID_ARGUMENT', message: /step 77 is not a complete checkpoint/ }, `rank ${rank}: a missing step is ERR_INVALID_ARGUMENT`);
+    t.ok(r.cases.missingStep.message.includes(path.join(saved, 'step-77', 'manifest.json')), `rank ${rank}: it names the manifest it looked for`);
+    t.same(r.cases.after, { ok: true, value: [] }, `rank ${rank}: the failed save left step 1 loadable`);
+  }
+  t.same(fs.readdirSync(saved).sort(), ['latest', 'step-1', 'step-9'], 'the failed save wrote nothing beside step 1');
+});
+
 t.test('p=2: load of a directory with no checkpoint fails on every rank naming the latest file', async (t) => {
   const [dir] = tempDirs(t, 1);
   const outs = await load(t, 2, [dir]);

@@ -4,8 +4,8 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { HoraError, describeValue } from './errors';
-import { dirOf, ioError, mismatch } from './checkpoint-errors';
+import { HoraError, describeValue, ioError } from './errors';
+import { dirOf, mismatch } from './checkpoint-errors';
 import { MANIFEST } from './checkpoint-manifest';
 
 export const LATEST = 'latest';
@@ -19,7 +19,7 @@ export async function writeProbe(root: string, token: string, rank: number): Pro
     await fs.promises.mkdir(root, { recursive: true });
     await fs.promises.writeFile(probePath(root, token), token);
   } catch (e) {
-    throw ioError('save', 'write to the directory (argument \'dir\')', root, e, rank);
+    throw ioError('checkpoint.save', 'write to the directory (argument \'dir\')', root, e, rank);
   }
 }
 
@@ -57,8 +57,10 @@ export async function latestOf(root: string, rank: number): Promise<number> {
   try {
     text = await fs.promises.readFile(file, 'utf8');
   } catch (e) {
+    // No `latest`: not a checkpoint directory (the caller's argument). Any other failure is the filesystem's.
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw ioError('checkpoint.load', 'read', file, e, rank);
     throw new HoraError('ERR_INVALID_ARGUMENT', `hora.checkpoint.load: argument 'dir' must be a checkpoint directory, but rank ${rank} ` +
-      `cannot read ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}): no save completed there`, rank);
+      `cannot read ${file} (ENOENT): no save completed there`, rank);
   }
   const m = /^step-(\d+)\s*$/.exec(text);
   if (!m) throw mismatch(`${file} must hold 'step-<n>'; it holds ${describeValue(text)}`, rank);
@@ -79,14 +81,17 @@ export async function writeDurably(file: string, text: string): Promise<void> {
     await syncDir(path.dirname(file));
   } catch (e) {
     await removeQuietly(temp);
-    throw ioError('save', 'write', file, e, 0);
+    throw ioError('checkpoint.save', 'write', file, e, 0);
   }
 }
 
 /** Removes the steps below `step` past the newest keep - 1 complete ones, and every unfinished step below it. */
 export async function prune(root: string, step: number, keep: number): Promise<void> {
   const older: { n: number; dir: string; complete: boolean }[] = [];
-  for (const name of await fs.promises.readdir(root)) {
+  const names = await fs.promises.readdir(root).catch((e) => {
+    throw ioError('checkpoint.save', 'list the old steps (keep) in', root, e, 0);
+  });
+  for (const name of names) {
     const m = /^step-(\d+)$/.exec(name);
     if (!m || Number(m[1]) >= step) continue;
     const dir = path.join(root, name);
@@ -101,7 +106,9 @@ export async function prune(root: string, step: number, keep: number): Promise<v
     }
     // The manifest first: a crash while removing leaves an unfinished step, never a corrupt complete one.
     await removeQuietly(path.join(s.dir, MANIFEST));
-    await fs.promises.rm(s.dir, { recursive: true, force: true });
+    await fs.promises.rm(s.dir, { recursive: true, force: true }).catch((e) => {
+      throw ioError('checkpoint.save', 'remove the old step (keep)', s.dir, e, 0);
+    });
   }
 }
 

@@ -5,12 +5,12 @@
 import * as path from 'node:path';
 import { HoraError, invalidArgument } from './errors';
 
-/** A rank's failure as the object collectives carry it. */
-export interface ErrorInfo { code: string; message: string }
+/** A rank's failure as the object collectives carry it (an ERR_IO with its OS code and file). */
+export interface ErrorInfo { code: string; message: string; osCode?: string; path?: string }
 
 /** A HoraError from this rank's failure, for the collective that shares it. */
 export function errorInfo(e: unknown): ErrorInfo {
-  if (e instanceof HoraError) return { code: e.code, message: e.message };
+  if (e instanceof HoraError) return e.osCode === undefined ? { code: e.code, message: e.message } : { code: e.code, message: e.message, osCode: e.osCode, path: e.path };
   return { code: 'ERR_INTERNAL', message: `hora.checkpoint: ${(e as Error)?.stack ?? String(e)}` };
 }
 
@@ -21,12 +21,8 @@ export function agreedFailure(errors: (ErrorInfo | null)[], self: number): HoraE
   const first = errors[failed[0]] as ErrorInfo;
   const also = failed.length > 1 ? ` (ranks ${failed.slice(1).join(', ')} failed too)` : '';
   const where = failed[0] === self ? '' : `rank ${failed[0]} failed: `;
-  return new HoraError(first.code, `${where}${first.message}${also}`, self, failed[0] === self ? -1 : failed[0]);
-}
-
-export function ioError(call: string, what: string, file: string, e: unknown, rank: number): HoraError {
-  const err = e as NodeJS.ErrnoException;
-  return new HoraError('ERR_INVALID_ARGUMENT', `hora.checkpoint.${call}: rank ${rank} could not ${what} ${file}: ${err.code ?? ''} ${err.message}`.replace(/ {2,}/g, ' '), rank);
+  return new HoraError(first.code, `${where}${first.message}${also}`, self, failed[0] === self ? -1 : failed[0],
+    first.osCode === undefined ? undefined : { osCode: first.osCode, path: first.path ?? '' });
 }
 
 export function mismatch(message: string, rank: number): HoraError {

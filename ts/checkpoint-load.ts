@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { HoraError, describeValue, invalidArgument, knownOptions, checkOptionKeys } from './errors';
+import { HoraError, describeValue, invalidArgument, ioError, knownOptions, checkOptionKeys } from './errors';
 import { allgatherObject } from './hora';
 import type { DType, Tensor } from './types';
 import { current } from './world';
@@ -228,12 +228,14 @@ class ShardReader {
     try {
       fh = await fs.promises.open(this.path(file), 'r');
     } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
-      throw mismatch(`${this.path(file)} ${code === 'ENOENT' ? 'is missing' : `cannot be read (${code ?? (e as Error).message})`}: ` +
-        `the manifest names it as rank ${file}'s file of step ${this.m.step}`, this.rank);
+      // A missing file is a damaged checkpoint; any other failure to open it is the filesystem's.
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw ioError('checkpoint.load', 'open', this.path(file), e, this.rank);
+      throw mismatch(`${this.path(file)} is missing: the manifest names it as rank ${file}'s file of step ${this.m.step}`, this.rank);
     }
     this.open.set(file, fh);
-    const { size } = await fh.stat();
+    const { size } = await fh.stat().catch((e) => {
+      throw ioError('checkpoint.load', 'stat', this.path(file), e, this.rank);
+    });
     if (size !== f.bytes) {
       throw mismatch(`${this.path(file)} is ${size < f.bytes ? 'truncated' : 'longer than written'}: it has ${size} bytes, the manifest says ${f.bytes}`, this.rank);
     }
@@ -243,7 +245,9 @@ class ShardReader {
   private async readAt(file: number, fh: fs.promises.FileHandle, into: Uint8Array, position: number): Promise<void> {
     for (let done = 0; done < into.byteLength;) {
       const n = Math.min(IO_BYTES, into.byteLength - done);
-      const { bytesRead } = await fh.read(into, done, n, position + done);
+      const { bytesRead } = await fh.read(into, done, n, position + done).catch((e) => {
+        throw ioError('checkpoint.load', 'read', this.path(file), e, this.rank);
+      });
       if (bytesRead === 0) throw mismatch(`${this.path(file)} is truncated: it ends before byte ${position + into.byteLength}`, this.rank);
       done += bytesRead;
     }

@@ -4,7 +4,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { HoraError } from './errors';
+import { HoraError, ioError } from './errors';
 import { DTYPE_BYTES, DTYPE_NAMES, NativeDType } from './native';
 import type { DType, Tensor } from './types';
 import { mismatch } from './checkpoint-errors';
@@ -68,8 +68,10 @@ export async function readManifest(stepDir: string, step: number, rank: number):
   try {
     text = await fs.promises.readFile(file, 'utf8');
   } catch (e) {
+    // No manifest: no such step, or an unfinished save of it. Any other failure is the filesystem's.
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw ioError('checkpoint.load', 'read', file, e, rank);
     throw new HoraError('ERR_INVALID_ARGUMENT', `hora.checkpoint.load: step ${step} is not a complete checkpoint: rank ${rank} cannot read ` +
-      `${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`, rank);
+      `${file} (ENOENT)`, rank);
   }
   let m: Manifest;
   try {

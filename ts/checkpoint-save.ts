@@ -6,12 +6,12 @@ import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { dtypeOf } from './arguments';
-import { HoraError, invalidArgument, knownOptions, checkOptionKeys } from './errors';
+import { HoraError, invalidArgument, ioError, knownOptions, checkOptionKeys } from './errors';
 import { DTYPE_NAMES } from './native';
 import { allgatherObject, broadcastObject } from './hora';
 import type { DType, Tensor } from './types';
 import { current } from './world';
-import { type ErrorInfo, agreedFailure, dirOf, errorInfo, ioError, stepOf } from './checkpoint-errors';
+import { type ErrorInfo, agreedFailure, dirOf, errorInfo, stepOf } from './checkpoint-errors';
 import { CHUNK_BYTES, FORMAT, IO_BYTES, MANIFEST, type Manifest, type ManifestEntry, VERSION, bytesView } from './checkpoint-manifest';
 import { LATEST, probePath, prune, readProbe, removeQuietly, syncDir, writeDurably, writeProbe } from './checkpoint-dir';
 
@@ -56,8 +56,8 @@ interface WriteResult { error: ErrorInfo | null; file: string; bytes: number; pa
 /**
  * Saves `entries` as step `options.step` of the checkpoint in `dir`; every rank calls it with the same
  * names, dtypes, global lengths, step and keep. Resolves once the step is durable and `dir/latest` names
- * it; rejects on every rank (ERR_INVALID_ARGUMENT, ERR_MISMATCH) when any rank's call is wrong or a rank
- * cannot write, leaving the previous checkpoint as it was.
+ * it; rejects on every rank (ERR_INVALID_ARGUMENT, ERR_MISMATCH) when any rank's call is wrong, or (ERR_IO)
+ * when a rank cannot write, leaving the previous checkpoint as it was.
  */
 export function save(dir: string, entries: Record<string, CheckpointEntry>, options: CheckpointSaveOptions): Promise<void> {
   return saveAgreed(dir, () => ({ entries, options }));
@@ -270,7 +270,7 @@ async function writeShard(stepDir: string, file: string, entries: Record<string,
     await syncDir(stepDir);
   } catch (e) {
     await removeQuietly(temp);
-    throw ioError('save', 'write', temp, e, rank);
+    throw ioError('checkpoint.save', 'write', temp, e, rank);
   }
   return { error: null, file, bytes: at, parts: written };
 }

@@ -31,8 +31,10 @@
  * if any rank failed (a corrupt chunk, a truncated or missing file, another model than expected), every
  * rank throws that rank's error, naming the file, and no rank returns anything.
  *
- * Errors: ERR_INVALID_ARGUMENT for the arguments (and a `dir` that is not a checkpoint, not writable, or
- * not shared by every rank); ERR_MISMATCH for a checkpoint whose files do not match its manifest, or whose
+ * Errors: ERR_INVALID_ARGUMENT for the arguments (and a `dir` that holds no checkpoint or not the step asked
+ * for, or that is not shared by every rank); ERR_IO, with the OS's code (osCode) and the path, for a file
+ * operation that fails (a full disk, a path that cannot be made or written, a read that fails);
+ * ERR_MISMATCH for a checkpoint whose files do not match its manifest (missing, truncated, corrupt), or whose
  * manifest does not match what the caller expects, and for ranks whose calls differ.
  *
  * The module is five files, one job each, and this one, the one the rest of hora imports (hora.checkpoint in
