@@ -345,9 +345,10 @@ t.test('hora.elastic.State: a wrong checkpoint option is ERR_INVALID_ARGUMENT na
   }
 });
 
-t.test('bench/checkpoint.js runs (a small state, one round) and prints its medians against dd', async (t) => {
+t.test('bench/checkpoint.js runs (a small state, one round) and prints its medians against dd write and read', async (t) => {
   const { runProcess } = require('./support/hora-job');
   const r = await runProcess([path.join(__dirname, '..', 'bench', 'checkpoint.js'), '--mb', '8', '--ranks', '1,2', '--rounds', '1'], process.env, 120000);
   t.equal(r.code, 0, 'exits 0', { output: tail(r) });
-  t.match(r.stdout, /medians:\n {2}1 rank\(s\): dd \d+ MB\/s, save \d+ MB\/s \([\d.]+x dd\), load \d+ MB\/s\n {2}2 rank\(s\)/, 'prints the medians');
+  t.match(r.stdout, /medians of 1 round\(s\), each ratio hora \/ dd of the same round[^\n]*\n {2}1 rank\(s\): dd write \d+ MB\/s, read \d+ MB\/s; save \d+ MB\/s \([\d.]+x dd write, lowest [\d.]+x\), load \d+ MB\/s \([\d.]+x dd write, lowest [\d.]+x; [\d.]+x dd read, lowest [\d.]+x\), save with keep 1 \d+ MB\/s \([\d.]+x dd write, lowest [\d.]+x\)\n {2}2 rank\(s\)/,
+    'prints the medians of the ratios and the lowest, save and load against dd write, load against dd read, and save with keep');
 });
