@@ -240,6 +240,17 @@ t.test('p=3: a file operation that fails is ERR_IO on every rank, with the OS co
   t.same(fs.readdirSync(saved).sort(), ['latest', 'step-1', 'step-9'], 'the failed save wrote nothing beside step 1');
 });
 
+t.test('ioError: a system call\'s error (a full disk) is ERR_IO with its code and path; any other error is ERR_INTERNAL with its stack', async (t) => {
+  const { ioError } = require('../dist/ts/errors.js');
+  const full = Object.assign(new Error("ENOSPC: no space left on device, write"), { code: 'ENOSPC', errno: -28, syscall: 'write' });
+  const e = ioError('checkpoint.save', 'write', '/ckpt/step-3/.rank-00001-ab.bin.tmp', full, 1);
+  t.match(e, { name: 'HoraError', code: 'ERR_IO', osCode: 'ENOSPC', path: '/ckpt/step-3/.rank-00001-ab.bin.tmp', rank: 1 }, 'ERR_IO, the code, the file (no err.path: the file written)');
+  t.equal(e.message, 'hora.checkpoint.save: rank 1 could not write /ckpt/step-3/.rank-00001-ab.bin.tmp: ENOSPC: no space left on device, write', 'one message, the code once');
+  const bug = ioError('checkpoint.save', 'write', '/ckpt/x', new TypeError('boom'), 0);
+  t.match(bug, { code: 'ERR_INTERNAL', message: /failed to write \/ckpt\/x: TypeError: boom\n\s+at / }, 'not a system call\'s error: ERR_INTERNAL with the stack');
+  t.equal(bug.osCode, undefined, 'and no osCode');
+});
+
 t.test('p=2: load of a directory with no checkpoint fails on every rank naming the latest file', async (t) => {
   const [dir] = tempDirs(t, 1);
   const outs = await load(t, 2, [dir]);

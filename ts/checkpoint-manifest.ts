@@ -1,6 +1,6 @@
 /**
  * The manifest of a checkpoint step (dir/step-N/manifest.json, ts/checkpoint.ts): its format, the byte
- * layout it describes (chunks, dtypes), and its reading and check on load.
+ * layout it describes (chunks, dtypes), and its reading (load checks it against what the caller expects).
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';

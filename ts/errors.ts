@@ -72,8 +72,10 @@ export function invalidArgument(collective: string, argument: string, expected: 
  */
 export function ioError(call: string, what: string, file: string, e: unknown, rank = -1): HoraError {
   const err = e as NodeJS.ErrnoException;
-  const osCode = typeof err?.code === 'string' ? err.code : 'EIO';
-  const detail = err?.message ?? String(e);
+  // Not a system call's error (no code such as 'ENOSPC'): a fault of hora's own, reported with its stack.
+  if (typeof err?.code !== 'string') return new HoraError('ERR_INTERNAL', `hora.${call}: rank ${rank} failed to ${what} ${file}: ${err?.stack ?? String(e)}`, rank);
+  const osCode = err.code;
+  const detail = err.message ?? String(e);
   return new HoraError('ERR_IO', `hora.${call}: rank ${rank} could not ${what} ${file}: ${detail.startsWith(osCode) ? detail : `${osCode} ${detail}`}`, rank, -1,
     { osCode, path: typeof err?.path === 'string' ? err.path : file });
 }
