@@ -205,6 +205,52 @@ t.test('p=3: ranks that do not share the directory (each its own) fail the save 
   }
 });
 
+t.test('p=3: a file operation that fails is ERR_IO on every rank, with the OS code and the path; a missing step is the caller\'s argument', async (t) => {
+  const [tmp, saved, latestIsDir, manifestIsDir] = tempDirs(t, 4);
+  // A directory that cannot be made (its parent is a regular file: root's permissions do not stop this one).
+  const parentFile = path.join(tmp, 'a-file');
+  fs.writeFileSync(parentFile, 'not a directory');
+  const parentIsFile = path.join(parentFile, 'ckpt');
+  // A regular file where a step's directory goes.
+  await save(t, 3, [saved, manifestIsDir], 1);
+  fs.writeFileSync(path.join(saved, 'step-9'), 'not a directory');
+  // A directory where a file is read: `latest`, a step's manifest.
+  fs.mkdirSync(path.join(latestIsDir, 'latest'));
+  const manifest = path.join(manifestIsDir, 'step-1', 'manifest.json');
+  fs.rmSync(manifest);
+  fs.mkdirSync(manifest);
+  const io = { parentIsFile, stepIsFile: saved, latestIsDir, manifestIsDir, missingStep: saved };
+  const { results } = await runScenario(t, 3, WORKER, 'ioFailures', { CKPT_IO: JSON.stringify(io) });
+  const expected = {
+    parentIsFile: { osCode: 'ENOTDIR', path: parentIsFile, who: 0, text: `could not write to the directory (argument 'dir') ${parentIsFile}` },
+    stepIsFile: { osCode: 'EEXIST', path: path.join(saved, 'step-9'), who: 0, text: `could not write ${path.join(saved, 'step-9')}/.rank-00000-` },
+    latestIsDir: { osCode: 'EISDIR', path: path.join(latestIsDir, 'latest'), who: 0, text: `could not read ${path.join(latestIsDir, 'latest')}` },
+    manifestIsDir: { osCode: 'EISDIR', path: manifest, who: 0, text: `could not read ${manifest}` },
+  };
+  for (const [rank, r] of results.entries()) {
+    for (const [k, x] of Object.entries(expected)) {
+      t.match(r.cases[k], { ok: false, isHoraError: true, code: 'ERR_IO', osCode: x.osCode, path: x.path }, `rank ${rank}, ${k}: ERR_IO with the OS code and the path`);
+      t.ok(r.cases[k].message && r.cases[k].message.includes(x.text), `rank ${rank}, ${k}: the message says what failed on which file`, { message: r.cases[k].message });
+      if (rank !== x.who) t.ok(r.cases[k].message.startsWith(`rank ${x.who} failed: `), `rank ${rank}, ${k}: says rank ${x.who} failed`);
+    }
+    t.match(r.cases.missingStep, { ok: false, code: 'ERR_INVALID_ARGUMENT', message: /step 77 is not a complete checkpoint/ }, `rank ${rank}: a missing step is ERR_INVALID_ARGUMENT`);
+    t.ok(r.cases.missingStep.message.includes(path.join(saved, 'step-77', 'manifest.json')), `rank ${rank}: it names the manifest it looked for`);
+    t.same(r.cases.after, { ok: true, value: [] }, `rank ${rank}: the failed save left step 1 loadable`);
+  }
+  t.same(fs.readdirSync(saved).sort(), ['latest', 'step-1', 'step-9'], 'the failed save wrote nothing beside step 1');
+});
+
+t.test('ioError: a system call\'s error (a full disk) is ERR_IO with its code and path; any other error is ERR_INTERNAL with its stack', async (t) => {
+  const { ioError } = require('../dist/ts/errors.js');
+  const full = Object.assign(new Error("ENOSPC: no space left on device, write"), { code: 'ENOSPC', errno: -28, syscall: 'write' });
+  const e = ioError('checkpoint.save', 'write', '/ckpt/step-3/.rank-00001-ab.bin.tmp', full, 1);
+  t.match(e, { name: 'HoraError', code: 'ERR_IO', osCode: 'ENOSPC', path: '/ckpt/step-3/.rank-00001-ab.bin.tmp', rank: 1 }, 'ERR_IO, the code, the file (no err.path: the file written)');
+  t.equal(e.message, 'hora.checkpoint.save: rank 1 could not write /ckpt/step-3/.rank-00001-ab.bin.tmp: ENOSPC: no space left on device, write', 'one message, the code once');
+  const bug = ioError('checkpoint.save', 'write', '/ckpt/x', new TypeError('boom'), 0);
+  t.match(bug, { code: 'ERR_INTERNAL', message: /failed to write \/ckpt\/x: TypeError: boom\n\s+at / }, 'not a system call\'s error: ERR_INTERNAL with the stack');
+  t.equal(bug.osCode, undefined, 'and no osCode');
+});
+
 t.test('p=2: load of a directory with no checkpoint fails on every rank naming the latest file', async (t) => {
   const [dir] = tempDirs(t, 1);
   const outs = await load(t, 2, [dir]);
@@ -310,9 +356,10 @@ t.test('hora.elastic.State: a wrong checkpoint option is ERR_INVALID_ARGUMENT na
   }
 });
 
-t.test('bench/checkpoint.js runs (a small state, one round) and prints its medians against dd', async (t) => {
+t.test('bench/checkpoint.js runs (a small state, one round) and prints its medians against dd write and read', async (t) => {
   const { runProcess } = require('./support/hora-job');
   const r = await runProcess([path.join(__dirname, '..', 'bench', 'checkpoint.js'), '--mb', '8', '--ranks', '1,2', '--rounds', '1'], process.env, 120000);
   t.equal(r.code, 0, 'exits 0', { output: tail(r) });
-  t.match(r.stdout, /medians:\n {2}1 rank\(s\): dd \d+ MB\/s, save \d+ MB\/s \([\d.]+x dd\), load \d+ MB\/s\n {2}2 rank\(s\)/, 'prints the medians');
+  t.match(r.stdout, /medians of 1 round\(s\), each ratio hora \/ dd of the same round[^\n]*\n {2}1 rank\(s\): dd write \d+ MB\/s, read \d+ MB\/s; save \d+ MB\/s \([\d.]+x dd write, lowest [\d.]+x\), load \d+ MB\/s \([\d.]+x dd write, lowest [\d.]+x; [\d.]+x dd read, lowest [\d.]+x\), save with keep 1 \d+ MB\/s \([\d.]+x dd write, lowest [\d.]+x\)\n {2}2 rank\(s\)/,
+    'prints the medians of the ratios and the lowest, save and load against dd write, load against dd read, and save with keep');
 });

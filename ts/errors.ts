@@ -13,13 +13,21 @@ export class HoraError extends Error {
   readonly rank: number;
   /** The other rank involved, where one is known (-1 otherwise). */
   readonly peer: number;
+  /** ERR_IO: the operating system's code of the file operation that failed ('ENOSPC', 'EACCES', 'ENOTDIR', ...), as Node's fs error carried it. */
+  readonly osCode?: string;
+  /** ERR_IO: the file or directory it failed on. */
+  readonly path?: string;
 
-  constructor(code: string, message: string, rank = -1, peer = -1) {
+  constructor(code: string, message: string, rank = -1, peer = -1, io?: { osCode: string; path: string }) {
     super(message);
     this.name = 'HoraError';
     this.code = (CODES.has(code) ? code : 'ERR_INTERNAL') as HoraErrorCode;
     this.rank = rank;
     this.peer = peer;
+    if (io) {
+      this.osCode = io.osCode;
+      this.path = io.path;
+    }
   }
 }
 
@@ -55,6 +63,21 @@ export class CallSite {
 export function invalidArgument(collective: string, argument: string, expected: string, received: unknown, rank = -1): HoraError {
   return new HoraError('ERR_INVALID_ARGUMENT',
     `hora.${collective}: argument '${argument}' must be ${expected}; received ${describeValue(received)}`, rank);
+}
+
+/**
+ * ERR_IO for a file operation of `call` on `file` that failed with Node's fs error `e`: the message names the
+ * rank, what it could not do, the file and the OS's code; the error carries the code (osCode) and the path
+ * the system call failed on (Node's err.path: `file` itself or a directory on the way to it).
+ */
+export function ioError(call: string, what: string, file: string, e: unknown, rank = -1): HoraError {
+  const err = e as NodeJS.ErrnoException;
+  // Not a system call's error (no code such as 'ENOSPC'): a fault of hora's own, reported with its stack.
+  if (typeof err?.code !== 'string') return new HoraError('ERR_INTERNAL', `hora.${call}: rank ${rank} failed to ${what} ${file}: ${err?.stack ?? String(e)}`, rank);
+  const osCode = err.code;
+  const detail = err.message ?? String(e);
+  return new HoraError('ERR_IO', `hora.${call}: rank ${rank} could not ${what} ${file}: ${detail.startsWith(osCode) ? detail : `${osCode} ${detail}`}`, rank, -1,
+    { osCode, path: typeof err?.path === 'string' ? err.path : file });
 }
 
 export function describeValue(v: unknown): string {

@@ -26,6 +26,7 @@ function prng(seed) {
 function describeError(e) {
   return {
     ok: false, isHoraError: e instanceof require('../../dist/ts/index.js').HoraError, code: e && e.code, message: e && e.message, rank: e && e.rank, peer: e && e.peer,
+    ...(e && e.osCode !== undefined ? { osCode: e.osCode, path: e.path } : {}),
   };
 }
 

@@ -228,6 +228,22 @@ runScenarios(hora, {
     return { ok: true, cases: out };
   },
 
+  // File operations that fail (CKPT_IO names the paths the test prepared): each case's outcome on this rank.
+  async ioFailures(r, p) {
+    const io = JSON.parse(process.env.CKPT_IO);
+    const cases = {
+      parentIsFile: () => hora.checkpoint.save(io.parentIsFile, entriesFor(9, r, p), { step: 9 }),
+      stepIsFile: () => hora.checkpoint.save(io.stepIsFile, entriesFor(9, r, p), { step: 9 }),
+      latestIsDir: () => hora.checkpoint.load(io.latestIsDir),
+      manifestIsDir: () => hora.checkpoint.load(io.manifestIsDir),
+      missingStep: () => hora.checkpoint.load(io.missingStep, { step: 77 }),
+    };
+    const out = {};
+    for (const [k, call] of Object.entries(cases)) out[k] = await settle(call);
+    out.after = await settle(async () => check(await hora.checkpoint.load(io.stepIsFile), 1, r, p));
+    return { ok: true, cases: out };
+  },
+
   async notShared(r, p) {
     const own = fs.mkdtempSync(path.join(os.tmpdir(), `hora-ckpt-own-${r}-`));
     try {

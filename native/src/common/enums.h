@@ -78,8 +78,9 @@ enum class Code : int {
   kShutdown,         // ERR_SHUTDOWN: the communicator was closed before the work ran
   kAuth,             // ERR_AUTH: a connection failed the job's handshake
   kInternal,         // ERR_INTERNAL: a system call or invariant failed
+  kIo,               // ERR_IO: a file operation failed (hora.checkpoint: a full disk, a path not writable); JS only
 };
-constexpr int kNumCodes = static_cast<int>(Code::kInternal) + 1;
+constexpr int kNumCodes = static_cast<int>(Code::kIo) + 1;
 
 // Names for logs, error messages, the timeline and the JS binding.
 
@@ -154,6 +155,7 @@ constexpr const char* codeName(Code code) {
     case Code::kShutdown: return "ERR_SHUTDOWN";
     case Code::kAuth: return "ERR_AUTH";
     case Code::kInternal: return "ERR_INTERNAL";
+    case Code::kIo: return "ERR_IO";
   }
   return "ERR_INTERNAL";
 }
