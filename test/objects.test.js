@@ -3,7 +3,7 @@
 // (HORA_TRANSPORT=tcp): nested structures from every root and from every rank, in the world and in a group;
 // a value that cannot be cloned, a value past maxBytes and an unknown option on one rank fail the call on
 // every rank with ERR_INVALID_ARGUMENT (and the next call works); different roots fail it with ERR_MISMATCH on
-// every rank; a world of one gives copies; a killed rank is ERR_PEER_LOST; an elastic job runs them inside
+// every rank, and so does an object call where another rank makes a plain allgather; a world of one gives copies; a killed rank is ERR_PEER_LOST; an elastic job runs them inside
 // hora.elastic.run, also after it re-forms. test/workers/objects-worker.js
 // runs each scenario inside the ranks.
 const t = require('tap');
@@ -90,6 +90,16 @@ for (const [transport, env] of TRANSPORTS) {
     }
   });
 }
+
+t.test('p=3: allgatherObject on one rank where the others make a plain allgather of bytes: ERR_MISMATCH on every rank', async (t) => {
+  const { results, job } = await runScenario(t, 3, WORKER, 'plain', {});
+  if (!everyRankReported(t, results, job)) return;
+  for (const [rank, r] of results.entries()) {
+    t.equal(r.got.code, 'ERR_MISMATCH', `rank ${rank}: ERR_MISMATCH`, { got: r.got });
+    t.match(r.got.message, /rank 0 submitted allgather 'allgatherObject' \(uint8 x \d+.* but rank 1 submitted allgather \(uint8 x 4/, `rank ${rank}: names both calls`);
+    recovered(t, r, rank);
+  }
+});
 
 t.test('a world of one: copies of the value, and a clear error for a function', async (t) => {
   const { results } = await runScenario(t, 1, WORKER, 'one');

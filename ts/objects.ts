@@ -15,7 +15,9 @@
  * broadcastObject the root's only (the others contribute the header alone). When the allgather completes,
  * every rank reads every header, so a difference (another root, another call, another maxBytes) fails the
  * call with ERR_MISMATCH on every rank, naming the ranks, as newGroup compares its lists. The engine's own
- * agreement has already matched kind, dtype and name.
+ * agreement has already matched kind, dtype and name; the name it sees is the call's (engineName: the call,
+ * then the user's name), so an object call where another rank makes a plain allgather of bytes is
+ * ERR_MISMATCH on every rank before any data moves.
  *
  * A value that cannot be serialized (a function, a symbol), or that serializes to more than maxBytes,
  * fails the call on its rank before anything is sent; submitCollective then submits the placeholder that
@@ -72,7 +74,7 @@ export function planBroadcastObject(w: Scope, value: unknown, options: Broadcast
   const o = optionsObject<BroadcastObjectOptions>(c, options, BROADCAST_OBJECT_OPTIONS, w.self);
   const root = rootOf(c, o.root, w.size, w.self);
   const maxBytes = maxBytesOf(c, o.maxBytes, w.self);
-  const name = nameOf(c, o.name, w.self);
+  const name = engineName('broadcastObject', nameOf(c, o.name, w.self));
   const payload = w.rank === root ? serialized(c, value, maxBytes, w.self) : null;
   const mine = { call: Call.Broadcast, root, maxBytes };
   if (!w.dispatcher) return localPlan(() => deserialize(payload as Uint8Array));
@@ -92,7 +94,7 @@ export function planAllgatherObject(w: Scope, value: unknown, options: Allgather
   const c = w.prefix + 'allgatherObject';
   const o = optionsObject<AllgatherObjectOptions>(c, options, ALLGATHER_OBJECT_OPTIONS, w.self);
   const maxBytes = maxBytesOf(c, o.maxBytes, w.self);
-  const name = nameOf(c, o.name, w.self);
+  const name = engineName('allgatherObject', nameOf(c, o.name, w.self));
   const payload = serialized(c, value, maxBytes, w.self);
   const mine = { call: Call.Allgather, root: 0, maxBytes };
   if (!w.dispatcher) return localPlan(() => [deserialize(payload)]);
@@ -102,6 +104,15 @@ export function planAllgatherObject(w: Scope, value: unknown, options: Allgather
     finish: (r) => partsOf(c, w, mine, r).map((part) => deserialize(part)),
     keep: [bytes], local: null, value: undefined, lends: Lend.None,
   };
+}
+
+/**
+ * The name the engine agrees on for an object call: the call, then the user's name ("allgatherObject",
+ * "broadcastObject:config"). A plain allgather of bytes at the same place has another name (its own, or
+ * none), so the agreement tells the two apart, on every rank.
+ */
+function engineName(call: string, name: string): string {
+  return name === '' ? call : `${call}:${name}`;
 }
 
 /** A world of one: nothing is sent, the result is a structured clone (a new array is what broadcast gives there). */

@@ -9,6 +9,7 @@
 //   maxBytes     rank 1's value serializes past maxBytes
 //   unknown      rank 0 passes an option that does not exist ({rot: 1}); rank 1 a root out of range, a maxBytes of -1
 //   roots        each rank names itself the root
+//   plain        rank 0 calls allgatherObject where the others call a plain allgather of a Uint8Array
 //   one          a world of one: the results are copies
 //   kill         the last rank SIGKILLs itself; the others' next allgatherObject
 //   elastic      under `hora run -np 3 --min-np 2`: a call outside hora.elastic.run is refused; inside, three
@@ -107,6 +108,11 @@ async function roots(r, p) {
   return { got, after: await after(p) };
 }
 
+async function plain(r, p) {
+  const got = await outcome(() => (r === 0 ? hora.allgatherObject({ r }) : hora.allgather(new Uint8Array([1, 2, 3, r]))));
+  return { got, after: await after(p) };
+}
+
 async function one() {
   const v = valueOf(0);
   const b = await hora.broadcastObject(v);
@@ -143,4 +149,4 @@ async function elastic() {
 
 // A worker started in a refilled slot of the elastic scenario leaves at once: the world stays at two.
 if (process.argv[2] === 'elastic' && Number(process.env.HORA_WORKER_ID) >= 3) process.exit(0);
-runScenarios(hora, { values, uncloneable, maxBytes, unknown, roots, one, kill, elastic }, { noShutdown: ['kill'] });
+runScenarios(hora, { values, uncloneable, maxBytes, unknown, roots, plain, one, kill, elastic }, { noShutdown: ['kill'] });
