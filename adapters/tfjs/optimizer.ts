@@ -34,7 +34,7 @@ import * as hora from '../../ts/index';
 import { readTfjsSkipAllreduce, HoraError, checkOptionKeys, knownOptions, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
 import { BucketedStep, planBuckets, PlannedBucket, SentVariable } from './buckets';
 import { gradientsWithHooks } from './hooks';
-import { bfloat16ToFloat, floatToBFloat16, floatToHalf, halfToFloat } from './half';
+import { compress, decompress } from './half';
 import { Shard, ShardedUpdate, shardOf } from './zero';
 
 export type Compression = 'none' | 'fp16' | 'bf16';
@@ -381,7 +381,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     return () => work.wait()[0];
   }
 
-  /** Starts one allreduce; returns a function that waits for it and gives the float32 result. */
+  /** Starts one bucket's allreduce (shard 'gradients': reduceScatter); returns a function that waits for it and gives the float32 result. */
   private submit(data: Float32Array, name: string, tail: boolean, counts: readonly number[]): () => Float32Array {
     if (this.skip) return () => data;
     if (this.scale !== 1) {
@@ -395,13 +395,9 @@ export class DistributedOptimizer extends tf.Optimizer {
       const work = hora.allreduce(data, { op: this.op, name, inplace: true });
       return () => work.wait();
     }
-    const dtype = this.compression === 'fp16' ? 'float16' : 'bfloat16';
-    const packed = dtype === 'float16' ? floatToHalf(data) : floatToBFloat16(data);
-    const work = hora.allreduce(packed, { op: this.op, name, inplace: true, dtype });
-    return () => {
-      const reduced = work.wait();
-      return dtype === 'float16' ? halfToFloat(reduced, data) : bfloat16ToFloat(reduced, data);
-    };
+    const { bits, dtype } = compress(data, this.compression);
+    const work = hora.allreduce(bits, { op: this.op, name, inplace: true, dtype });
+    return () => decompress(work.wait(), dtype, data);
   }
 
   /** A pass that threw: tells the other ranks, so none waits for buckets this rank will not send. */

@@ -34,7 +34,7 @@ import * as hora from '../../ts/index';
 import type { CheckpointEntry, LoadedShard, Tensor } from '../../ts/index';
 import { HoraError, blockRange, describeValue, flushCollectives } from '../../ts/internal';
 import { planBuckets } from './buckets';
-import { bfloat16ToFloat, floatToBFloat16, floatToHalf, halfToFloat } from './half';
+import { compress, decompress } from './half';
 
 /** What DistributedOptimizer keeps sharded: nothing, the optimizer state (stage 1), or it and the gradients (stage 2). */
 export type Shard = 'none' | 'optimizer' | 'gradients';
@@ -170,12 +170,9 @@ export class ShardedUpdate {
       const work = hora.reduceScatter(packed, { op, name });
       return () => unpack(work.wait());
     }
-    const dtype = compression === 'fp16' ? 'float16' : 'bfloat16';
-    const work = hora.reduceScatter(dtype === 'float16' ? floatToHalf(packed) : floatToBFloat16(packed), { op, name, dtype });
-    return () => {
-      const half = work.wait();
-      return unpack(dtype === 'float16' ? halfToFloat(half) : bfloat16ToFloat(half));
-    };
+    const { bits, dtype } = compress(packed, compression);
+    const work = hora.reduceScatter(bits, { op, name, dtype });
+    return () => unpack(decompress(work.wait(), dtype));
   }
 
   /**
