@@ -11,7 +11,8 @@
 //    the full state under the unsharded names, broadcastOptimizer and model.save (includeOptimizer) work;
 //  - saveCheckpoint at 4 ranks with shard 'optimizer', loadCheckpoint at 2 and 3, then more steps: the
 //    weights of an uninterrupted unsharded run;
-//  - a rank that joined (its data ended) fails the step on every rank that took part, with the reason.
+//  - a rank that joined (its data ended) fails the step on every rank that took part, with the reason;
+//  - ElasticState refuses a sharded optimizer (not supported yet).
 // test/workers/tfjs-zero-worker.js trains; this file asserts.
 const fs = require('node:fs');
 const os = require('node:os');
@@ -134,4 +135,13 @@ t.test('a rank that joined fails the sharded step on every rank that took part, 
     t.match(a && a.message, /a rank took no part \(it joined/, '... saying a rank joined');
     t.equal(b && b.ok, false, 'the joined rank fails too', { b });
   }
+});
+
+t.test('ElasticState refuses a sharded optimizer by name (not supported yet), at construction and at commit', async (t) => {
+  const model = tf.sequential({ layers: [tf.layers.dense({ inputShape: [2], units: 1 })] });
+  const sharded = new tfjs.DistributedOptimizer(tf.train.adam(0.01), { shard: 'optimizer' });
+  t.throws(() => new tfjs.ElasticState(model, sharded), { code: 'ERR_INVALID_ARGUMENT', message: /argument 'optimizer' must be a DistributedOptimizer with shard 'none'.*received the string "shard 'optimizer'"/ });
+  const later = new tfjs.ElasticState(model);
+  model.compile({ optimizer: new tfjs.DistributedOptimizer(tf.train.sgd(0.1), { shard: 'gradients' }), loss: 'meanSquaredError' });
+  await t.rejects(later.commit(), { code: 'ERR_INVALID_ARGUMENT', message: /shard 'gradients'/ }, 'a model compiled with one after the state was made: at its commit');
 });
