@@ -77,6 +77,10 @@ for (const np of [2, 3, 4]) {
           t.ok(rel <= tol, `${label}: within ${tol} of shard 'none' (got ${rel.toExponential(2)})`);
         }
         t.equal(run.iterations, base.iterations, `${label}: the same iteration count`);
+        if (name === 'adam fit') {
+          t.equal(base.fitReads, 1, "shard 'none': fit's epoch end copies the optimizer state from the last rank to join");
+          t.equal(run.fitReads, 0, `${label}: fit's epoch end does not gather the whole state (every rank's part is current)`);
+        }
         t.ok(run.leaked <= base.leaked, `${label}: leaves no more tensors than shard 'none' (${run.leaked} against ${base.leaked})`);
         if (!base.state) continue; // Adamax: tfjs has no getWeights for it
         t.same(run.state.names, base.state.names, `${label}: getWeights names the full state as shard 'none' does`);

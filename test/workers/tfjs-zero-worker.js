@@ -75,6 +75,7 @@ async function run(kind, shard, options = {}, how = {}) {
   const tensorsBefore = tf.memory().numTensors;
   const model = buildModel(1);
   const optimizer = new DistributedOptimizer(OPTIMIZERS[kind](), { shard, ...options });
+  let fitReads = null;
   if (how.fit) {
     model.compile({ optimizer, loss: 'meanSquaredError' });
     // The global batches of the custom loop, one per step: each rank fits its part, batch B / size, in order.
@@ -85,7 +86,13 @@ async function run(kind, shard, options = {}, how = {}) {
       ys.push(y);
     }
     const x = tf.concat(xs), y = tf.concat(ys);
+    // How often fit (its epoch's end: joinEpoch) reads the optimizer's whole state.
+    let reads = 0;
+    const getWeights = optimizer.getWeights;
+    optimizer.getWeights = function () { reads++; return getWeights.call(this); };
     await model.fit(x, y, { batchSize: B / hora.size(), epochs: 1, shuffle: false, verbose: 0 });
+    delete optimizer.getWeights;
+    fitReads = reads;
     tf.dispose([x, y, ...xs, ...ys]);
   } else {
     train(model, optimizer, 0, STEPS, how.counts);
@@ -110,7 +117,7 @@ async function run(kind, shard, options = {}, how = {}) {
       return { modelArtifactsInfo: { dateSaved: new Date(), modelTopologyType: 'JSON' } };
     }), { includeOptimizer: true });
   }
-  const out = { weights: floats(weights), base64: b64(weights), after: floats(after), afterBase64: b64(after), state, held, saved, iterations: optimizer.iterations };
+  const out = { weights: floats(weights), base64: b64(weights), after: floats(after), afterBase64: b64(after), state, held, saved, iterations: optimizer.iterations, fitReads };
   optimizer.dispose();
   model.layers.forEach((l) => l.dispose());
   out.leaked = tf.memory().numTensors - tensorsBefore;
