@@ -46,7 +46,7 @@ function elementwise(): Array<{ prototype: unknown }> {
   return [tf.SGDOptimizer, tf.MomentumOptimizer, tf.AdamOptimizer, tf.AdamaxOptimizer, tf.RMSPropOptimizer, tf.AdagradOptimizer, tf.AdadeltaOptimizer];
 }
 
-/** Checks the shard option; 'none' and undefined give null. */
+/** Checks the shard option (undefined: 'none'). */
 export function shardOf(shard: unknown): Shard {
   if (shard === undefined || shard === 'none') return 'none';
   if (shard === 'optimizer' || shard === 'gradients') return shard;
@@ -61,10 +61,10 @@ export function checkShardable(optimizer: tf.Optimizer, shard: Shard): void {
   const name = (optimizer as { getClassName?: () => string }).getClassName?.() ?? proto?.constructor?.name ?? typeof optimizer;
   throw new HoraError('ERR_INVALID_ARGUMENT', `DistributedOptimizer: argument 'optimizer' must be one of tf.train's elementwise optimizers ` +
     `(sgd, momentum, adam, adamax, rmsprop, adagrad, adadelta) to shard its state (shard: '${shard}'); received ${name}` +
-    (DistributedOptimizerLike(optimizer) ? ' (a DistributedOptimizer: wrap the tf.train optimizer itself)' : ''));
+    (isDistributedOptimizer(optimizer) ? ' (a DistributedOptimizer: wrap the tf.train optimizer itself)' : ''));
 }
 
-function DistributedOptimizerLike(o: unknown): boolean {
+function isDistributedOptimizer(o: unknown): boolean {
   return typeof (o as { discardPartialStep?: unknown }).discardPartialStep === 'function';
 }
 
@@ -104,7 +104,7 @@ export class ShardedUpdate {
     Object.assign(owner, { checkpointEntries: this.checkpointEntries.bind(this), restoreCheckpoint: this.restoreCheckpoint.bind(this) });
   }
 
-  /** The world this rank's blocks are cut for; a world of another size is refused (the blocks would not fit). */
+  /** Fixes the world this rank's blocks are cut for at the first call; another world later is refused (the blocks would not fit). */
   private world(): void {
     const size = hora.size(), rank = hora.rank();
     if (this.size === -1) {
@@ -180,6 +180,7 @@ export class ShardedUpdate {
    * updates this rank's blocks with the wrapped optimizer, then allgathers the weights.
    */
   apply(entries: Array<{ name: string; tensor: tf.Tensor | null | undefined }>, averaged: Array<Float32Array | null>): void {
+    this.world();
     const shards = entries.map((e) => this.shardOf(e.name));
     for (const s of shards) {
       const block = tf.tidy(() => tf.slice(tf.reshape(s.variable, [-1]), s.begin, s.end - s.begin));
