@@ -64,7 +64,8 @@ function deviceItem(kind: NativeKind, op: NativeOp, dtype: NativeDType, root: nu
   return item;
 }
 
-function blockRange(count: number, size: number, block: number): [number, number] {
+/** @internal Block `block` of `count` elements cut into `size` blocks, the first count % size one longer: [begin, end). */
+export function blockRange(count: number, size: number, block: number): [number, number] {
   const base = Math.floor(count / size), extra = count % size;
   const start = (b: number) => b * base + Math.min(b, extra);
   return [start(block), start(block + 1)];

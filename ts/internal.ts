@@ -7,6 +7,7 @@
  * adapters call some of these on every step.
  */
 import * as checkpoint from './checkpoint';
+import * as collectives from './collectives';
 import * as config from './config';
 import * as messages from './control/messages';
 import * as elasticSync from './elastic/sync';
@@ -28,6 +29,9 @@ export const knownOptions = errors.knownOptions;
  */
 export const saveCheckpointAgreed = checkpoint.saveAgreed;
 export const loadCheckpointAgreed = checkpoint.loadAgreed;
+
+/** How reduceScatter cuts `count` elements into `size` blocks (the first count % size one longer): block `block`'s [begin, end). */
+export const blockRange = collectives.blockRange;
 
 /** The world this process is in, for a call named `collective`; throws before init(). */
 export const current = world.current;

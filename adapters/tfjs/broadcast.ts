@@ -69,7 +69,10 @@ export async function joinEpoch(model: ModelWithWeights, optimizer?: tf.Optimize
   const last = await hora.join();
   if (hora.size() === 1) return last;
   await broadcastModel(model, last);
-  if (optimizer) await broadcastOptimizer(optimizer, last);
+  // A sharded optimizer (docs/zero.md) needs no copy: every rank took every step (one without all ranks fails),
+  // and gathering its whole state here would hold what sharding spares.
+  const shard = (optimizer as { shard?: string } | undefined)?.shard;
+  if (optimizer && (shard === undefined || shard === 'none')) await broadcastOptimizer(optimizer, last);
   return last;
 }
 

@@ -25,9 +25,10 @@
 
 /**
  * Starts one allreduce of `data` named `name`; the returned function waits and gives the result. tail:
- * data's last element is the carried number, not a gradient.
+ * data's last element is the carried number, not a gradient; counts: the sizes of the variables data
+ * concatenates (a reduceScatter cuts each of them, zero.ts).
  */
-export type Submit = (data: Float32Array, name: string, tail: boolean) => () => Float32Array;
+export type Submit = (data: Float32Array, name: string, tail: boolean, counts: readonly number[]) => () => Float32Array;
 
 export interface PlannedBucket {
   names: string[];
@@ -233,6 +234,6 @@ export class BucketedStep {
     if (tail) data[data.length - 1] = this.carry;
     const name = `tfjs bucket ${b + 1}/${this.plan.length} (${names.length} tensors, #${hashLayout(names, counts, this.shapeOf)})${tail ? ' +1' : ''}`;
     if (this.firstSentAt === null) this.firstSentAt = performance.now();
-    this.sent.push({ names, counts, offsets, finish: this.submit(data, name, tail === 1), tail: tail === 1 });
+    this.sent.push({ names, counts, offsets, finish: this.submit(data, name, tail === 1, counts), tail: tail === 1 });
   }
 }

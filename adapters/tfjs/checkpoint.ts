@@ -40,8 +40,8 @@ export interface CheckpointModel {
  * the 'optimizer/' prefix).
  */
 export interface CheckpointableOptimizer {
-  checkpointEntries(): Promise<Record<string, CheckpointEntry>>;
-  restoreCheckpoint(entries: Record<string, Tensor | LoadedShard>): Promise<void>;
+  checkpointEntries(what: { model: CheckpointModel }): Promise<Record<string, CheckpointEntry>>;
+  restoreCheckpoint(entries: Record<string, Tensor | LoadedShard>, what: { model: CheckpointModel }): Promise<void>;
 }
 
 export interface SaveCheckpointOptions {
@@ -113,7 +113,7 @@ async function entriesOf(what: { model: CheckpointModel; optimizer?: tf.Optimize
   if (optimizer) {
     const own = checkpointable(optimizer);
     if (own) {
-      for (const [k, v] of Object.entries(await own.checkpointEntries())) entries[OPTIMIZER + k] = v;
+      for (const [k, v] of Object.entries(await own.checkpointEntries({ model }))) entries[OPTIMIZER + k] = v;
     } else {
       entries[`${OPTIMIZER}iterations`] = Float64Array.of(optimizer.iterations ?? 0);
       const slots = await slotsOf(optimizer);
@@ -165,7 +165,7 @@ export async function loadCheckpoint(dir: string, what: { model: CheckpointModel
   if (!optimizer || optimizerNames.length === 0) return loaded.step;
   const own = checkpointable(optimizer);
   if (own) {
-    await own.restoreCheckpoint(Object.fromEntries(optimizerNames.map((k) => [k.slice(OPTIMIZER.length), loaded.entries[k]])));
+    await own.restoreCheckpoint(Object.fromEntries(optimizerNames.map((k) => [k.slice(OPTIMIZER.length), loaded.entries[k]])), { model });
     return loaded.step;
   }
   const iterations = Number((loaded.entries[`${OPTIMIZER}iterations`] as Float64Array)[0]);

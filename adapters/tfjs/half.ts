@@ -88,3 +88,13 @@ export function roundToHalf(x: number): number {
   f32[0] = x;
   return halfToFloatTable()[halfBits(u32[0])];
 }
+
+/** A float32 array as it travels compressed: its float16 or bfloat16 bits, and the dtype that names them. */
+export function compress(data: Float32Array, compression: 'fp16' | 'bf16'): { bits: Uint16Array; dtype: 'float16' | 'bfloat16' } {
+  return compression === 'fp16' ? { bits: floatToHalf(data), dtype: 'float16' } : { bits: floatToBFloat16(data), dtype: 'bfloat16' };
+}
+
+/** Compressed bits back to float32 (into `into` when given). */
+export function decompress(bits: Uint16Array, dtype: 'float16' | 'bfloat16', into?: Float32Array): Float32Array {
+  return dtype === 'float16' ? halfToFloat(bits, into) : bfloat16ToFloat(bits, into);
+}

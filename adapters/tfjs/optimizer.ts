@@ -34,7 +34,8 @@ import * as hora from '../../ts/index';
 import { readTfjsSkipAllreduce, HoraError, checkOptionKeys, knownOptions, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
 import { BucketedStep, planBuckets, PlannedBucket, SentVariable } from './buckets';
 import { gradientsWithHooks } from './hooks';
-import { bfloat16ToFloat, floatToBFloat16, floatToHalf, halfToFloat } from './half';
+import { compress, decompress } from './half';
+import { Shard, ShardedUpdate, shardOf } from './zero';
 
 export type Compression = 'none' | 'fp16' | 'bf16';
 
@@ -52,9 +53,11 @@ export interface DistributedOptimizerOptions {
   overlap?: boolean;
   /** Size of a bucket of gradients sent together when overlapping, in MiB (> 0). Default 4. */
   bucketMB?: number;
+  /** ZeRO (docs/zero.md): each rank keeps 1/N of the optimizer state ('optimizer'), and of the averaged gradients ('gradients'). Default 'none'. */
+  shard?: Shard;
 }
 
-const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true }, '');
+const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true, shard: true }, '');
 
 /** Default bucketMB: see docs/tfjs.md for the measurement behind it. */
 export const DEFAULT_BUCKET_MB = 4;
@@ -98,6 +101,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   readonly op: 'avg' | 'sum';
   readonly overlap: boolean;
   readonly bucketMB: number;
+  readonly shard: Shard;
+  private readonly zero: ShardedUpdate | null; // zero.ts, where shard is not 'none'
   readonly stats: DistributedOptimizerStats = { steps: 0, submitMs: 0, waitMs: 0, applyMs: 0, backwardMs: 0, hiddenMs: 0, exposedMs: 0 };
   /** Measurement only (HORA_TFJS_SKIP_ALLREDUCE=1): no allreduce, each rank trains on its own gradients. */
   private readonly skip = readTfjsSkipAllreduce();
@@ -143,6 +148,8 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.compression = compression;
     this.backwardPassesPerStep = backwardPassesPerStep;
     this.op = op;
+    this.shard = shardOf(options.shard);
+    this.zero = this.shard === 'none' ? null : new ShardedUpdate(this, optimizer, this.shard, bucketMB * 1024 * 1024);
   }
 
   /**
@@ -167,7 +174,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     const earlier = k > 1 && this.accumulated ? new Map(this.accumulated.names.map((n, i) => [n, this.accumulated?.sums[i]])) : null;
     const weight = this.nextSamples ?? 1;
     this.scale = k === 1 && this.weighs() ? weight : 1;
-    const step = new BucketedStep(this.plan ?? planBuckets([], 0), (data, name, tail) => this.submit(data, name, tail), flushCollectives, variableShape,
+    const step = new BucketedStep(this.plan ?? planBuckets([], 0), (data, name, tail, counts) => this.submit(data, name, tail, counts), flushCollectives, variableShape,
       this.carriesSamples());
     const taken = new Set<string>();
     const tracing = timelineOn();
@@ -287,8 +294,8 @@ export class DistributedOptimizer extends tf.Optimizer {
       const order = byName(entries).filter((i) => (sums ? sums[i] : entries[i].tensor));
       const sizes = order.map((i) => ({ name: entries[i].name, count: sums ? (sums[i] as Float32Array).length : (entries[i].tensor as tf.Tensor).size }));
       const shapes = new Map(entries.map((e) => [e.name, e.tensor ? e.tensor.shape : undefined]));
-      const step = new BucketedStep(planBuckets(sizes, this.bucketMB * 1024 * 1024), (data, name, tail) => this.submit(data, name, tail), flushCollectives,
-        (name) => shapes.get(name) ?? variableShape(name), weighted && this.compression === 'none');
+      const step = new BucketedStep(planBuckets(sizes, this.bucketMB * 1024 * 1024), (data, name, tail, counts) => this.submit(data, name, tail, counts), flushCollectives,
+        (name) => shapes.get(name) ?? variableShape(name), weighted && this.compression === 'none' && !this.zero?.scatters);
       // (add copies the values into its bucket, so the backend's own array is read without a copy of ours.)
       for (const i of order) step.add(entries[i].name, sums ? (sums[i] as Float32Array) : ((entries[i].tensor as tf.Tensor).dataSync() as Float32Array));
       t1 = performance.now();
@@ -300,12 +307,13 @@ export class DistributedOptimizer extends tf.Optimizer {
       if (weighted) divideBy(averaged, samples ? samples() : carried ?? 0);
     }
 
-    const tensors = averaged.map((data, i) => {
+    const tensors = this.zero ? [] : averaged.map((data, i) => {
       const g = entries[i].tensor;
       return data && g ? tf.tensor(data, g.shape, 'float32') : g;
     });
     try {
-      if (asArray) {
+      if (this.zero) this.zero.apply(entries, averaged);
+      else if (asArray) {
         this.optimizer.applyGradients(entries.map((e, i) => ({ name: e.name, tensor: tensors[i] as tf.Tensor })));
       } else {
         const map: tf.NamedTensorMap = {};
@@ -352,7 +360,7 @@ export class DistributedOptimizer extends tf.Optimizer {
 
   /** Whether the coming step's count rides in its last bucket (float32 buckets: no compression). */
   private carriesSamples(): boolean {
-    return this.weighs() && this.compression === 'none';
+    return this.weighs() && this.compression === 'none' && !this.zero?.scatters;
   }
 
   /** The step's count as it travels: its passes' weights over k, as the buckets carry their gradients over k. */
@@ -373,8 +381,8 @@ export class DistributedOptimizer extends tf.Optimizer {
     return () => work.wait()[0];
   }
 
-  /** Starts one allreduce; returns a function that waits for it and gives the float32 result. */
-  private submit(data: Float32Array, name: string, tail = false): () => Float32Array {
+  /** Starts one bucket's allreduce (shard 'gradients': reduceScatter); returns a function that waits for it and gives the float32 result. */
+  private submit(data: Float32Array, name: string, tail: boolean, counts: readonly number[]): () => Float32Array {
     if (this.skip) return () => data;
     if (this.scale !== 1) {
       // Not the carried count (tail): it is a count, not a gradient.
@@ -382,17 +390,14 @@ export class DistributedOptimizer extends tf.Optimizer {
       if (this.scale === 0) data.fill(0, 0, end);
       else for (let i = 0; i < end; i++) data[i] *= this.scale;
     }
+    if (this.zero?.scatters) return this.zero.reduceScatter(data, name, counts, this.op, this.compression);
     if (this.compression === 'none') {
       const work = hora.allreduce(data, { op: this.op, name, inplace: true });
       return () => work.wait();
     }
-    const dtype = this.compression === 'fp16' ? 'float16' : 'bfloat16';
-    const packed = dtype === 'float16' ? floatToHalf(data) : floatToBFloat16(data);
-    const work = hora.allreduce(packed, { op: this.op, name, inplace: true, dtype });
-    return () => {
-      const reduced = work.wait();
-      return dtype === 'float16' ? halfToFloat(reduced, data) : bfloat16ToFloat(reduced, data);
-    };
+    const { bits, dtype } = compress(data, this.compression);
+    const work = hora.allreduce(bits, { op: this.op, name, inplace: true, dtype });
+    return () => decompress(work.wait(), dtype, data);
   }
 
   /** A pass that threw: tells the other ranks, so none waits for buckets this rank will not send. */
@@ -461,11 +466,11 @@ export class DistributedOptimizer extends tf.Optimizer {
   }
 
   getWeights(): Promise<NamedTensor[]> {
-    return this.optimizer.getWeights();
+    return this.zero ? this.zero.getWeights() : this.optimizer.getWeights();
   }
 
   setWeights(weightValues: NamedTensor[]): Promise<void> {
-    return this.optimizer.setWeights(weightValues);
+    return this.zero ? this.zero.setWeights(weightValues) : this.optimizer.setWeights(weightValues);
   }
 
   getConfig(): tf.serialization.ConfigDict {
@@ -492,6 +497,7 @@ export class DistributedOptimizer extends tf.Optimizer {
   dispose(): void {
     this.accumulated = null;
     this.inFlight = null;
+    this.zero?.dispose();
     this.optimizer.dispose();
   }
 }
