@@ -68,6 +68,8 @@ export async function broadcastOptimizer(optimizer: tf.Optimizer, root = 0): Pro
 export async function joinEpoch(model: ModelWithWeights, optimizer?: tf.Optimizer): Promise<number> {
   const last = await hora.join();
   if (hora.size() === 1) return last;
+  // Sharded weights: a step needs every rank (its allgathers), so every rank took every step.
+  if (optimizer && (optimizer as { shard?: unknown }).shard === 'weights') return last;
   await broadcastModel(model, last);
   if (optimizer) await broadcastOptimizer(optimizer, last);
   return last;

@@ -31,10 +31,11 @@
  */
 import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
-import { readTfjsSkipAllreduce, HoraError, checkOptionKeys, knownOptions, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
+import { readTfjsSkipAllreduce, HoraError, describeValue, checkOptionKeys, knownOptions, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
 import { BucketedStep, planBuckets, PlannedBucket, SentVariable } from './buckets';
 import { gradientsWithHooks } from './hooks';
 import { bfloat16ToFloat, floatToBFloat16, floatToHalf, halfToFloat } from './half';
+import { WeightShards } from './zero-weights';
 
 export type Compression = 'none' | 'fp16' | 'bf16';
 
@@ -52,9 +53,16 @@ export interface DistributedOptimizerOptions {
   overlap?: boolean;
   /** Size of a bucket of gradients sent together when overlapping, in MiB (> 0). Default 4. */
   bucketMB?: number;
+  /**
+   * ZeRO sharding across the ranks: 'weights' (stage 3) keeps 1/N of each weight of `model` on each rank
+   * and allgathers a layer's weights when the layer runs (docs/zero-weights.md). Default: nothing sharded.
+   */
+  shard?: 'weights';
+  /** The model whose weights shard: 'weights' shards (a built tf.LayersModel, before model.fit). */
+  model?: unknown;
 }
 
-const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true }, '');
+const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true, shard: true, model: true }, '');
 
 /** Default bucketMB: see docs/tfjs.md for the measurement behind it. */
 export const DEFAULT_BUCKET_MB = 4;
@@ -98,6 +106,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   readonly op: 'avg' | 'sum';
   readonly overlap: boolean;
   readonly bucketMB: number;
+  /** What is sharded across the ranks (the option), or null. */
+  readonly shard: 'weights' | null = null;
   readonly stats: DistributedOptimizerStats = { steps: 0, submitMs: 0, waitMs: 0, applyMs: 0, backwardMs: 0, hiddenMs: 0, exposedMs: 0 };
   /** Measurement only (HORA_TFJS_SKIP_ALLREDUCE=1): no allreduce, each rank trains on its own gradients. */
   private readonly skip = readTfjsSkipAllreduce();
@@ -114,6 +124,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   private stepSamples = 0;
   /** What submit() multiplies a bucket by: a weighted step's samples when k = 1 (k > 1 weighs each pass as it sums them), else 1. */
   private scale = 1;
+  /** shard: 'weights': the model's sharded weights, and the step's side of them (zero-weights.ts); else null. */
+  private readonly weightShards: WeightShards | null = null;
 
   constructor(optimizer: tf.Optimizer, options: DistributedOptimizerOptions = {}) {
     super();
@@ -143,6 +155,20 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.compression = compression;
     this.backwardPassesPerStep = backwardPassesPerStep;
     this.op = op;
+    const { shard, model } = options;
+    if (shard !== undefined && shard !== 'weights') {
+      throw new HoraError('ERR_INVALID_ARGUMENT', `DistributedOptimizer: option 'shard' must be 'weights'; received ${describeValue(shard)}`);
+    }
+    if (shard === undefined && model !== undefined) {
+      throw new HoraError('ERR_INVALID_ARGUMENT', "DistributedOptimizer: option 'model' is used with shard: 'weights' only; received a model without it");
+    }
+    if (shard === 'weights') {
+      const shards = new WeightShards(this, model as ConstructorParameters<typeof WeightShards>[1]);
+      this.weightShards = shards;
+      this.shard = shard;
+      // saveCheckpoint and loadCheckpoint take the state of this optimizer from it (CheckpointableOptimizer).
+      Object.assign(this, { checkpointEntries: () => shards.checkpointEntries(), restoreCheckpoint: (e: never) => shards.restoreCheckpoint(e) });
+    }
   }
 
   /**
@@ -153,7 +179,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   computeGradients(f: () => tf.Scalar, varList?: tf.Variable[]): { value: tf.Scalar; grads: tf.NamedTensorMap } {
     const k = this.backwardPassesPerStep;
     this.inFlight = null;
-    if (!this.overlap || this.passes + 1 < k) {
+    // Sharded weights: their gradients are reduced inside the pass (zero-weights.ts).
+    if (!this.overlap || this.passes + 1 < k || this.weightShards) {
       let backwardAt = performance.now();
       const result = super.computeGradients(() => {
         const y = f();
@@ -212,6 +239,13 @@ export class DistributedOptimizer extends tf.Optimizer {
    * backwardPassesPerStep = k only every k-th call communicates and updates; the others accumulate.
    */
   applyGradients(variableGradients: Gradients): void {
+    if (this.weightShards) {
+      steps.begin(true);
+      this.weightShards.applyGradients(variableGradients);
+      steps.end();
+      steps.begin();
+      return;
+    }
     const t0 = performance.now();
     // A step runs from the end of the previous applyGradients to the end of this one, so that it holds the
     // forward and backward pass that tfjs runs before calling here; the first starts here.
@@ -460,12 +494,13 @@ export class DistributedOptimizer extends tf.Optimizer {
     return this.optimizer.iterations;
   }
 
+  /** The inner optimizer's weights; with shard: 'weights', each slot of a sharded weight allgathered (call it on every rank). */
   getWeights(): Promise<NamedTensor[]> {
-    return this.optimizer.getWeights();
+    return this.weightShards ? this.weightShards.getWeights() : this.optimizer.getWeights();
   }
 
   setWeights(weightValues: NamedTensor[]): Promise<void> {
-    return this.optimizer.setWeights(weightValues);
+    return this.weightShards ? this.weightShards.setWeights(weightValues) : this.optimizer.setWeights(weightValues);
   }
 
   getConfig(): tf.serialization.ConfigDict {
@@ -487,6 +522,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.stepSamples = 0;
     this.nextSamples = null;
     this.inFlight = null;
+    this.weightShards?.discardPartialStep();
   }
 
   dispose(): void {
