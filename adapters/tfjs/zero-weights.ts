@@ -79,6 +79,14 @@ type Model = {
   collectedTrainableWeights?: LayerVariable[];
 };
 
+/** The models stage 3 has sharded. */
+const shardedModels = new WeakSet<object>();
+
+/** Whether `model`'s weights are sharded by a DistributedOptimizer with shard: 'weights'. */
+export function isWeightSharded(model: unknown): boolean {
+  return typeof model === 'object' && model !== null && shardedModels.has(model);
+}
+
 /** The blocks of reduceScatter (ts/collectives.ts blockRange): [begin, end) of block `block` of `count` over `size`. */
 export function blockRange(count: number, size: number, block: number): [number, number] {
   const base = Math.floor(count / size), extra = count % size;
@@ -224,6 +232,7 @@ export class WeightShards {
     const layers = checkModel(model);
     const rank = hora.rank(), size = hora.size();
     for (const [layer, props] of layers) this.shardLayer(layer, props, rank, size);
+    shardedModels.add(model);
     const views = new Map<unknown, FullWeight>(this.weights.map((w) => [w.shard, w.view]));
     const sub = (w: LayerVariable) => views.get(w) ?? w;
     // Full views in `weights`, in the places tfjs gives them (the trainable ones first, layer by layer).
@@ -512,7 +521,7 @@ function checkModel(model: Model): Array<[Layer, readonly string[]]> {
   if (model === null || typeof model !== 'object' || !Array.isArray((model as Model).layers) || !('trainableWeights' in model)) {
     throw refuse('model', "a tf.LayersModel (shard: 'weights' shards its layers' weights)", model);
   }
-  if (Object.getOwnPropertyDescriptor(model, 'weights')) {
+  if (isWeightSharded(model)) {
     throw refuse('model', "a model not sharded yet (this one's weights are sharded by another DistributedOptimizer)", model);
   }
   const out: Array<[Layer, readonly string[]]> = [];

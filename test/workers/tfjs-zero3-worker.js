@@ -7,7 +7,10 @@
 //             (model A) and sharded (model B); reports the largest relative difference of each weight
 //             (max |a - b| / max |a|), of the optimizer state (getWeights, gathered) and of predict(), the
 //             shapes model.getWeights() and model.save() give, and a hash of B's gathered weights
-//   refused   a model with a BatchNormalization layer, a missing model, a model given without shard
+//   options   compare's Dense model with Adam in a loop, with compression fp16 and bf16, backwardPassesPerStep 2
+//             and op 'sum'
+//   refused   a model with a BatchNormalization layer, an LSTM, a missing model, a model given without shard, a
+//             shard other than 'weights', an ElasticState of a sharded model, a model sharded twice
 //   memory    tensor bytes held between steps (tf.memory().numBytes less what was there before the model)
 //             by an MLP trained with Adam, unsharded and sharded, and the sharded pass's peak
 //   save      stage 3 with Adam: 3 steps, saveCheckpoint(CKPT_DIR) at step 3, 2 more steps; reports B's
@@ -16,7 +19,7 @@
 const crypto = require('node:crypto');
 const tf = require('@tensorflow/tfjs');
 const hora = require('../../dist/ts/index.js');
-const { DistributedOptimizer, broadcastOptimizer, saveCheckpoint, loadCheckpoint } = require('../../dist/adapters/tfjs/index.js');
+const { DistributedOptimizer, ElasticState, broadcastOptimizer, saveCheckpoint, loadCheckpoint } = require('../../dist/adapters/tfjs/index.js');
 const { describeError, prng, runScenarios } = require('../support/worker-util');
 
 tf.setBackend('cpu');
@@ -103,13 +106,13 @@ async function savedSpecs(model) {
   return specs;
 }
 
-async function compareOne(kind, optName, way) {
-  const steps = 3;
+async function compareOne(kind, optName, way, options = {}) {
+  const steps = 4;
   const set = data(kind, steps, 7);
   const a = buildModel(kind, 11);
   const b = buildModel(kind, 11);
-  const optA = new DistributedOptimizer(OPTIMIZERS[optName]());
-  const optB = new DistributedOptimizer(OPTIMIZERS[optName](), { shard: 'weights', model: b });
+  const optA = new DistributedOptimizer(OPTIMIZERS[optName](), options);
+  const optB = new DistributedOptimizer(OPTIMIZERS[optName](), { ...options, shard: 'weights', model: b });
   await broadcastOptimizer(optB);
   await train(a, optA, way, set, steps);
   await train(b, optB, way, set, steps);
@@ -192,6 +195,14 @@ runScenarios(hora, {
     return out;
   },
 
+  async options() {
+    const out = {};
+    for (const [name, options] of Object.entries({ fp16: { compression: 'fp16' }, bf16: { compression: 'bf16' }, 'backwardPassesPerStep 2': { backwardPassesPerStep: 2 }, 'op sum': { op: 'sum' } })) {
+      out[name] = await compareOne('dense', 'adam', 'loop', options);
+    }
+    return out;
+  },
+
   async refused() {
     const bn = tf.sequential({ layers: [tf.layers.dense({ inputShape: [4], units: 3 }), tf.layers.batchNormalization({ name: 'bn_refused' }), tf.layers.dense({ units: 2 })] });
     const before = bn.getWeights().map((w) => Array.from(w.dataSync()));
@@ -205,6 +216,10 @@ runScenarios(hora, {
       modelAlone: await refusedOne(() => new DistributedOptimizer(tf.train.sgd(0.1), { model: bn })),
       badShard: await refusedOne(() => new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'everything', model: bn })),
     };
+    const elastic = buildModel('dense', 3);
+    new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model: elastic });
+    out.elastic = await refusedOne(() => new ElasticState(elastic));
+    out.twice = await refusedOne(() => new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model: elastic }));
     out.unchanged = JSON.stringify(bn.getWeights().map((w) => Array.from(w.dataSync()))) === JSON.stringify(before) &&
       bn.trainableWeights.every((w, i) => w.shape.join() === bn.getWeights()[i].shape.join());
     return out;
