@@ -32,6 +32,8 @@ for (const np of [2, 3, 4]) {
       t.ok(Array.isArray(got.state) && got.state.every((r) => r <= tol), `${key}: the optimizer state (getWeights, gathered) within ${tol}`, { state: got.state });
       t.ok(got.predict <= tol, `${key}: predict() within ${tol}`, { predict: got.predict });
       t.same(got.shapes.sharded, FULL_SHAPES[kind], `${key}: model.getWeights() gives the full shapes`);
+      t.ok(got.setWeights, `${key}: model.setWeights() of the unsharded model's weights gives them back, bit for bit`);
+      t.ok(got.evaluate, `${key}: then model.evaluate() gives the unsharded model's loss, bit for bit`);
       t.same(got.saved.sharded.map((s) => s.shape), FULL_SHAPES[kind], `${key}: model.save() writes the full shapes`);
       for (const [rank, r] of results.entries()) {
         t.equal(r && r[key].hash, got.hash, `${key}: rank ${rank}'s gathered weights are bit-identical to rank 0's`);
@@ -96,7 +98,7 @@ t.test('saveCheckpoint of a sharded model and Adam at 2 ranks, loadCheckpoint at
   const loaded = await runScenario(t, 3, WORKER, 'load', { CKPT_DIR: dir });
   const before = saved.results[0];
   for (const [rank, r] of loaded.results.entries()) {
-    if (!r || !before) continue;
+    if (!r || !before || r.threw || before.threw) continue;
     t.equal(r.step, 3, `rank ${rank}: loaded step 3`);
     t.equal(r.iterations, 5, `rank ${rank}: the iteration count came back (3), and 2 steps more`);
     t.same(r.loaded, before.atSave, `rank ${rank}: the weights as saved, bit for bit, at another world size`);
@@ -106,5 +108,23 @@ t.test('saveCheckpoint of a sharded model and Adam at 2 ranks, loadCheckpoint at
       return Math.max(...w.map((v, j) => Math.abs(v - a[j]))) / scale;
     }));
     t.ok(worst <= 1e-5, `rank ${rank}: two more steps end within 1e-5 of the run that went on (Adam's moments were restored): ${worst}`);
+  }
+});
+
+t.test('a sharded model loads an unsharded checkpoint; an unsharded optimizer refuses a sharded one, by name', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero3-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const { results } = await runScenario(t, 2, WORKER, 'crossload', { CKPT_DIR: dir });
+  for (const [rank, r] of results.entries()) {
+    if (!r || r.threw) continue;
+    t.equal(r.iterations, 5, `rank ${rank}: the sharded optimizer took the iteration count`);
+    const worst = Math.max(...r.sharded.map((w, i) => {
+      const a = r.unsharded[i];
+      return Math.max(...w.map((v, j) => Math.abs(v - a[j]))) / Math.max(...a.map(Math.abs));
+    }));
+    t.ok(worst <= 1e-5, `rank ${rank}: 2 steps after the load, within 1e-5 of the unsharded run: ${worst}`);
+    t.equal(r.refused && r.refused.code, 'ERR_MISMATCH', `rank ${rank}: an unsharded optimizer refuses the sharded checkpoint`, { refused: r.refused });
+    t.match(r.refused && r.refused.message, /manifest.*keeps its own \(sharded\) state/, `rank ${rank}: saying why, naming the manifest`);
+    t.ok(r.unchanged, `rank ${rank}: and loads nothing`);
   }
 });

@@ -77,6 +77,8 @@ type Layer = {
 type Model = {
   layers: Layer[]; trainableWeights: LayerVariable[]; nonTrainableWeights: LayerVariable[];
   collectedTrainableWeights?: LayerVariable[];
+  /** A tf.Sequential's inner model. */
+  model?: Model;
 };
 
 /** The models stage 3 has sharded. */
@@ -190,6 +192,21 @@ class FullWeight {
   }
 }
 
+/** model.setWeights through the model's `weights` (views for the sharded ones), checked as tfjs checks it. */
+function setWeights(model: Model, values: tf.Tensor[]): void {
+  const weights = (model as unknown as { weights: LayerVariable[] }).weights;
+  if (!Array.isArray(values) || values.length !== weights.length) {
+    throw new Error(`setWeights: the model has ${weights.length} weights; received ${Array.isArray(values) ? values.length : describeValue(values)}`);
+  }
+  weights.forEach((w, i) => {
+    const v = values[i];
+    if (!(v instanceof tf.Tensor) || v.shape.length !== w.shape.length || v.shape.some((d, k) => d !== w.shape[k])) {
+      throw new Error(`setWeights: weight ${i} ('${w.name}') has shape [${w.shape.join(', ')}]; received ${v instanceof tf.Tensor ? `[${v.shape.join(', ')}]` : describeValue(v)}`);
+    }
+  });
+  tf.tidy(() => weights.forEach((w, i) => { w.write(values[i]); }));
+}
+
 /** Allgathers each weight (all submitted, then waited for) into a tensor of its full shape. */
 function gather(weights: ShardedWeight[]): tf.Tensor[] {
   const works = weights.map((w) => hora.allgather(w.shard.val.dataSync() as Float32Array, { name: `zero3 ${w.name}` }));
@@ -240,6 +257,9 @@ export class WeightShards {
       configurable: true,
       get: () => [...model.trainableWeights.map(sub), ...model.nonTrainableWeights.map(sub)],
     });
+    // A tf.Sequential's setWeights goes to the model it wraps (model.model, which compile() makes anew):
+    // the model's own writes through `weights`.
+    Object.defineProperty(model, 'setWeights', { configurable: true, writable: true, value: (values: tf.Tensor[]) => setWeights(model, values) });
     for (const [layer] of layers) {
       Object.defineProperty(layer, 'weights', {
         configurable: true,
@@ -248,6 +268,7 @@ export class WeightShards {
     }
     // A model compiled before: model.fit trains the list compile collected.
     if (Array.isArray(model.collectedTrainableWeights)) model.collectedTrainableWeights = model.trainableWeights;
+    if (model.model && Array.isArray(model.model.collectedTrainableWeights)) model.model.collectedTrainableWeights = model.model.trainableWeights;
   }
 
   private shardLayer(layer: Layer, props: readonly string[], rank: number, size: number): void {
@@ -308,11 +329,11 @@ export class WeightShards {
     let grads: tf.Tensor[];
     try {
       grads = tf.grads((xx: tf.Tensor, ...ws: tf.Tensor[]) => withWeights(layer, props, ws, () => call.call(layer, xx, kwargs) as tf.Tensor))([x, ...full], dy);
+      this.notePeak();
     } finally {
       state.activeTape = tape;
       full.forEach((t) => t.dispose());
     }
-    this.notePeak();
     const [dx, ...dws] = grads;
     const works = dws.map((g, i) => this.reduceScatter(g.dataSync() as Float32Array, mine[i].name));
     const shards = works.map((wait) => tf.tensor1d(wait(), 'float32'));
@@ -411,19 +432,22 @@ export class WeightShards {
     this.passes = 0;
   }
 
-  /** The sharded weight a slot of the inner optimizer belongs to (Adam names them '<variable>/m'...), if any. */
-  private ownerOf(slot: string, length: number): ShardedWeight | null {
-    let best: ShardedWeight | null = null;
-    for (const w of this.weights) {
-      if (slot.startsWith(`${w.name}/`) && (!best || w.name.length > best.name.length)) best = w;
-    }
-    return best && length === best.end - best.begin ? best : null;
+  /**
+   * The sharded weight of the inner optimizer's slot j (counted after the iteration count): a tf.train
+   * optimizer keeps its slots in runs of one per variable (Adam: every first moment, then every second), in
+   * the order it was first given the variables: the model's sharded weights' order, the same in every process
+   * (slot names are not: tfjs numbers layers per process). `size`: the slot's values, a block or the whole.
+   */
+  private slotWeight(j: number, size: number, whole: boolean): ShardedWeight | null {
+    const w = this.weights.length > 0 ? this.weights[j % this.weights.length] : null;
+    return w && size === (whole ? w.count : w.end - w.begin) ? w : null;
   }
 
   /** The inner optimizer's weights with every slot of a sharded weight allgathered to the weight's shape. */
   async getWeights(): Promise<Array<{ name: string; tensor: tf.Tensor }>> {
     const named = await this.owner.optimizer.getWeights();
-    const owners = named.map((n) => this.ownerOf(n.name, n.tensor.size));
+    const first = named.length > 0 && named[0].name === 'iter' ? 1 : 0;
+    const owners = named.map((n, i) => (i < first ? null : this.slotWeight(i - first, n.tensor.size, false)));
     const works = named.map((n, i) => (owners[i] ? hora.allgather(n.tensor.dataSync() as Float32Array, { name: `zero3 slot ${n.name}` }) : null));
     return named.map((n, i) => {
       const w = owners[i];
@@ -432,11 +456,12 @@ export class WeightShards {
     });
   }
 
-  /** setWeights with full slots (as getWeights gives them): each slot of a sharded weight keeps this rank's block. */
+  /** setWeights with whole slots (as getWeights gives them): each slot of a sharded weight keeps this rank's block. */
   async setWeights(weightValues: Array<{ name: string; tensor: tf.Tensor }>): Promise<void> {
     const made: tf.Tensor[] = [];
-    const mine = weightValues.map((n) => {
-      const w = this.ownerOfFull(n.name, n.tensor.size);
+    const first = weightValues.length > 0 && weightValues[0].name === 'iter' ? 1 : 0;
+    const mine = weightValues.map((n, i) => {
+      const w = i < first ? null : this.slotWeight(i - first, n.tensor.size, true);
       if (!w) return n;
       const block = tf.tensor1d((n.tensor.dataSync() as Float32Array).slice(w.begin, w.end), 'float32');
       made.push(block);
@@ -449,46 +474,54 @@ export class WeightShards {
     }
   }
 
-  private ownerOfFull(slot: string, size: number): ShardedWeight | null {
-    const w = this.ownerOf(slot, -1) ?? this.weights.filter((c) => slot.startsWith(`${c.name}/`)).sort((a, b) => b.name.length - a.name.length)[0] ?? null;
-    return w && size === w.count ? w : null;
-  }
-
   /**
-   * saveCheckpoint's entries for the optimizer (CheckpointableOptimizer, checkpoint.ts): the iteration
-   * count, each slot of a sharded weight as a sharded entry (this rank's block, the weight's count, the
-   * block's offset), other slots and the inner optimizer's scalar variables replicated.
+   * saveCheckpoint's entries for the optimizer (CheckpointableOptimizer, checkpoint.ts), under 'zero3/' (so
+   * that an unsharded optimizer refuses them by name): the iteration count, each slot of a sharded weight as
+   * a sharded entry (this rank's block, the weight's count, the block's offset), the inner optimizer's
+   * scalar variables replicated.
    */
   async checkpointEntries(): Promise<Record<string, CheckpointEntry>> {
     const inner = this.owner.optimizer;
-    const entries: Record<string, CheckpointEntry> = { iterations: Float64Array.of(inner.iterations ?? 0) };
+    const entries: Record<string, CheckpointEntry> = { [`${ENTRY}iterations`]: Float64Array.of(inner.iterations ?? 0) };
     const named = await inner.getWeights();
     named.forEach((n, i) => {
       if (i === 0 && n.name === 'iter') {
         n.tensor.dispose();
         return;
       }
-      const w = this.ownerOf(n.name, n.tensor.size);
+      const w = this.slotWeight(i - 1, n.tensor.size, false);
       const data = Float32Array.from(n.tensor.dataSync() as Float32Array);
-      entries[`slot/${String(i).padStart(5, '0')} ${n.name}`] = w ? { data, globalLength: w.count, offset: w.begin } : data;
+      entries[`${ENTRY}slot/${String(i).padStart(5, '0')} ${n.name}`] = w ? { data, globalLength: w.count, offset: w.begin } : data;
     });
-    for (const [prop, v] of scalarVariables(inner)) entries[`hidden/${prop}`] = Float32Array.from(v.dataSync() as Float32Array);
+    for (const [prop, v] of scalarVariables(inner)) entries[`${ENTRY}hidden/${prop}`] = Float32Array.from(v.dataSync() as Float32Array);
     return entries;
   }
 
-  /** loadCheckpoint's side (CheckpointableOptimizer): the entries checkpointEntries saved, this rank's blocks at the current world size. */
+  /**
+   * loadCheckpoint's side (CheckpointableOptimizer): the entries checkpointEntries saved, this rank's blocks
+   * at the current world size; or those of an unsharded optimizer (checkpoint.ts: 'iterations', 'slot/...'
+   * replicated, 'hidden/...'), of which each rank keeps its blocks.
+   */
   async restoreCheckpoint(entries: Record<string, Tensor | LoadedShard>): Promise<void> {
     const inner = this.owner.optimizer;
-    const iterations = Number((entries.iterations as Float64Array)[0]);
+    const prefix = `${ENTRY}iterations` in entries ? ENTRY : '';
+    const iterations = Number((entries[`${prefix}iterations`] as Float64Array)[0]);
     const given: Array<{ name: string; tensor: tf.Tensor }> = [];
-    for (const key of Object.keys(entries).filter((k) => k.startsWith('slot/')).sort()) {
+    for (const [j, key] of Object.keys(entries).filter((k) => k.startsWith(`${prefix}slot/`)).sort().entries()) {
       const name = key.slice(key.indexOf(' ') + 1);
       const e = entries[key];
       const sharded = !ArrayBuffer.isView(e);
-      const data = (sharded ? (e as LoadedShard).data : e) as Float32Array;
-      const w = sharded ? this.weights.find((c) => name.startsWith(`${c.name}/`) && c.count === (e as LoadedShard).globalLength) : null;
-      if (sharded && (!w || (e as LoadedShard).offset !== w.begin || data.length !== w.end - w.begin)) {
-        throw new HoraError('ERR_MISMATCH', `hora/tfjs loadCheckpoint: optimizer slot '${name}' does not fit a sharded weight of this model`);
+      let data = (sharded ? (e as LoadedShard).data : e) as Float32Array;
+      const total = sharded ? (e as LoadedShard).globalLength : data.length;
+      const w = this.slotWeight(j, total, true);
+      if (!w) {
+        throw new HoraError('ERR_MISMATCH', `hora/tfjs loadCheckpoint: optimizer slot ${j} ('${name}' there, ${total} values) does not fit ` +
+          `the model's sharded weight ${j % Math.max(1, this.weights.length)}${this.weights.length > 0 ? ` ('${this.weights[j % this.weights.length].name}', ${this.weights[j % this.weights.length].count} values)` : ''}`);
+      }
+      if (!sharded) data = data.subarray(w.begin, w.end);
+      else if ((e as LoadedShard).offset !== w.begin || data.length !== w.end - w.begin) {
+        throw new HoraError('ERR_MISMATCH', `hora/tfjs loadCheckpoint: optimizer slot '${name}' came back as values ${(e as LoadedShard).offset} to ` +
+          `${(e as LoadedShard).offset + data.length}; this rank's block of '${w.name}' is ${w.begin} to ${w.end}`);
       }
       given.push({ name, tensor: tf.tensor1d(data, 'float32') });
     }
@@ -498,7 +531,7 @@ export class WeightShards {
     given.forEach((g) => g.tensor.dispose());
     (inner as unknown as { iterations_: number }).iterations_ = iterations;
     for (const [prop, v] of scalarVariables(inner)) {
-      const e = entries[`hidden/${prop}`];
+      const e = entries[`${prefix}hidden/${prop}`];
       if (!e || !ArrayBuffer.isView(e)) continue;
       const t = tf.tensor(e as Float32Array, v.shape, 'float32');
       v.assign(t);
@@ -506,6 +539,9 @@ export class WeightShards {
     }
   }
 }
+
+/** The prefix of stage 3's own optimizer entries in a checkpoint (after checkpoint.ts's 'optimizer/'). */
+const ENTRY = 'zero3/';
 
 /** The float32 variables an optimizer keeps outside getWeights() (Adam's accBeta1...), by property name (elastic.ts hiddenVariables). */
 function scalarVariables(optimizer: tf.Optimizer): Array<[string, tf.Variable]> {

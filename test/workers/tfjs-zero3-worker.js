@@ -16,6 +16,8 @@
 //   save      stage 3 with Adam: 3 steps, saveCheckpoint(CKPT_DIR) at step 3, 2 more steps; reports B's
 //             gathered weights after step 3 and at the end
 //   load      a fresh sharded model loads CKPT_DIR (saved at another world size) and runs the same 2 steps
+//   crossload an unsharded run saves at step 3; a sharded model loads it and runs 2 steps more, as the unsharded
+//             one does; then an unsharded optimizer loads the sharded one's checkpoint (refused)
 const crypto = require('node:crypto');
 const tf = require('@tensorflow/tfjs');
 const hora = require('../../dist/ts/index.js');
@@ -132,6 +134,13 @@ async function compareOne(kind, optName, way, options = {}) {
     trainable: b.trainableWeights.map((w) => w.shape),
     hash: hash(wb),
   };
+  // setWeights through the views: B takes A's weights, each rank its blocks.
+  b.setWeights(a.getWeights());
+  out.setWeights = hash(b.getWeights().map((w) => w.dataSync())) === hash(a.getWeights().map((w) => w.dataSync()));
+  if (way === 'loop') for (const [m, o] of [[a, optA], [b, optB]]) m.compile({ optimizer: o, loss: 'meanSquaredError' });
+  const evalA = a.evaluate(probe, tf.tidy(() => tf.slice(set.y, 0, 2))).dataSync()[0];
+  const evalB = b.evaluate(probe, tf.tidy(() => tf.slice(set.y, 0, 2))).dataSync()[0];
+  out.evaluate = evalA === evalB;
   tf.dispose([probe, set.x, set.y]);
   return out;
 }
@@ -245,6 +254,41 @@ runScenarios(hora, {
     const atSave = model.getWeights().map((w) => Array.from(w.dataSync()));
     for (let s = 3; s < 5; s++) await step(s);
     return { atSave, end: model.getWeights().map((w) => Array.from(w.dataSync())) };
+  },
+
+  async crossload() {
+    const dir = process.env.CKPT_DIR;
+    const set = data('dense', 5, 21);
+    const steps = (model, optimizer, from, to) => {
+      for (let s = from; s < to; s++) {
+        const xs = tf.slice(set.x, s * set.m, set.m), ys = tf.slice(set.y, s * set.m, set.m);
+        optimizer.minimize(() => tf.losses.meanSquaredError(ys, model.apply(xs)));
+        tf.dispose([xs, ys]);
+      }
+    };
+    const weightsOf = (model) => model.getWeights().map((w) => Array.from(w.dataSync()));
+    // Unsharded run: 3 steps, saved, 2 more.
+    const u = buildModel('dense', 5);
+    const optU = new DistributedOptimizer(tf.train.adam(0.01));
+    steps(u, optU, 0, 3);
+    await saveCheckpoint(`${dir}/unsharded`, { model: u, optimizer: optU }, { step: 3 });
+    steps(u, optU, 3, 5);
+    // A sharded model loads the unsharded checkpoint and runs the same 2 steps.
+    const s = buildModel('dense', 99);
+    const optS = new DistributedOptimizer(tf.train.adam(0.01), { shard: 'weights', model: s });
+    await loadCheckpoint(`${dir}/unsharded`, { model: s, optimizer: optS });
+    steps(s, optS, 3, 5);
+    // An unsharded optimizer refuses a checkpoint of a sharded one.
+    await saveCheckpoint(`${dir}/sharded`, { model: s, optimizer: optS }, { step: 5 });
+    const v = buildModel('dense', 98);
+    const before = weightsOf(v);
+    let refused = null;
+    try {
+      await loadCheckpoint(`${dir}/sharded`, { model: v, optimizer: new DistributedOptimizer(tf.train.adam(0.01)) });
+    } catch (e) {
+      refused = describeError(e);
+    }
+    return { unsharded: weightsOf(u), sharded: weightsOf(s), iterations: optS.iterations, refused, unchanged: JSON.stringify(weightsOf(v)) === JSON.stringify(before) };
   },
 
   async load() {
