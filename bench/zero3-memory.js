@@ -95,13 +95,14 @@ function main(o) {
     for (const mode of ['unsharded', 'weights']) {
       const args = [HORA, 'run', '-np', String(n), '--', NODE, __filename, '--worker', '--mode', mode, '--params', String(o.params), '--steps', String(o.steps), '--batch', String(o.batch)];
       const run = spawnSync(NODE, args, { cwd: ROOT, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-      const line = (run.stdout || '').split('\n').find((l) => l.startsWith('RESULT '));
+      // hora run prefixes each rank's lines with [rank].
+      const line = (run.stdout || '').split('\n').find((l) => l.includes('RESULT '));
       if (run.status !== 0 || !line) {
         console.error(`${n} ranks, ${mode}: hora run exited ${run.status}\n${(run.stdout || '').slice(-2000)}\n${(run.stderr || '').slice(-2000)}`);
         process.exitCode = 1;
         continue;
       }
-      const r = JSON.parse(line.slice(7));
+      const r = JSON.parse(line.slice(line.indexOf('RESULT ') + 7));
       rows[`${n} ${mode}`] = r;
       console.log(`${String(n).padStart(5)}  ${mode.padEnd(10)} ${String(r.params).padStart(9)} ${mb(r.held)}   ${mb(r.step)} ${mb(r.rss)}   ${r.ms.toFixed(0).padStart(7)}`);
     }
