@@ -44,9 +44,9 @@ for (const np of [2, 3, 4]) {
   });
 }
 
-t.test('3 ranks: compression, backwardPassesPerStep and op sum work with shard: weights', async (t) => {
+t.test('3 ranks: compression, backwardPassesPerStep, op sum, Adamax, Adagrad and Adadelta work with shard: weights', async (t) => {
   const { results } = await runScenario(t, 3, WORKER, 'options');
-  const tolerance = { fp16: 1e-3, bf16: 1e-2, 'backwardPassesPerStep 2': 1e-5, 'op sum': 1e-5 };
+  const tolerance = { fp16: 1e-3, bf16: 1e-2, 'backwardPassesPerStep 2': 1e-5, 'op sum': 1e-5, adamax: 1e-5, adagrad: 1e-5, adadelta: 1e-5 };
   for (const [rank, result] of results.entries()) {
     for (const [name, tol] of Object.entries(tolerance)) {
       const got = result && result[name];
@@ -60,7 +60,7 @@ t.test('layers that cannot be sharded, and a missing model, are ERR_INVALID_ARGU
   const { results } = await runScenario(t, 2, WORKER, 'refused');
   for (const [rank, r] of results.entries()) {
     if (!r) continue;
-    for (const k of ['batchNorm', 'lstm', 'noModel', 'notAModel', 'modelAlone', 'badShard', 'elastic', 'twice']) {
+    for (const k of ['batchNorm', 'lstm', 'noModel', 'notAModel', 'modelAlone', 'badShard', 'elastic', 'twice', 'lamb']) {
       t.equal(r[k].code, 'ERR_INVALID_ARGUMENT', `rank ${rank}, ${k}: ERR_INVALID_ARGUMENT`, { got: r[k] });
     }
     t.match(r.batchNorm.message, /cannot shard layer 'bn_refused' \(BatchNormalization\): it updates its moving mean/, `rank ${rank}: names the batch-norm layer and why`);
@@ -71,6 +71,7 @@ t.test('layers that cannot be sharded, and a missing model, are ERR_INVALID_ARGU
     t.match(r.badShard.message, /option 'shard' must be .*received the string "everything"/, `rank ${rank}: an unknown shard`);
     t.match(r.elastic.message, /ElasticState: the model's weights are sharded/, `rank ${rank}: ElasticState refuses a sharded model`);
     t.match(r.twice.message, /not sharded yet/, `rank ${rank}: a model is sharded once`);
+    t.match(r.lamb.message, /option 'shard' must be used with an optimizer that updates each value on its own .*the optimizer is a Lamb/, `rank ${rank}: names the optimizer it refuses`);
     t.ok(r.unchanged, `rank ${rank}: the refused model keeps its weights, unsharded`);
   }
 });

@@ -43,6 +43,9 @@ const SHARDABLE: Readonly<Record<string, readonly string[]>> = {
   Conv3D: ['kernel', 'bias'],
 };
 
+/** The tf.train optimizers, all elementwise: each value's update needs that value's gradient and state only. */
+const ELEMENTWISE = new Set(['SGD', 'Momentum', 'Adam', 'Adamax', 'RMSProp', 'Adagrad', 'Adadelta']);
+
 /** Why some layer classes with weights are not sharded (the rest: their call() reads weights otherwise). */
 const REFUSED: Readonly<Record<string, string>> = {
   BatchNormalization: 'it updates its moving mean and variance inside call(), and its statistics are per feature',
@@ -246,6 +249,11 @@ export class WeightShards {
   peakBytes = 0;
 
   constructor(private readonly owner: ShardingOwner, model: Model) {
+    const inner = owner.optimizer.getClassName();
+    if (!ELEMENTWISE.has(inner)) {
+      throw refuse('shard', `used with an optimizer that updates each value on its own (${[...ELEMENTWISE].join(', ')}): a block of a weight ` +
+        `is all a rank has; the optimizer is a ${inner}`, 'weights');
+    }
     const layers = checkModel(model);
     const rank = hora.rank(), size = hora.size();
     for (const [layer, props] of layers) this.shardLayer(layer, props, rank, size);

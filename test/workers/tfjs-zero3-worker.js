@@ -8,9 +8,11 @@
 //             (max |a - b| / max |a|), of the optimizer state (getWeights, gathered) and of predict(), the
 //             shapes model.getWeights() and model.save() give, and a hash of B's gathered weights
 //   options   compare's Dense model with Adam in a loop, with compression fp16 and bf16, backwardPassesPerStep 2
-//             and op 'sum'
+//             and op 'sum'; the Conv2D model in a loop with Adamax, Adagrad and Adadelta (model.fit
+//             with the unsharded optimizer and Adamax fails at the epoch's end: tfjs's Adamax has no getWeights)
 //   refused   a model with a BatchNormalization layer, an LSTM, a missing model, a model given without shard, a
-//             shard other than 'weights', an ElasticState of a sharded model, a model sharded twice
+//             shard other than 'weights', an ElasticState of a sharded model, a model sharded twice, an
+//             optimizer of another kind than tf.train's
 //   memory    tensor bytes held between steps (tf.memory().numBytes less what was there before the model)
 //             by an MLP trained with Adam, unsharded and sharded, and the sharded pass's peak
 //   save      stage 3 with Adam: 3 steps, saveCheckpoint(CKPT_DIR) at step 3, 2 more steps; reports B's
@@ -44,6 +46,12 @@ const OPTIMIZERS = {
   momentum: () => tf.train.momentum(0.1, 0.9),
   adam: () => tf.train.adam(0.01),
   rmsprop: () => tf.train.rmsprop(0.01),
+};
+/** The other tf.train optimizers, run in 'options' only. */
+const MORE_OPTIMIZERS = {
+  adamax: () => tf.train.adamax(0.01),
+  adagrad: () => tf.train.adagrad(0.1),
+  adadelta: () => tf.train.adadelta(1),
 };
 
 function buildModel(kind, seed) {
@@ -113,16 +121,19 @@ async function compareOne(kind, optName, way, options = {}) {
   const set = data(kind, steps, 7);
   const a = buildModel(kind, 11);
   const b = buildModel(kind, 11);
-  const optA = new DistributedOptimizer(OPTIMIZERS[optName](), options);
-  const optB = new DistributedOptimizer(OPTIMIZERS[optName](), { ...options, shard: 'weights', model: b });
-  await broadcastOptimizer(optB);
+  const make = OPTIMIZERS[optName] || MORE_OPTIMIZERS[optName];
+  const optA = new DistributedOptimizer(make(), options);
+  const optB = new DistributedOptimizer(make(), { ...options, shard: 'weights', model: b });
+  if (optName !== 'adamax') await broadcastOptimizer(optB);
   await train(a, optA, way, set, steps);
   await train(b, optB, way, set, steps);
   const wa = a.getWeights().map((w) => w.dataSync());
   const gathered = b.getWeights();
   const wb = gathered.map((w) => w.dataSync());
-  const sa = (await optA.getWeights()).map((w) => w.tensor.dataSync());
-  const sb = (await optB.getWeights()).map((w) => w.tensor.dataSync());
+  // tfjs's Adamax has no getWeights(): its state is compared only through the weights it gives.
+  const stateOf = async (o) => (optName === 'adamax' ? [] : (await o.getWeights()).map((w) => w.tensor.dataSync()));
+  const sa = await stateOf(optA);
+  const sb = await stateOf(optB);
   const probe = tf.tidy(() => tf.slice(set.x, 0, 2));
   const pa = a.predict(probe).dataSync(), pb = b.predict(probe).dataSync();
   const out = {
@@ -209,6 +220,7 @@ runScenarios(hora, {
     for (const [name, options] of Object.entries({ fp16: { compression: 'fp16' }, bf16: { compression: 'bf16' }, 'backwardPassesPerStep 2': { backwardPassesPerStep: 2 }, 'op sum': { op: 'sum' } })) {
       out[name] = await compareOne('dense', 'adam', 'loop', options);
     }
+    for (const name of Object.keys(MORE_OPTIMIZERS)) out[name] = await compareOne('conv', name, 'loop');
     return out;
   },
 
@@ -229,6 +241,11 @@ runScenarios(hora, {
     new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model: elastic });
     out.elastic = await refusedOne(() => new ElasticState(elastic));
     out.twice = await refusedOne(() => new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model: elastic }));
+    class Lamb extends tf.Optimizer {
+      applyGradients() {}
+      getClassName() { return 'Lamb'; }
+    }
+    out.lamb = await refusedOne(() => new DistributedOptimizer(new Lamb(), { shard: 'weights', model: bn }));
     out.unchanged = JSON.stringify(bn.getWeights().map((w) => Array.from(w.dataSync()))) === JSON.stringify(before) &&
       bn.trainableWeights.every((w, i) => w.shape.join() === bn.getWeights()[i].shape.join());
     return out;
