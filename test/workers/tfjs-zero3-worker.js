@@ -8,7 +8,7 @@
 //             (max |a - b| / max |a|), of the optimizer state (getWeights, gathered) and of predict(), the
 //             shapes model.getWeights() and model.save() give, and a hash of B's gathered weights
 //   options   compare's Dense model with Adam in a loop, with compression fp16 and bf16, backwardPassesPerStep 2
-//             and op 'sum'; the Conv2D model in a loop with Adamax, Adagrad and Adadelta (model.fit
+//             and op 'sum'; the Dense model built with tf.model, through fit; the Conv2D model in a loop with Adamax, Adagrad and Adadelta (model.fit
 //             with the unsharded optimizer and Adamax fails at the epoch's end: tfjs's Adamax has no getWeights)
 //   refused   a model with a BatchNormalization layer, an LSTM, a missing model, a model given without shard, a
 //             shard other than 'weights', an ElasticState of a sharded model, a model sharded twice, an
@@ -55,7 +55,15 @@ const MORE_OPTIMIZERS = {
 };
 
 function buildModel(kind, seed) {
-  const model = tf.sequential({ layers: MODELS[kind].layers() });
+  let model;
+  if (kind === 'functional') {
+    // The Dense model through the functional API (tf.model: no inner model, an InputLayer among the layers).
+    const input = tf.input({ shape: [7] });
+    const output = MODELS.dense.layers().reduce((x, layer) => layer.apply(x), input);
+    model = tf.model({ inputs: input, outputs: output });
+  } else {
+    model = tf.sequential({ layers: MODELS[kind].layers() });
+  }
   const rand = prng(seed);
   model.setWeights(model.getWeights().map((w) => tf.tensor(Float32Array.from({ length: w.size }, () => rand() - 0.5), w.shape)));
   return model;
@@ -198,6 +206,7 @@ async function memoryRun(shard) {
   return out;
 }
 MODELS.memory = { input: [64], output: 10 };
+MODELS.functional = { input: [7], output: 3 };
 
 runScenarios(hora, {
   async compare() {
@@ -221,6 +230,7 @@ runScenarios(hora, {
       out[name] = await compareOne('dense', 'adam', 'loop', options);
     }
     for (const name of Object.keys(MORE_OPTIMIZERS)) out[name] = await compareOne('conv', name, 'loop');
+    out.functional = await compareOne('functional', 'adam', 'fit');
     return out;
   },
 
