@@ -37,7 +37,7 @@ const SOLO = {
   'reduceScatter uint8 postscaleFactor': /argument 'options\.postscaleFactor' must be 1 or absent for an integer dtype/,
   'allreduce postscaleFactor NaN': /argument 'options\.postscaleFactor' must be a finite number; received number NaN/,
   'allreduce prescaleFactor string': /argument 'options\.prescaleFactor' must be a finite number; received the string "0\.5"/,
-  'DistributedOptimizer bucket_mb': /^DistributedOptimizer: argument 'options\.bucket_mb' .*did you mean 'bucketMB'\? DistributedOptimizer takes compression, backwardPassesPerStep, op, overlap, bucketMB$/,
+  'DistributedOptimizer bucket_mb': /^DistributedOptimizer: argument 'options\.bucket_mb' .*did you mean 'bucketMB'\? DistributedOptimizer takes compression, backwardPassesPerStep, op, overlap, bucketMB, shard, model$/,
   'DistributedOptimizer average': /^DistributedOptimizer: argument 'options\.average' .*use op: 'avg'/,
   'pipeline micro_batches': /^pipeline: argument 'options\.micro_batches' .*did you mean 'microBatches'\? pipeline takes stages, microBatches/,
   'shard strided': /^shard: argument 'options\.strided' is not an option .*shard takes mode, rank, size, remainder$/,

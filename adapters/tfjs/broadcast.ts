@@ -68,10 +68,11 @@ export async function broadcastOptimizer(optimizer: tf.Optimizer, root = 0): Pro
 export async function joinEpoch(model: ModelWithWeights, optimizer?: tf.Optimizer): Promise<number> {
   const last = await hora.join();
   if (hora.size() === 1) return last;
-  await broadcastModel(model, last);
-  // A sharded optimizer (docs/zero.md) needs no copy: every rank took every step (one without all ranks fails),
-  // and gathering its whole state here would hold what sharding spares.
+  // Sharded (docs/zero.md), a step needs every rank, so every rank took every step: no copy of the optimizer's
+  // state (gathering it whole here would hold what sharding spares), nor of sharded weights.
   const shard = (optimizer as { shard?: string } | undefined)?.shard;
+  if (shard === 'weights') return last;
+  await broadcastModel(model, last);
   if (optimizer && (shard === undefined || shard === 'none')) await broadcastOptimizer(optimizer, last);
   return last;
 }

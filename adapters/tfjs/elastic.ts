@@ -18,6 +18,7 @@ import {
   HoraError, describeValue, checkOptionKeys, knownOptions, current, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer,
 } from '../../ts/internal';
 import { DistributedOptimizer } from './optimizer';
+import { isWeightSharded } from './zero-weights';
 
 const WHERE = 'hora/tfjs';
 
@@ -182,6 +183,10 @@ export class ElasticState extends hora.elastic.State {
   }
 
   #saveWeights(): void {
+    if (isWeightSharded(this.model)) {
+      throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticState: the model's weights are sharded (DistributedOptimizer shard: 'weights'); ` +
+        "elastic training does not restore sharded weights yet: a lost rank's shard exists on no other rank");
+    }
     const weights = this.model.weights;
     if (this.#weights.length !== weights.length) this.#weights.length = weights.length;
     weights.forEach((w, i) => { this.#weights[i] = copyInto(w.read(), w.name, this.#weights[i], `weight '${w.name}'`); });

@@ -31,11 +31,12 @@
  */
 import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
-import { readTfjsSkipAllreduce, HoraError, checkOptionKeys, knownOptions, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
+import { readTfjsSkipAllreduce, HoraError, describeValue, checkOptionKeys, knownOptions, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
 import { BucketedStep, planBuckets, PlannedBucket, SentVariable } from './buckets';
 import { gradientsWithHooks } from './hooks';
 import { compress, decompress } from './half';
 import { Shard, ShardedUpdate, shardOf } from './zero';
+import { WeightShards } from './zero-weights';
 
 export type Compression = 'none' | 'fp16' | 'bf16';
 
@@ -53,11 +54,17 @@ export interface DistributedOptimizerOptions {
   overlap?: boolean;
   /** Size of a bucket of gradients sent together when overlapping, in MiB (> 0). Default 4. */
   bucketMB?: number;
-  /** ZeRO (docs/zero.md): each rank keeps 1/N of the optimizer state ('optimizer'), and of the averaged gradients ('gradients'). Default 'none'. */
+  /**
+   * ZeRO (docs/zero.md): each rank keeps 1/N of the optimizer state ('optimizer'), and of the averaged
+   * gradients ('gradients'), and of the weights of `model` ('weights': a layer's weights are allgathered when
+   * the layer runs; docs/zero-weights.md). Default 'none'.
+   */
   shard?: Shard;
+  /** The model whose weights shard: 'weights' shards (a built tf.LayersModel, before model.fit); only with it. */
+  model?: unknown;
 }
 
-const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true, shard: true }, '');
+const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true, shard: true, model: true }, '');
 
 /** Default bucketMB: see docs/tfjs.md for the measurement behind it. */
 export const DEFAULT_BUCKET_MB = 4;
@@ -102,7 +109,7 @@ export class DistributedOptimizer extends tf.Optimizer {
   readonly overlap: boolean;
   readonly bucketMB: number;
   readonly shard: Shard;
-  private readonly zero: ShardedUpdate | null; // zero.ts, where shard is not 'none'
+  private readonly zero: ShardedUpdate | null; // zero.ts, where shard is 'optimizer' or 'gradients'
   readonly stats: DistributedOptimizerStats = { steps: 0, submitMs: 0, waitMs: 0, applyMs: 0, backwardMs: 0, hiddenMs: 0, exposedMs: 0 };
   /** Measurement only (HORA_TFJS_SKIP_ALLREDUCE=1): no allreduce, each rank trains on its own gradients. */
   private readonly skip = readTfjsSkipAllreduce();
@@ -119,6 +126,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   private stepSamples = 0;
   /** What submit() multiplies a bucket by: a weighted step's samples when k = 1 (k > 1 weighs each pass as it sums them), else 1. */
   private scale = 1;
+  /** shard: 'weights': the model's sharded weights, and the step's side of them (zero-weights.ts); else null. */
+  private readonly weightShards: WeightShards | null = null;
 
   constructor(optimizer: tf.Optimizer, options: DistributedOptimizerOptions = {}) {
     super();
@@ -149,7 +158,16 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.backwardPassesPerStep = backwardPassesPerStep;
     this.op = op;
     this.shard = shardOf(options.shard);
-    this.zero = this.shard === 'none' ? null : new ShardedUpdate(this, optimizer, this.shard, bucketMB * 1024 * 1024);
+    if (options.model !== undefined && this.shard !== 'weights') {
+      throw new HoraError('ERR_INVALID_ARGUMENT', "DistributedOptimizer: option 'model' is used with shard: 'weights' only; received a model without it");
+    }
+    this.zero = this.shard === 'optimizer' || this.shard === 'gradients' ? new ShardedUpdate(this, optimizer, this.shard, bucketMB * 1024 * 1024) : null;
+    if (this.shard === 'weights') {
+      const shards = new WeightShards(this, options.model as ConstructorParameters<typeof WeightShards>[1]);
+      this.weightShards = shards;
+      // saveCheckpoint and loadCheckpoint take the state of this optimizer from it (CheckpointableOptimizer).
+      Object.assign(this, { checkpointEntries: () => shards.checkpointEntries(), restoreCheckpoint: (e: never) => shards.restoreCheckpoint(e) });
+    }
   }
 
   /**
@@ -160,7 +178,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   computeGradients(f: () => tf.Scalar, varList?: tf.Variable[]): { value: tf.Scalar; grads: tf.NamedTensorMap } {
     const k = this.backwardPassesPerStep;
     this.inFlight = null;
-    if (!this.overlap || this.passes + 1 < k) {
+    // Sharded weights: their gradients are reduced inside the pass (zero-weights.ts).
+    if (!this.overlap || this.passes + 1 < k || this.weightShards) {
       let backwardAt = performance.now();
       const result = super.computeGradients(() => {
         const y = f();
@@ -219,6 +238,13 @@ export class DistributedOptimizer extends tf.Optimizer {
    * backwardPassesPerStep = k only every k-th call communicates and updates; the others accumulate.
    */
   applyGradients(variableGradients: Gradients): void {
+    if (this.weightShards) {
+      steps.begin(true);
+      this.weightShards.applyGradients(variableGradients);
+      steps.end();
+      steps.begin();
+      return;
+    }
     const t0 = performance.now();
     // A step runs from the end of the previous applyGradients to the end of this one, so that it holds the
     // forward and backward pass that tfjs runs before calling here; the first starts here.
@@ -465,12 +491,13 @@ export class DistributedOptimizer extends tf.Optimizer {
     return this.optimizer.iterations;
   }
 
+  /** The inner optimizer's weights; with shard: 'weights', each slot of a sharded weight allgathered (call it on every rank). */
   getWeights(): Promise<NamedTensor[]> {
-    return this.zero ? this.zero.getWeights() : this.optimizer.getWeights();
+    return this.zero ? this.zero.getWeights() : this.weightShards ? this.weightShards.getWeights() : this.optimizer.getWeights();
   }
 
   setWeights(weightValues: NamedTensor[]): Promise<void> {
-    return this.zero ? this.zero.setWeights(weightValues) : this.optimizer.setWeights(weightValues);
+    return this.zero ? this.zero.setWeights(weightValues) : this.weightShards ? this.weightShards.setWeights(weightValues) : this.optimizer.setWeights(weightValues);
   }
 
   getConfig(): tf.serialization.ConfigDict {
@@ -492,6 +519,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.stepSamples = 0;
     this.nextSamples = null;
     this.inFlight = null;
+    this.weightShards?.discardPartialStep();
   }
 
   dispose(): void {

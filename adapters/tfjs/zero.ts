@@ -37,7 +37,7 @@ import { planBuckets } from './buckets';
 import { compress, decompress } from './half';
 
 /** What DistributedOptimizer keeps sharded: nothing, the optimizer state (stage 1), or it and the gradients (stage 2). */
-export type Shard = 'none' | 'optimizer' | 'gradients';
+export type Shard = 'none' | 'optimizer' | 'gradients' | 'weights';
 
 type NamedTensor = { name: string; tensor: tf.Tensor };
 
@@ -49,9 +49,9 @@ function elementwise(): Array<{ prototype: unknown }> {
 /** Checks the shard option (undefined: 'none'). */
 export function shardOf(shard: unknown): Shard {
   if (shard === undefined || shard === 'none') return 'none';
-  if (shard === 'optimizer' || shard === 'gradients') return shard;
-  throw new HoraError('ERR_INVALID_ARGUMENT', "DistributedOptimizer: option 'shard' must be 'none', 'optimizer' or 'gradients'" +
-    (shard === 'weights' ? " (stage 3, 'weights', is not in this build)" : '') + `; received ${describeValue(shard)}`);
+  if (shard === 'optimizer' || shard === 'gradients' || shard === 'weights') return shard;
+  throw new HoraError('ERR_INVALID_ARGUMENT', "DistributedOptimizer: option 'shard' must be 'none', 'optimizer', 'gradients' or 'weights'" +
+    `; received ${describeValue(shard)}`);
 }
 
 /** Refuses an optimizer whose state cannot be cut into blocks (any that is not one of tf.train's own). */
