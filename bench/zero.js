@@ -3,7 +3,7 @@
 // trained with Adam at each rank count, each mode.
 //
 //   node bench/zero.js [--params 50M] [--ranks 1,2,4] [--modes none,optimizer,gradients,weights]
-//                      [--steps 5] [--pairs 6] [--batch 8]
+//                      [--steps 5] [--pairs 6 (0: no step times)] [--batch 8]
 //
 // The MLP: 4 dense layers of D x D (+ biases) with D chosen for --params (50M: D = 3536), tanh, MSE loss;
 // every rank trains on --batch samples of its own per step, on the cpu backend.
@@ -40,7 +40,7 @@ function count(text) {
 
 function parseArgs(argv) {
   const o = { params: 50e6, ranks: [1, 2, 4], modes: ['none', 'optimizer', 'gradients', 'weights'], steps: 5, pairs: 6, batch: 8 };
-  const usage = 'usage: node bench/zero.js [--params 50M] [--ranks 1,2,4] [--modes none,optimizer,gradients,weights] [--steps 5] [--pairs 6] [--batch 8]';
+  const usage = 'usage: node bench/zero.js [--params 50M] [--ranks 1,2,4] [--modes none,optimizer,gradients,weights] [--steps 5] [--pairs 6 (0: no step times)] [--batch 8]';
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i], value = argv[++i];
     if (value === undefined) throw new Error(`${flag} needs a value (${usage})`);
@@ -48,7 +48,7 @@ function parseArgs(argv) {
     else if (flag === '--ranks' && value.split(',').every((r) => Number(r) >= 1)) o.ranks = value.split(',').map(Number);
     else if (flag === '--modes') o.modes = value.split(',');
     else if (flag === '--steps' && Number(value) >= 1) o.steps = Number(value);
-    else if (flag === '--pairs' && Number(value) >= 1) o.pairs = Number(value);
+    else if (flag === '--pairs' && Number(value) >= 0) o.pairs = Number(value);
     else if (flag === '--batch' && Number(value) >= 1) o.batch = Number(value);
     else throw new Error(`unknown or invalid ${flag} ${value} (${usage})`);
   }
@@ -189,6 +189,10 @@ function main() {
       console.log(`${String(np).padStart(5)}  ${mode.padEnd(10)}  ${(all[0].params / 1e6).toFixed(1).padStart(5)}M  ${mib(row.opt).padStart(15)}  ${share.padStart(13)}  ` +
         `${`${mib(row.between)} / ${mib(row.during)}`.padStart(28)}  ${mib(row.rss).padStart(8)}  ${row.ms.toFixed(0).padStart(7)}`);
     }
+  }
+  if (o.pairs === 0) {
+    console.log('\nstep time against shard \'none\': not measured (--pairs 0)');
+    return;
   }
   console.log(`\nstep time against shard 'none' in the same job (${o.pairs} alternating pairs; rank 0's times):`);
   console.log('ranks  mode        none ms (median)  sharded ms (median)  median ratio  lowest pair');
