@@ -25,9 +25,22 @@ constexpr int kAlltoallWindow = 8;
 // block moves at the link's bandwidth. A block of 0 bytes is no operation: a scatter's non-root ranks take
 // part only in the step that reaches them from the root.
 //
+// Single copy. Between ranks of one host a block of shm::kSingleCopyMinBytes or more does not go through
+// the rings (the sender copying it into the slots and the receiver out of them: with every rank sending
+// at once, twice the memory traffic). The sender sends an offer instead (transport/shm/single_copy.h:
+// its pid and the block's address), the receiver reads the block straight into the output with
+// process_vm_readv and answers, and the sender keeps its input as it is until the answer. Where the
+// receiver cannot read (the kernel refuses: Yama, seccomp, another pid namespace; or singleCopy is off),
+// it answers no, the block comes through the ring, and the sender's pair offers no more (Pair::
+// refuseSingleCopy(): once per pair, not per call). A sender that does not offer says so in the offer
+// (kRing) and streams the block. So a window is three rounds of progress(): the blocks below the bound
+// and the offers; the answers (and the blocks of kRing offers, after every answer on both ends, so that a
+// pair's stream holds them in one order); the refused blocks.
+//
 // Why it cannot deadlock: the sizes are agreed before the first byte (alltoallCounts, or recvSplits the
 // agreement checked against what every sender sends), so each receive is matched by a send of the same
-// length in the same step, and progress() moves every send and receive of a window together.
+// length in the same step, and progress() moves every send and receive of a window together. Each round
+// holds only what a peer sends in the same round, decided by what both ends saw in the rounds before.
 Status alltoall(Context& ctx, const AlltoallOptions& o) {
   const int p = ctx.size(), r = ctx.rank();
   std::vector<size_t> sendAt(p + 1, 0), recvAt(p + 1, 0);
