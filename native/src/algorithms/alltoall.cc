@@ -107,7 +107,10 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
           streamedRecvs.push_back(RecvOp{ctx.pair(from), dst, o.recvBytes[from]});
         } else {
           answersOut[i] = o.singleCopy && shm::readOffer(in, dst) ? 1 : 0;
-          sends.push_back(SendOp{ctx.pair(from), reinterpret_cast<const uint8_t*>(&answersOut[i]), sizeof(uint64_t)});
+          // Answered at once, before the next read: the sender waits for nothing else. (Nothing else of
+          // this round is on the pair's stream yet, so the answer still comes first.)
+          SendOp answer{ctx.pair(from), reinterpret_cast<const uint8_t*>(&answersOut[i]), sizeof(uint64_t)};
+          HORA_RETURN_IF_ERROR(ctx.progress(&answer, 1, nullptr, 0));
           if (answersOut[i] == 0) laterRecvs.push_back(RecvOp{ctx.pair(from), dst, o.recvBytes[from]});
         }
       }
