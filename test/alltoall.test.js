@@ -4,7 +4,9 @@
 // blocks past the shared-memory slots, in the world and in a group; scatter from every root. A bad argument
 // on one rank fails the call on every rank with ERR_INVALID_ARGUMENT naming it, and the next call works;
 // recvSplits that differ from what a rank sends, recvSplits on one rank only and different scatter roots are
-// ERR_MISMATCH on every rank; a world of one gives copies; a killed rank is ERR_PEER_LOST; an elastic job runs
+// ERR_MISMATCH on every rank; a world of one gives copies; a killed rank is ERR_PEER_LOST (also while its
+// blocks are read from its memory); blocks past the single-copy bound with the single copy on, off, and off
+// on one rank only; an elastic job runs
 // them inside hora.elastic.run only. test/workers/alltoall-worker.js runs each scenario inside the ranks.
 const t = require('tap');
 const path = require('node:path');
@@ -112,6 +114,38 @@ t.test('p=3: a rank killed before alltoall: ERR_PEER_LOST on the others, no hang
     if (!t.ok(r, `rank ${rank} reported`, { output: tail(job) })) continue;
     t.equal(r.got.code, 'ERR_PEER_LOST', `rank ${rank}: ERR_PEER_LOST`, { got: r.got });
     t.ok(r.ms < 60000, `rank ${rank}: within a minute (${Math.round(r.ms)} ms)`);
+  }
+});
+
+// Blocks of 16 KiB and more between ranks of one host are read from the sender's memory (one copy);
+// HORA_SHM_SINGLE_COPY=0 (every rank, or rank 1 alone) moves them through the rings; TCP never offers.
+const SINGLE = [
+  ['shm', 'single', {}], ['shm, HORA_SHM_SINGLE_COPY=0', 'single', { HORA_SHM_SINGLE_COPY: '0' }],
+  ['shm, rank 1 with HORA_SHM_SINGLE_COPY=0', 'single-rank1-off', {}], ['tcp', 'single', { HORA_TRANSPORT: 'tcp' }],
+];
+for (const np of [2, 3]) {
+  for (const [what, scenario, env] of SINGLE) {
+    t.test(`p=${np} ${what}: blocks past the single-copy bound, uneven with zero blocks, equal 1 MiB into out, scatter`, async (t) => {
+      const { results, job } = await runScenario(t, np, WORKER, scenario, env);
+      if (!everyRankReported(t, results, job)) return;
+      for (const [rank, r] of results.entries()) {
+        t.same(Object.keys(r.checks).sort(), ['after', 'equal 1', 'equal 1 out', 'equal 2', 'equal 2 out', 'scatter', 'uneven 1', 'uneven 1 out',
+          'uneven 2', 'uneven 2 out'], `rank ${rank} ran every case`);
+        for (const [name, got] of Object.entries(r.checks)) t.same(got, { ok: true }, `rank ${rank}: ${name}`);
+      }
+    });
+  }
+}
+
+t.test('p=3: a rank killed while 8 MiB blocks are read from its memory: ERR_PEER_LOST on the others, no hang', async (t) => {
+  const { results, job } = await runScenario(t, 3, WORKER, 'killcopy', {}, { exitZero: false });
+  t.not(job.code, 0, 'hora run exits non-zero');
+  for (const rank of [0, 1]) {
+    const r = results[rank];
+    if (!t.ok(r, `rank ${rank} reported`, { output: tail(job) })) continue;
+    t.equal(r.got.code, 'ERR_PEER_LOST', `rank ${rank}: ERR_PEER_LOST`, { got: r.got });
+    t.ok(r.calls > 0, `rank ${rank}: alltoalls completed before the loss (${r.calls})`);
+    t.ok(r.ms < 60000, `rank ${rank}: the failing call ended within a minute (${Math.round(r.ms)} ms)`);
   }
 });
 

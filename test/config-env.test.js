@@ -114,6 +114,11 @@ t.test('the single-variable readers keep each variable\'s meaning and default', 
   for (const v of ['1', ' 0', 'false', '', undefined]) t.equal(config.readNccl({ HORA_NCCL: v }), true, `${JSON.stringify(v)}: NCCL may load`);
   t.equal(config.readSettings({ HORA_NCCL: '0' }).nccl, false, 'readSettings uses the same reader');
   t.equal(config.readSettings({}).nccl, true);
+  // HORA_SHM_SINGLE_COPY: on unless 0 (or false); anything else is refused at init, naming it.
+  for (const [v, want] of [[undefined, true], ['', true], ['1', true], ['0', false], [' false ', false]]) {
+    t.equal(config.readSettings({ HORA_SHM_SINGLE_COPY: v }).shmSingleCopy, want, `HORA_SHM_SINGLE_COPY=${JSON.stringify(v)}`);
+  }
+  t.throws(() => config.readSettings({ HORA_SHM_SINGLE_COPY: 'off' }), /HORA_SHM_SINGLE_COPY/, 'HORA_SHM_SINGLE_COPY=off is refused');
   // HORA_DEBUG for the addon at load and for loggers: any case, WARN when unset or invalid (init rejects invalid).
   t.equal(config.readDebugLevel({ HORA_DEBUG: ' trace ' }), 'TRACE');
   t.equal(config.readDebugLevel({ HORA_DEBUG: 'info' }), 'INFO');

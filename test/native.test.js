@@ -21,6 +21,7 @@ const TESTS = [
   { name: 'p2p_test', minOk: 39, timeoutMs: 120000 },
   { name: 'tcp_pair_test', minOk: 8, timeoutMs: 60000 },
   { name: 'shm_pair_test', minOk: 5, timeoutMs: 60000 },
+  { name: 'single_copy_test', minOk: 8, timeoutMs: 60000 },
   { name: 'takeover_test', minOk: 43, timeoutMs: 120000 },
   { name: 'liveness_test', minOk: 14, timeoutMs: 60000 },
   { name: 'progress_test', minOk: 21, timeoutMs: 60000 },

@@ -108,6 +108,12 @@ export const HORA_VARIABLES: readonly HoraVariable[] = [
     help: 'CUDA builds, IPC path: 1 moves device collectives through staging slots on every rank\'s GPU even when every rank shares one GPU (where by default rank 0 does the GPU work); for tests and measurement.',
   },
   {
+    name: 'HORA_SHM_SINGLE_COPY',
+    group: 'performance',
+    default: '1',
+    help: 'alltoall and scatter between ranks of one host: 1 reads each block of 16 KiB or more straight from the sender\'s memory (one copy, process_vm_readv), falling back to the shared-memory rings for a pair whose kernel refuses it; 0 always uses the rings; for tests and measurement.',
+  },
+  {
     name: 'HORA_NCCL',
     group: 'performance',
     help: 'CUDA builds: 0 keeps NCCL unloaded, so device collectives take the CUDA IPC or staged path. Default: libnccl.so.2 is loaded when found.',

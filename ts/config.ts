@@ -51,6 +51,8 @@ export interface HoraSettings {
   ipcSlots: boolean;
   /** HORA_NCCL: false when it is 0, which keeps libnccl.so.2 unloaded in a CUDA build (passed to the addon at init). */
   nccl: boolean;
+  /** HORA_SHM_SINGLE_COPY: false when 0, which moves alltoall's large blocks through the shared-memory rings (passed to the addon at init). */
+  shmSingleCopy: boolean;
   /** HORA_FUSION_MB: fusion buffer size in MiB (0 = off). */
   fusionMb: number;
   /** HORA_ALGO. */
@@ -119,6 +121,7 @@ export function readSettings(env: Env = process.env): HoraSettings {
     fusionMb: parseNumber(env, 'HORA_FUSION_MB', 64, true),
     ipcSlots: parseFlag(env, 'HORA_IPC_SLOTS'),
     nccl: readNccl(env),
+    shmSingleCopy: isSet(env, 'HORA_SHM_SINGLE_COPY') ? parseFlag(env, 'HORA_SHM_SINGLE_COPY') : true,
     algo: parseChoice(env, 'HORA_ALGO', ALGORITHMS, 'auto', false),
     transport: parseChoice(env, 'HORA_TRANSPORT', TRANSPORTS, 'auto', false),
     ifaceAddr: iface ? resolveIface(iface) : undefined,

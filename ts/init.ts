@@ -90,6 +90,7 @@ async function join(options: InitOptions): Promise<void> {
     bindHost: dataAddr, secret: launch.secret as string, logLevel,
     grid: settings.topology, costLocal: settings.costLocal, costCross: settings.costCross,
     timeline: settings.timeline !== undefined, ipcSlots: settings.ipcSlots, nccl: settings.nccl,
+    shmSingleCopy: settings.shmSingleCopy,
   }, onComplete), launch.rank, fusionBytes, settings.callSites);
   const comm = dispatcher.comm;
   if (settings.timeline) dispatcher.timeline = openTimeline(settings.timeline, launch.rank, addon.clocks(), () => comm.takeTimeline());

@@ -198,6 +198,8 @@ export interface NativeCommOptions {
   timeline?: boolean;
   /** CUDA builds: the IPC path's staging slots even when every rank shares one GPU (HORA_IPC_SLOTS). */
   ipcSlots?: boolean;
+  /** alltoall and scatter: false moves every block through the shared-memory rings, never a single copy (HORA_SHM_SINGLE_COPY=0). */
+  shmSingleCopy?: boolean;
   /** CUDA builds: false keeps libnccl.so.2 unloaded, so device collectives take the IPC or staged path (HORA_NCCL=0). */
   nccl?: boolean;
   /**

@@ -73,6 +73,7 @@ CommunicatorWrap::CommunicatorWrap(const Napi::CallbackInfo& info) : Napi::Objec
   opts.timeline = o.Has("timeline") && o.Get("timeline").ToBoolean().Value();
   opts.ipcSlots = o.Has("ipcSlots") && o.Get("ipcSlots").ToBoolean().Value();
   opts.nccl = !o.Has("nccl") || o.Get("nccl").ToBoolean().Value();
+  opts.shmSingleCopy = !o.Has("shmSingleCopy") || o.Get("shmSingleCopy").ToBoolean().Value();
   opts.elastic = o.Has("elastic") && o.Get("elastic").ToBoolean().Value();
   if (o.Has("logLevel")) hora::setLogLevel(enumFrom<hora::LogLevel>(o, "logLevel", hora::kNumLogLevels));
   if (opts.size < 1 || opts.rank < 0 || opts.rank >= opts.size) {

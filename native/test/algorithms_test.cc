@@ -39,6 +39,7 @@
 #include "reduce/reduce.h"
 #include "tap.h"
 #include "transport/context.h"
+#include "transport/shm/single_copy.h"
 
 using namespace hora;
 
@@ -1565,7 +1566,9 @@ void groupTests(World& w) {
 
 // Rank s sends rank q bytes(s, q) bytes whose values name s, q and the index; every rank must receive the
 // blocks for it, in rank order, and write nothing past them.
-void alltoallCase(World& w, Check& check, const std::string& pattern, const std::function<size_t(int, int)>& bytes, bool countsFirst) {
+// singleCopy(r): whether rank r offers and reads single copies (AlltoallOptions::singleCopy); none: all do.
+void alltoallCase(World& w, Check& check, const std::string& pattern, const std::function<size_t(int, int)>& bytes, bool countsFirst,
+                  const std::function<bool(int)>& singleCopy = nullptr) {
   const std::string what = "bytes " + pattern + (countsFirst ? ", counts exchanged" : ", counts known");
   if (w.broken) return check.fail(what + ": skipped, an earlier failure broke this world");
   const int p = w.size;
@@ -1582,6 +1585,7 @@ void alltoallCase(World& w, Check& check, const std::string& pattern, const std:
     AlltoallOptions o;
     o.input = in[r].data();
     o.output = out[r].data();
+    if (singleCopy) o.singleCopy = singleCopy(r);
     std::vector<uint64_t> send(p), recv;
     for (int q = 0; q < p; ++q) {
       o.sendBytes.push_back(bytes(r, q));
@@ -1608,6 +1612,35 @@ void alltoallCase(World& w, Check& check, const std::string& pattern, const std:
   else check.fail(what + ": " + err);
 }
 
+// Blocks of kSingleCopyMinBytes and more between ranks of one host are read from the sender's memory
+// (transport/shm/single_copy.h); a rank that does not read (singleCopy false: HORA_SHM_SINGLE_COPY=0, or
+// a kernel that refuses) refuses the offers, the blocks come through the rings, and its senders stop
+// offering on that pair.
+void singleCopyTests(World& w) {
+  const size_t min = shm::kSingleCopyMinBytes;
+  Check check("alltoall " + w.name() + ": single copy of large blocks, offers refused, read or not by pair");
+  auto sizes = [min](int s, int q) { return (s + q) % 3 == 0 ? size_t(0) : (s + q) % 3 == 1 ? min - 1 + 8 * s : min + 4096 * q; };
+  alltoallCase(w, check, "around the single-copy bound, every rank reading", sizes, false);
+  alltoallCase(w, check, "around the single-copy bound, no rank reading", sizes, false, [](int) { return false; });
+  if (w.size < 2 || w.broken) return;
+  const int last = w.size - 1;
+  auto big = [min](int s, int q) { return min * 5 + 24 * static_cast<size_t>(s) + static_cast<size_t>(q); };
+  for (int round = 0; round < 2; ++round) {
+    alltoallCase(w, check, "5 x the bound, rank " + std::to_string(last) + " not reading (round " + std::to_string(round + 1) + ")", big,
+                 round == 1, [last](int r) { return r != last; });
+  }
+  for (int r = 0; r < w.size && !w.broken; ++r) {
+    for (int q = 0; q < w.size; ++q) {
+      if (q == r || !w.ctx[r]->usesSharedMemory(q)) continue;
+      const bool offers = w.ctx[r]->pair(q)->offersSingleCopy();
+      check.expect(offers == (q != last), "rank " + std::to_string(r) + "'s pair with rank " + std::to_string(q) +
+                                              (offers ? " still offers" : " no longer offers") + " a single copy");
+    }
+  }
+  // And the refusing rank reads again: its senders stream to it, it offers to them and they read.
+  alltoallCase(w, check, "5 x the bound after the refusals, every rank reading", big, false);
+}
+
 void alltoallTests(World& w) {
   Check check("alltoall " + w.name() + ": pairwise, different bytes per pair, some empty, some past 64 KiB");
   for (bool countsFirst : {false, true}) {
@@ -1616,6 +1649,7 @@ void alltoallTests(World& w) {
     alltoallCase(w, check, "only rank 0 sends", [](int s, int) { return s == 0 ? size_t(9) : size_t(0); }, countsFirst);
     alltoallCase(w, check, "70001 + 1013s + 17q", [](int s, int q) { return size_t(70001) + 1013 * s + 17 * q; }, countsFirst);
   }
+  singleCopyTests(w);
   if (w.size < 2 || w.broken) return;
   // The agreement's splits check: recvSplits that match every sender's splits agree; one that differs is
   // ERR_MISMATCH on every rank, naming the sender, the receiver and both counts.

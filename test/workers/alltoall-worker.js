@@ -13,8 +13,17 @@
 //               name different roots for scatter
 //   one         a world of one
 //   kill        the last rank SIGKILLs itself; the others' next alltoall
+//   single      blocks past the single-copy bound (16 KiB, read from the sender's memory between ranks of one
+//               host): uneven with zero blocks, equal 1 MiB blocks into a reused out, twice each, then a small
+//               one; scatter of large parts. As single-rank1-off, rank 1 runs with HORA_SHM_SINGLE_COPY=0
+//               (it refuses the others' offers and offers none): the same results
+//   killcopy    alltoalls of 8 MiB blocks, awaited one after another, until the last rank SIGKILLs itself
+//               while one is on its way (a timer, the engine mid-copy or waiting for an answer); the others'
+//               alltoall in flight is ERR_PEER_LOST
 //   elastic     under `hora run -np 2 --min-np 2`: refused outside hora.elastic.run, working inside it
 // After each failing call every rank runs one more alltoall, which must succeed: nothing was lost.
+// 'single-rank1-off': rank 1 alone turns the single copy off (read at init).
+if (process.argv[2] === 'single-rank1-off' && process.env.HORA_RANK === '1') process.env.HORA_SHM_SINGLE_COPY = '0';
 const hora = require('../../dist/ts/index.js');
 const { describeError, outcome, runScenarios, lastRankDies } = require('../support/worker-util');
 
@@ -201,6 +210,46 @@ async function kill(r, p) {
   return { got, ms: performance.now() - t0 };
 }
 
+async function single(r, p) {
+  const checks = {};
+  const KiB16 = 4096;  // float32 elements in 16 KiB
+  const patterns = {
+    // Zero blocks, blocks just under and just over the bound, and large ones, different for every pair.
+    uneven: (s, q) => [0, KiB16 - 1, KiB16, 5 * KiB16 + 7 * s + q][(s + 2 * q) % 4],
+    equal: () => 1 << 18,  // 1 MiB
+  };
+  for (const [name, splits] of Object.entries(patterns)) {
+    const c = alltoallCase(Float32Array, Number, r, p, splits);
+    const into = new Float32Array(c.want.length).fill(-1);
+    for (const round of [1, 2]) {
+      checks[`${name} ${round}`] = await check(() => hora.alltoall(c.x, { splits: c.sendSplits }), c.want, c.recvSplits);
+      checks[`${name} ${round} out`] = await check(() => hora.alltoall(c.x, { splits: c.sendSplits, recvSplits: c.recvSplits, out: into }).wait(), c.want, c.recvSplits);
+    }
+  }
+  const root = p - 1;
+  const parts = (q) => (q === 0 ? 0 : 3 * KiB16 + q);
+  const x = r === root ? concat(Float32Array, Array.from({ length: p }, (_, q) => blockOf(Float32Array, Number, root, q, parts(q)))) : new Float32Array(0);
+  checks.scatter = await check(() => hora.scatter(x, { root, splits: Array.from({ length: p }, (_, q) => parts(q)) }), blockOf(Float32Array, Number, root, r, parts(r)));
+  checks.after = await after(r, p);
+  return { checks };
+}
+
+async function killcopy(r, p) {
+  const n = 1 << 21;  // 8 MiB of float32 per block
+  const x = new Float32Array(n * p).fill(r);
+  const into = new Float32Array(n * p);
+  await hora.barrier();
+  if (r === p - 1) setTimeout(() => process.kill(process.pid, 'SIGKILL'), 300);
+  const t0 = performance.now();
+  let calls = 0;
+  for (;;) {
+    const t = performance.now();
+    const got = await outcome(() => hora.alltoall(x, { out: into }));
+    if (!got.ok) return { got, calls, ms: performance.now() - t, total: performance.now() - t0 };
+    if (++calls > 100000) return { got: { code: 'none', message: 'no failure' }, calls };
+  }
+}
+
 async function elastic(r) {
   const outside = await outcome(() => hora.alltoall(new Float32Array(2)));
   const state = new hora.elastic.State({ step: 0 });
@@ -215,4 +264,4 @@ async function elastic(r) {
   return { outside, inside, r };
 }
 
-runScenarios(hora, { values, bad, out, recv, one, kill, elastic }, { noShutdown: ['kill'] });
+runScenarios(hora, { values, bad, out, recv, one, kill, single, 'single-rank1-off': single, killcopy, elastic }, { noShutdown: ['kill', 'killcopy'] });

@@ -127,7 +127,7 @@ async function openElasticWorld(p: ElasticParams, a: Membership): Promise<World>
     rank: a.rank, size: a.size, timeoutMs: p.native.timeoutMs, fusionBytes: p.native.fusionBytes, algorithm: p.native.algorithm,
     transport: p.native.transport, bindHost: p.dataAddr, secret: p.secret, logLevel: p.native.logLevel,
     grid, costLocal: p.settings.costLocal, costCross: p.settings.costCross, timeline: p.timeline !== null, ipcSlots: p.settings.ipcSlots,
-    nccl: p.settings.nccl, elastic: true,
+    nccl: p.settings.nccl, shmSingleCopy: p.settings.shmSingleCopy, elastic: true,
   }, onComplete), a.rank, p.native.fusionBytes, p.settings.callSites);
   const comm = dispatcher.comm;
   if (p.timeline) {

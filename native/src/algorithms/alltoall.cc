@@ -3,6 +3,7 @@
 
 #include "algorithms/blocks.h"
 #include "algorithms/collectives.h"
+#include "transport/shm/single_copy.h"
 
 namespace hora {
 
@@ -24,9 +25,22 @@ constexpr int kAlltoallWindow = 8;
 // block moves at the link's bandwidth. A block of 0 bytes is no operation: a scatter's non-root ranks take
 // part only in the step that reaches them from the root.
 //
+// Single copy. Between ranks of one host a block of shm::kSingleCopyMinBytes or more does not go through
+// the rings (the sender copying it into the slots and the receiver out of them: with every rank sending
+// at once, twice the memory traffic). The sender sends an offer instead (transport/shm/single_copy.h:
+// its pid and the block's address), the receiver reads the block straight into the output with
+// process_vm_readv and answers, and the sender keeps its input as it is until the answer. Where the
+// receiver cannot read (the kernel refuses: Yama, seccomp, another pid namespace; or singleCopy is off),
+// it answers no, the block comes through the ring, and the sender's pair offers no more (Pair::
+// refuseSingleCopy(): once per pair, not per call). A sender that does not offer says so in the offer
+// (kRing) and streams the block. So a window is three rounds of progress(): the blocks below the bound
+// and the offers; the answers (and the blocks of kRing offers, after every answer on both ends, so that a
+// pair's stream holds them in one order); the refused blocks.
+//
 // Why it cannot deadlock: the sizes are agreed before the first byte (alltoallCounts, or recvSplits the
 // agreement checked against what every sender sends), so each receive is matched by a send of the same
-// length in the same step, and progress() moves every send and receive of a window together.
+// length in the same step, and progress() moves every send and receive of a window together. Each round
+// holds only what a peer sends in the same round, decided by what both ends saw in the rounds before.
 Status alltoall(Context& ctx, const AlltoallOptions& o) {
   const int p = ctx.size(), r = ctx.rank();
   std::vector<size_t> sendAt(p + 1, 0), recvAt(p + 1, 0);
@@ -39,19 +53,91 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
                                        " bytes but expects " + std::to_string(o.recvBytes[r]));
   }
   if (o.sendBytes[r] > 0) memcpy(o.output + recvAt[r], o.input + sendAt[r], o.sendBytes[r]);
+  // A block of kSingleCopyMinBytes or more between ranks of one host is offered instead (both ends know
+  // its size, so both know that an offer, not the block, comes first); see "Single copy" above.
+  auto offered = [&](int q, size_t bytes) { return bytes >= shm::kSingleCopyMinBytes && ctx.usesSharedMemory(q); };
   const int window = kAlltoallWindow;
-  std::vector<SendOp> sends;
-  std::vector<RecvOp> recvs;
+  std::vector<SendOp> sends, later, streamed;
+  std::vector<RecvOp> recvs, laterRecvs, streamedRecvs;
+  // By step of the window: this rank's offer to rank + k, the offer from rank - k, and the answers.
+  std::vector<shm::ReadOffer> offersOut(window), offersIn(window);
+  std::vector<uint64_t> answersOut(window), answersIn(window);
   for (int first = 1; first < p; first += window) {
     sends.clear();
     recvs.clear();
     for (int k = first; k < p && k < first + window; ++k) {
-      const int to = wrapRank(r + k, p), from = wrapRank(r - k, p);
-      if (o.sendBytes[to] > 0) sends.push_back(SendOp{ctx.pair(to), o.input + sendAt[to], o.sendBytes[to]});
-      if (o.recvBytes[from] > 0) recvs.push_back(RecvOp{ctx.pair(from), o.output + recvAt[from], o.recvBytes[from]});
+      const int to = wrapRank(r + k, p), from = wrapRank(r - k, p), i = k - first;
+      const uint8_t* block = o.input + sendAt[to];
+      if (offered(to, o.sendBytes[to])) {
+        const bool read = o.singleCopy && ctx.pair(to)->offersSingleCopy();
+        offersOut[i] = shm::makeOffer(block, o.sendBytes[to], read ? shm::OfferMode::kRead : shm::OfferMode::kRing);
+        sends.push_back(SendOp{ctx.pair(to), reinterpret_cast<const uint8_t*>(&offersOut[i]), sizeof(shm::ReadOffer)});
+      } else if (o.sendBytes[to] > 0) {
+        sends.push_back(SendOp{ctx.pair(to), block, o.sendBytes[to]});
+      }
+      if (offered(from, o.recvBytes[from])) {
+        recvs.push_back(RecvOp{ctx.pair(from), reinterpret_cast<uint8_t*>(&offersIn[i]), sizeof(shm::ReadOffer)});
+      } else if (o.recvBytes[from] > 0) {
+        recvs.push_back(RecvOp{ctx.pair(from), o.output + recvAt[from], o.recvBytes[from]});
+      }
     }
     if (sends.empty() && recvs.empty()) continue;
     HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size())));
+    // The offers that came: read each (or refuse it), answer; and wait for the answers to this rank's. The
+    // blocks that follow through the rings (offers of kRing) go after every answer, in both ends' arrays:
+    // a pair's stream then carries the answer first either way.
+    sends.clear();
+    recvs.clear();
+    later.clear();
+    laterRecvs.clear();
+    streamed.clear();
+    streamedRecvs.clear();
+    for (int k = first; k < p && k < first + window; ++k) {
+      const int to = wrapRank(r + k, p), from = wrapRank(r - k, p), i = k - first;
+      if (offered(from, o.recvBytes[from])) {
+        const shm::ReadOffer& in = offersIn[i];
+        uint8_t* dst = o.output + recvAt[from];
+        if (in.bytes != o.recvBytes[from] || (in.mode != static_cast<uint32_t>(shm::OfferMode::kRead) &&
+                                              in.mode != static_cast<uint32_t>(shm::OfferMode::kRing))) {
+          return Status(Code::kInternal, "alltoall: rank " + std::to_string(ctx.worldRank(from)) + " offered " +
+                                             std::to_string(in.bytes) + " bytes in mode " + std::to_string(in.mode) +
+                                             " where " + std::to_string(o.recvBytes[from]) + " were agreed", ctx.worldRank(from));
+        }
+        if (in.mode == static_cast<uint32_t>(shm::OfferMode::kRing)) {
+          streamedRecvs.push_back(RecvOp{ctx.pair(from), dst, o.recvBytes[from]});
+        } else {
+          answersOut[i] = o.singleCopy && shm::readOffer(in, dst) ? 1 : 0;
+          // Answered at once, before the next read: the sender waits for nothing else. (Nothing else of
+          // this round is on the pair's stream yet, so the answer still comes first.)
+          SendOp answer{ctx.pair(from), reinterpret_cast<const uint8_t*>(&answersOut[i]), sizeof(uint64_t)};
+          HORA_RETURN_IF_ERROR(ctx.progress(&answer, 1, nullptr, 0));
+          if (answersOut[i] == 0) laterRecvs.push_back(RecvOp{ctx.pair(from), dst, o.recvBytes[from]});
+        }
+      }
+      if (offered(to, o.sendBytes[to])) {
+        if (offersOut[i].mode == static_cast<uint32_t>(shm::OfferMode::kRing)) {
+          streamed.push_back(SendOp{ctx.pair(to), o.input + sendAt[to], o.sendBytes[to]});
+        } else {
+          recvs.push_back(RecvOp{ctx.pair(to), reinterpret_cast<uint8_t*>(&answersIn[i]), sizeof(uint64_t)});
+        }
+      }
+    }
+    sends.insert(sends.end(), streamed.begin(), streamed.end());
+    recvs.insert(recvs.end(), streamedRecvs.begin(), streamedRecvs.end());
+    if (!sends.empty() || !recvs.empty()) {
+      HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size())));
+    }
+    // A refused offer: the block goes through the ring after all, and later blocks to that peer at once.
+    for (int k = first; k < p && k < first + window; ++k) {
+      const int to = wrapRank(r + k, p), i = k - first;
+      if (!offered(to, o.sendBytes[to]) || offersOut[i].mode != static_cast<uint32_t>(shm::OfferMode::kRead)) continue;
+      if (answersIn[i] == 1) continue;
+      ctx.pair(to)->refuseSingleCopy();
+      later.push_back(SendOp{ctx.pair(to), o.input + sendAt[to], o.sendBytes[to]});
+    }
+    if (!later.empty() || !laterRecvs.empty()) {
+      HORA_RETURN_IF_ERROR(ctx.progress(later.data(), static_cast<int>(later.size()), laterRecvs.data(), static_cast<int>(laterRecvs.size())));
+    }
   }
   return Status::ok();
 }

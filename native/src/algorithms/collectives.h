@@ -56,6 +56,10 @@ struct AlltoallOptions {
   uint8_t* output = nullptr;          // the blocks from each rank in rank order (recvBytes[q] from rank q)
   std::vector<size_t> recvBytes;      // bytes from each rank: what it sends here, which every rank must have
                                       // agreed on (alltoallCounts, or recvSplits the agreement checked)
+  // Blocks of kSingleCopyMinBytes and more between ranks of one host move with one copy, the receiver
+  // reading the sender's memory (transport/shm/single_copy.h); false: neither offered nor read, every
+  // block goes through the rings (HORA_SHM_SINGLE_COPY=0).
+  bool singleCopy = true;
 };
 Status alltoall(Context& ctx, const AlltoallOptions& opts);
 // The first step of an alltoall whose ranks do not know what comes to them: each rank tells each other

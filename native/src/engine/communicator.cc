@@ -38,7 +38,7 @@ std::string badSplits(const Work& w, int rank, int size) {
 
 // An agreed alltoall or scatter: the counts (exchanged, or the recvSplits the agreement checked), the
 // output sized by them, then the pairwise exchange (algorithms/alltoall.cc) into it.
-Status runAlltoall(Context& ctx, Work& w) {
+Status runAlltoall(Context& ctx, Work& w, bool singleCopy) {
   const int p = ctx.size(), r = ctx.rank();
   const size_t elem = dtypeSize(w.dtype);
   std::vector<uint64_t> send(p, 0);
@@ -54,6 +54,7 @@ Status runAlltoall(Context& ctx, Work& w) {
     HORA_RETURN_IF_ERROR(alltoallCounts(ctx, send, w.kind == Kind::kScatter ? w.root : -1, elem, &w.gatheredCounts, &total));
   }
   AlltoallOptions o;
+  o.singleCopy = singleCopy;
   o.input = w.data;
   if (w.kind == Kind::kAlltoall && w.outGiven) {
     // The caller's array (ts/alltoall.ts sized it by recvSplits, which the agreement checked).
@@ -563,7 +564,7 @@ Status Communicator::execute(Work& w) {
     }
     case Kind::kAlltoall:
     case Kind::kScatter:
-      return runAlltoall(ctx, w);
+      return runAlltoall(ctx, w, options_.shmSingleCopy);
     case Kind::kBarrier:
     case Kind::kInvalid:
       return Status::ok();

@@ -43,6 +43,9 @@ struct CommunicatorOptions {
   bool timeline = false;             // record WorkTimes for every collective (HORA_TIMELINE)
   bool ipcSlots = false;             // CUDA IPC path: staging slots on one GPU too (HORA_IPC_SLOTS)
   bool nccl = true;                  // CUDA builds: false keeps libnccl.so.2 unloaded (HORA_NCCL=0)
+  // alltoall and scatter: large blocks between ranks of one host read straight from the sender's memory
+  // (transport/shm/single_copy.h); false: through the rings (HORA_SHM_SINGLE_COPY=0).
+  bool shmSingleCopy = true;
   // A world of an elastic job: a fatal failure does not hang up the connections but tells the peers on
   // their notice sockets (Context::notifyPeers()), so the survivors' pairs can be taken over by the next world.
   bool elastic = false;

@@ -152,6 +152,7 @@ Status Communicator::serveJoined(Context& ctx, const Joined& joined) {
       HORA_RETURN_IF_ERROR(alltoallCounts(ctx, none, scatter ? p.root : -1, elem, &counts, &total));
       if (neutral_.size() < total * elem) neutral_.resize(total * elem);
       AlltoallOptions o;
+      o.singleCopy = options_.shmSingleCopy;
       o.output = neutral_.data();
       o.sendBytes.assign(ctx.size(), 0);
       o.recvBytes.resize(ctx.size());

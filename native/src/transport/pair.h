@@ -79,6 +79,12 @@ class Pair {
   // it is the liveness socket; a TCP pair has one of its own in elastic worlds only.
   virtual int noticeFd() const = 0;
 
+  // Single copy (transport/shm/single_copy.h): whether a large block sent on this pair is offered for the
+  // peer to read out of this process's memory, rather than streamed. Shared memory only, and only until
+  // the peer refuses once (refuseSingleCopy()): the kernel's answer does not change for a pair.
+  virtual bool offersSingleCopy() const { return false; }
+  virtual void refuseSingleCopy() {}
+
   // Drops received bytes up to and including the end of the marker that scan looks for, never a byte
   // beyond it; *found says whether the marker's end was reached. Does not block. (transport/resync.h)
   virtual Status skipThrough(MarkerScan* scan, bool* found) = 0;

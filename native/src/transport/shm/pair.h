@@ -29,6 +29,8 @@ class ShmPair : public Pair {
   int livenessFd() const override { return tcpFd_; }
   int noticeFd() const override { return tcpFd_; }
   Status skipThrough(MarkerScan* scan, bool* found) override;
+  bool offersSingleCopy() const override { return !singleCopyRefused_; }
+  void refuseSingleCopy() override { singleCopyRefused_ = true; }
   // Whether either ring lies in [base, base + bytes) (a segment this pair needs mapped).
   bool usesMemory(const void* base, size_t bytes) const;
 
@@ -53,6 +55,7 @@ class ShmPair : public Pair {
   const uint8_t* runEnd_ = nullptr;  // just past the last chunk copied: where a send going on resumes
   bool runIsLong_ = false;           // whether that send is longer than kStreamMaxBytes (copy.h)
   LongSendPolicy longSends_;
+  bool singleCopyRefused_ = false;  // the peer could not read this rank's memory (single_copy.h)
 };
 
 }  // namespace shm
