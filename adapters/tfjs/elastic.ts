@@ -396,6 +396,7 @@ export class ElasticState extends hora.elastic.State {
     }
     await super.sync(root);
     const w = current('elastic.ElasticState.sync');
+    if (opt) for (const d of distributedLayers(opt)) d.forgetBucketPlan();
     this.#saveWeights();
     this.#saveOptimizerSync();
     if (sharded && record) {
