@@ -38,17 +38,17 @@ function worst(a, b) {
   return Math.sqrt(d / n);
 }
 
-let straight;
-async function baseline(t) {
-  if (!straight) {
-    straight = await job(['-np', '3'], { ZERO_SHARD: 'none' });
-    t.equal(straight.code, 0, `the unsharded job without a failure succeeds\n${straight.stderr.slice(-2000)}`);
-    t.equal(straight.results.length, 3);
+const straight = {};
+async function baseline(t, opt = 'adam') {
+  if (!straight[opt]) {
+    straight[opt] = await job(['-np', '3'], { ZERO_SHARD: 'none', ZE_OPT: opt });
+    t.equal(straight[opt].code, 0, `the unsharded job without a failure succeeds\n${straight[opt].stderr.slice(-2000)}`);
+    t.equal(straight[opt].results.length, 3);
   }
-  return straight;
+  return straight[opt];
 }
 
-function checkEnd(t, r, base, survivors) {
+function checkEnd(t, r, base, survivors, tolerance = 1e-5) {
   t.equal(r.code, 0, `the job succeeds\n${r.stderr.slice(-3000)}`);
   t.match(r.stderr, /worker 1 was killed by SIGKILL; the job goes on without it/);
   for (const x of r.results.filter((y) => survivors.includes(y.workerId))) {
@@ -63,7 +63,7 @@ function checkEnd(t, r, base, survivors) {
   t.ok(ws.length > 0 && ws.every((w) => w === ws[0]), 'every rank ends bit-identical');
   if (r.results.length && base.results.length) {
     const d = worst(floats(r.results[0].weights), floats(base.results[0].weights));
-    t.ok(d < 1e-5, `within 1e-5 of the uninterrupted unsharded run (relative difference ${d})`);
+    t.ok(d < tolerance, `within ${tolerance} of the uninterrupted unsharded run (relative difference ${d})`);
   }
   t.same(r.orphans, [], 'no worker process is left');
   t.same(r.leaked, [], 'no /dev/shm/hora-* segment is left');
@@ -99,4 +99,35 @@ t.test("shard 'gradients', a worker lost then refilled: the checkpoint after the
   }
   for (const x of r.results.filter((y) => y.workerId !== 3)) t.equal(x.resets, 2, 'two resets: the loss and the join');
   checkEnd(t, r, base, [0, 2]);
+});
+
+t.test("shard 'optimizer' with momentum, a worker SIGKILLed mid-epoch: the checkpoint's blocks, within 1e-6", async (t) => {
+  const base = await baseline(t, 'momentum');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const r = await job(['-np', '3', '--min-np', '2'], { ZERO_SHARD: 'optimizer', ZE_OPT: 'momentum', ZE_CKPT: dir, ZE_EVERY: '2', ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 finish');
+  checkEnd(t, r, base, [0, 2], 1e-6);
+});
+
+t.test("shard 'optimizer': every worker SIGKILLed at 3 ranks, the job started again at 2 resumes from the sharded checkpoint", async (t) => {
+  const base = await baseline(t);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const env = { ZERO_SHARD: 'optimizer', ZE_CKPT: dir, ZE_EVERY: '2' };
+  const killed = await job(['-np', '3'], { ...env, ZE_EXIT_AT: '1:5' });
+  t.not(killed.code, 0, 'the first job dies');
+  t.same(killed.results, [], 'no worker finished');
+  const r = await job(['-np', '2'], env);
+  t.equal(r.code, 0, `the job started again succeeds\n${r.stderr.slice(-3000)}`);
+  t.equal(r.results.length, 2);
+  for (const x of r.results) {
+    t.equal(x.executed, 20, 'it resumed at checkpoint step 4 (epoch 1, batch 0) and ran epochs 1 and 2');
+    t.equal(x.iterations, 30, 'the optimizer counted each of the 30 batches once');
+    t.same(x.reshards, [], 'the blocks were cut for 2 ranks at load');
+  }
+  t.ok(r.results.length === 2 && r.results[0].weights === r.results[1].weights, 'both ranks end bit-identical');
+  const d = worst(floats(r.results[0].weights), floats(base.results[0].weights));
+  t.ok(d < 1e-5, `within 1e-5 of the uninterrupted unsharded run (relative difference ${d})`);
+  t.same(r.orphans, [], 'no worker process is left');
 });

@@ -6,6 +6,8 @@
 // workers with HORA_WORKER_ID >= ELASTIC_NO_REFILL exit at once; a refill (id >= 3) waits ZE_JOIN_DELAY_MS
 // before it starts, and ranks of a world smaller than 3 wait ZE_BATCH_DELAY_MS per batch, so that the refill
 // joins at a later commit (the in-memory reshard) rather than in the world re-formed after the loss.
+// ZE_OPT: adam (default) or momentum. ZE_EXIT_AT "EPOCH:BATCH": every worker SIGKILLs itself there (a job
+// that dies whole, to be started again from the checkpoint).
 // Each worker prints "result {json}": its weights as base64, batches run, optimizer iterations, reshards.
 const tf = require('@tensorflow/tfjs');
 const hora = require('../../dist/ts/index.js');
@@ -17,6 +19,7 @@ const BATCHES = 10;
 const EPOCHS = 3;
 const workerId = Number(process.env.HORA_WORKER_ID);
 const [killWorker, killEpoch, killBatch] = (process.env.ELASTIC_KILL_AT || '-1:-1:-1').split(':').map(Number);
+const [exitEpoch, exitBatch] = (process.env.ZE_EXIT_AT || '-1:-1').split(':').map(Number);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 (async () => {
@@ -32,7 +35,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const init = prng(17);
   model.setWeights(model.getWeights().map((w) => tf.tensor(Float32Array.from({ length: w.size }, () => init() - 0.5), w.shape)));
   const shardMode = process.env.ZERO_SHARD || 'none';
-  model.compile({ optimizer: new DistributedOptimizer(tf.train.adam(0.01), { shard: shardMode }), loss: 'meanSquaredError' });
+  model.compile({ optimizer: new DistributedOptimizer(process.env.ZE_OPT === 'momentum' ? tf.train.momentum(0.05, 0.9) : tf.train.adam(0.01), { shard: shardMode }), loss: 'meanSquaredError' });
   const options = process.env.ZE_CKPT ? { checkpoint: { dir: process.env.ZE_CKPT, everySteps: Number(process.env.ZE_EVERY || 1) } } : undefined;
   const state = new ElasticState(model, null, {}, options);
   let executed = 0;
@@ -45,6 +48,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
       onBatchEnd: async () => {
         executed++;
         if (workerId === killWorker && s.epoch === killEpoch && s.batch === killBatch) process.kill(process.pid, 'SIGKILL');
+        if (s.epoch === exitEpoch && s.batch === exitBatch) process.kill(process.pid, 'SIGKILL');
         if (size < 3) await sleep(Number(process.env.ZE_BATCH_DELAY_MS || 0));
       },
     });
