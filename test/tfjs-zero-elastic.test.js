@@ -56,8 +56,19 @@ function checkEnd(t, r, base, survivors, tolerance = 1e-5) {
     t.equal(x.iterations, 30, `worker ${x.workerId}: the optimizer counted each of the 30 batches once (none applied twice)`);
     // The checkpoint is commit 4, after epoch 0 (commitEvery 3, everySteps 2); worker 1 died after batch 5 of
     // epoch 1, so the 4 or 5 batches of epoch 1 run before the loss (the 5th if it ended on every rank) ran again.
-    t.ok(x.executed === 34 || x.executed === 35, `worker ${x.workerId} ran 30 batches and redid the 4 or 5 since the checkpoint (ran ${x.executed})`);
     t.same(x.reshards[0], { how: 'checkpoint', from: 3, to: 2, step: 4 }, `worker ${x.workerId}: the lost block was restored from checkpoint step 4, resharded for 2 ranks`);
+    // Batch counts: every reset goes on from where it says, none skipped, only the checkpoint's redone.
+    const [loss, ...later] = x.resetPoints;
+    t.same([loss.epoch, loss.batch], [1, 0], 'the loss rolled back to the checkpoint after epoch 0');
+    // Killed after batch 5 of epoch 1 (no commit there): the survivors ran its 4 or 5 batches (the 5th if its step
+    // ended on every rank), and run them again from the checkpoint.
+    t.ok(loss.executed === 14 || loss.executed === 15, `worker ${x.workerId}: 10 + 4 or 5 batches ran before the loss (${loss.executed})`);
+    let prev = loss;
+    for (const p of later) {
+      t.equal(p.executed - prev.executed, (p.epoch * 10 + p.batch) - (prev.epoch * 10 + prev.batch), `worker ${x.workerId}: nothing redone or skipped at the reset at (${p.epoch}, ${p.batch})`);
+      prev = p;
+    }
+    t.equal(x.executed - prev.executed, 30 - (prev.epoch * 10 + prev.batch), 'the batches after the last reset: the rest of the fit, once');
   }
   const ws = r.results.map((x) => x.weights);
   t.ok(ws.length > 0 && ws.every((w) => w === ws[0]), 'every rank ends bit-identical');
@@ -110,11 +121,11 @@ t.test("shard 'optimizer' with momentum, a worker SIGKILLed mid-epoch: the check
   checkEnd(t, r, base, [0, 2], 1e-6);
 });
 
-t.test("shard 'optimizer': every worker SIGKILLed at 3 ranks, the job started again at 2 resumes from the sharded checkpoint", async (t) => {
+for (const shardMode of ['optimizer', 'none']) t.test(`shard '${shardMode}': every worker SIGKILLed at 3 ranks, the job started again at 2 resumes from ElasticState's checkpoint`, async (t) => {
   const base = await baseline(t);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const env = { ZERO_SHARD: 'optimizer', ZE_CKPT: dir, ZE_EVERY: '2' };
+  const env = { ZERO_SHARD: shardMode, ZE_CKPT: dir, ZE_EVERY: '2' };
   const killed = await job(['-np', '3'], { ...env, ZE_EXIT_AT: '1:5' });
   t.not(killed.code, 0, 'the first job dies');
   t.same(killed.results, [], 'no worker finished');
@@ -129,5 +140,18 @@ t.test("shard 'optimizer': every worker SIGKILLed at 3 ranks, the job started ag
   t.ok(r.results.length === 2 && r.results[0].weights === r.results[1].weights, 'both ranks end bit-identical');
   const d = worst(floats(r.results[0].weights), floats(base.results[0].weights));
   t.ok(d < 1e-5, `within 1e-5 of the uninterrupted unsharded run (relative difference ${d})`);
+  t.same(r.orphans, [], 'no worker process is left');
+});
+
+t.test("shard 'optimizer', a block lost before the first checkpoint was written: ERR_MISMATCH naming the lost block, on the survivors", async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const r = await job(['-np', '3', '--min-np', '2'], { ZERO_SHARD: 'optimizer', ZE_CKPT: dir, ZE_EVERY: '100', ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
+  t.not(r.code, 0, 'the job fails');
+  t.same(r.results, [], 'no worker finished');
+  for (const w of [0, 2]) {
+    t.match(r.stdout + r.stderr, new RegExp(`worker ${w} failed: ERR_MISMATCH .*ElasticState.sync: the optimizer state's block 1 of commit \\d+ \\(cut for 3 ranks\\) was held only by lost ranks, and no checkpoint was written yet`),
+      `worker ${w} says which block is lost and why it cannot be restored`);
+  }
   t.same(r.orphans, [], 'no worker process is left');
 });

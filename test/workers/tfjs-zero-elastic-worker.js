@@ -40,20 +40,27 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const state = new ElasticState(model, null, {}, options);
   let executed = 0;
   let resets = 0;
-  state.onReset(() => { resets++; });
+  // Where each reset left the state (after its sync), and how many batches had run by then.
+  const resetPoints = [];
+  state.onReset(() => {
+    resets++;
+    resetPoints.push({ executed, epoch: state.epoch, batch: state.batch });
+  });
   const result = await hora.elastic.run(state, async (s) => {
     const size = hora.size();
     const { x, y } = shard(xAll, yAll, { mode: 'strided' });
+    // Before ElasticCallback: a batch is counted before its commit, which may throw (a join re-forms the world there).
     const count = new tf.CustomCallback({
       onBatchEnd: async () => {
         executed++;
-        if (workerId === killWorker && s.epoch === killEpoch && s.batch === killBatch) process.kill(process.pid, 'SIGKILL');
-        if (s.epoch === exitEpoch && s.batch === exitBatch) process.kill(process.pid, 'SIGKILL');
+        // ElasticCallback, after this, sets s.batch to the batches done: this one is batch s.batch + 1.
+        if (workerId === killWorker && s.epoch === killEpoch && s.batch + 1 === killBatch) process.kill(process.pid, 'SIGKILL');
+        if (s.epoch === exitEpoch && s.batch + 1 === exitBatch) process.kill(process.pid, 'SIGKILL');
         if (size < 3) await sleep(Number(process.env.ZE_BATCH_DELAY_MS || 0));
       },
     });
     try {
-      await s.fit(x, y, { batchSize: G / size, epochs: EPOCHS, shuffle: false, verbose: 0, callbacks: [new ElasticCallback(s, { commitEvery: 3 }), count] });
+      await s.fit(x, y, { batchSize: G / size, epochs: EPOCHS, shuffle: false, verbose: 0, callbacks: [count, new ElasticCallback(s, { commitEvery: 3 })] });
     } finally {
       tf.dispose([x, y]);
     }
@@ -61,7 +68,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   });
   const bytes = Float32Array.from(model.getWeights().flatMap((w) => Array.from(w.dataSync())));
   const weights = Buffer.from(bytes.buffer).toString('base64');
-  console.log(`result ${JSON.stringify({ workerId, ...result, executed, resets, epoch: state.epoch, iterations: model.optimizer.iterations, reshards: state.reshards, weights })}`);
+  console.log(`result ${JSON.stringify({ workerId, ...result, executed, resets, resetPoints, epoch: state.epoch, iterations: model.optimizer.iterations, reshards: state.reshards, weights })}`);
   await hora.shutdown();
 })().catch((e) => {
   console.error(`worker ${workerId} failed: ${e.code || ''} ${e.stack}`);
