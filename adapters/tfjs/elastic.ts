@@ -60,7 +60,7 @@ interface ShardedOptimizer {
   recut(): void;
 }
 
-/** A sharded optimizer's committed blocks: the commit count they belong to and the world they are cut for. */
+/** A sharded optimizer's committed blocks (its checkpointEntries()) and the world they are cut for. */
 interface Blocks {
   entries: Record<string, CheckpointEntry>;
   size: number;
@@ -95,7 +95,7 @@ function asLoaded(entries: Record<string, CheckpointEntry>): Record<string, Tens
 }
 
 /** Names ElasticState takes for itself; a user field may not use them. */
-const OWN = new Set(['model', 'optimizer', 'fit']);
+const OWN = new Set(['model', 'optimizer', 'fit', 'reshards']);
 
 function invalid(fn: string, argument: string, expected: string, received: unknown): HoraError {
   return new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ${fn}: argument '${argument}' must be ${expected}; received ${describeValue(received)}`);
