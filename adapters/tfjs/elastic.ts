@@ -10,6 +10,11 @@
  * the next, so a commit costs one memory copy per tensor and no allocation while the shapes stay the same.
  * restore() writes the copies back into the same variables; sync(root) broadcasts root's tensors, and
  * gives the optimizer of a rank that has not stepped yet (no slots) the slots of root's.
+ *
+ * A sharded optimizer (DistributedOptimizer shard 'optimizer' or 'gradients', zero.ts) is committed as this
+ * rank's blocks only, with the world they are cut for; sync does not broadcast them but reshards them
+ * (#reshard): in memory when every block of root's commit is still held, else from the last checkpoint on
+ * disk, which the checkpoint option (required then) writes with the model, the optimizer and the fields.
  */
 import type { Logs } from '@tensorflow/tfjs-layers';
 import { tf, tfl } from './framework';
