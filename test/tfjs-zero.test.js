@@ -12,7 +12,7 @@
 //  - saveCheckpoint at 4 ranks with shard 'optimizer', loadCheckpoint at 2 and 3, then more steps: the
 //    weights of an uninterrupted unsharded run;
 //  - a rank that joined (its data ended) fails the step on every rank that took part, with the reason;
-//  - ElasticState refuses a sharded optimizer (not supported yet).
+//  - ElasticState takes a sharded optimizer with {checkpoint} only (elastic runs: test/tfjs-zero-elastic.test.js).
 // test/workers/tfjs-zero-worker.js trains; this file asserts.
 const fs = require('node:fs');
 const os = require('node:os');
@@ -141,10 +141,11 @@ t.test('a rank that joined fails the sharded step on every rank that took part, 
   }
 });
 
-t.test('ElasticState refuses a sharded optimizer by name (not supported yet), at construction and at commit', async (t) => {
+t.test('ElasticState takes a sharded optimizer only with the checkpoint option; shard weights is refused', async (t) => {
   const model = tf.sequential({ layers: [tf.layers.dense({ inputShape: [2], units: 1 })] });
   const sharded = new tfjs.DistributedOptimizer(tf.train.adam(0.01), { shard: 'optimizer' });
-  t.throws(() => new tfjs.ElasticState(model, sharded), { code: 'ERR_INVALID_ARGUMENT', message: /argument 'optimizer' must be a DistributedOptimizer with shard 'none'.*received the string "shard 'optimizer'"/ });
+  t.throws(() => new tfjs.ElasticState(model, sharded), { code: 'ERR_INVALID_ARGUMENT', message: /argument 'options.checkpoint' must be an object \{dir, everySteps\} with a DistributedOptimizer of shard 'optimizer'.*received undefined/ });
+  t.doesNotThrow(() => new tfjs.ElasticState(model, sharded, {}, { checkpoint: { dir: '/tmp/hora-unused', everySteps: 1 } }), 'accepted with {checkpoint}');
   const later = new tfjs.ElasticState(model);
   model.compile({ optimizer: new tfjs.DistributedOptimizer(tf.train.sgd(0.1), { shard: 'gradients' }), loss: 'meanSquaredError' });
   await t.rejects(later.commit(), { code: 'ERR_INVALID_ARGUMENT', message: /shard 'gradients'/ }, 'a model compiled with one after the state was made: at its commit');

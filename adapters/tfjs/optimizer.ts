@@ -522,6 +522,15 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.weightShards?.discardPartialStep();
   }
 
+  /**
+   * @internal Forgets the bucket plan learnt on the first overlapped step: after ElasticState.sync every
+   * rank, a worker that just joined included, packs its next step by the first step's rule (names' order),
+   * then learns the same plan again; else the ranks that learnt one would pack otherwise than the new one.
+   */
+  forgetBucketPlan(): void {
+    this.plan = null;
+  }
+
   dispose(): void {
     this.accumulated = null;
     this.inFlight = null;

@@ -101,7 +101,10 @@ export class ShardedUpdate {
     checkShardable(inner, mode);
     this.scatters = mode === 'gradients';
     // Only a sharded optimizer has them: an unsharded one saves through getWeights().
-    Object.assign(owner, { checkpointEntries: this.checkpointEntries.bind(this), restoreCheckpoint: this.restoreCheckpoint.bind(this) });
+    Object.assign(owner, {
+      checkpointEntries: this.checkpointEntries.bind(this), restoreCheckpoint: this.restoreCheckpoint.bind(this),
+      shardCut: this.shardCut.bind(this), recut: this.recut.bind(this),
+    });
   }
 
   /** Fixes the world this rank's blocks are cut for at the first call; another world later is refused (the blocks would not fit). */
@@ -114,6 +117,31 @@ export class ShardedUpdate {
       throw new HoraError('ERR_INVALID_ARGUMENT', `DistributedOptimizer (shard: '${this.mode}'): its optimizer state is cut for rank ${this.rank} of ${this.size}, ` +
         `but this process is now rank ${rank} of ${size}; a sharded optimizer does not follow a world that changes size (save a checkpoint with ` +
         'saveCheckpoint and load it into a new DistributedOptimizer)');
+    }
+  }
+
+  /** The world this rank's blocks are cut for (size -1 before the first step); ElasticState records it with a commit. */
+  shardCut(): { size: number; rank: number } {
+    return { size: this.size, rank: this.rank };
+  }
+
+  /**
+   * Cuts the blocks anew for the current world (ElasticState, after the world re-formed): each shard
+   * variable gets this rank's new block range; the wrapped optimizer's slots still have the old lengths
+   * until restoreCheckpoint() gives it the state cut for this world, which the caller does next.
+   */
+  recut(): void {
+    this.size = -1;
+    this.world();
+    for (const s of this.vars.values()) {
+      const [begin, end] = blockRange(s.variable.size, this.size, this.rank);
+      if (end - begin !== s.end - s.begin) {
+        const name = s.shard.name;
+        s.shard.dispose();
+        s.shard = tf.tidy(() => tf.variable(tf.zeros([end - begin]), false, name, 'float32'));
+      }
+      s.begin = begin;
+      s.end = end;
     }
   }
 

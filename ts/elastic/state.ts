@@ -10,6 +10,7 @@
  */
 import * as path from 'node:path';
 import { latestStep, load as loadCheckpoint, save as saveCheckpoint } from '../checkpoint';
+import type { CheckpointEntry, LoadedShard } from '../checkpoint';
 import { HoraError, checkOptionKeys, describeValue, knownOptions } from '../errors';
 import { allgatherObject, broadcast, current } from '../hora';
 import { KeptArray as TypedArray, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer } from './sync';
@@ -37,7 +38,8 @@ interface Field {
   saved: unknown;
 }
 
-const RESERVED = new Set(['commit', 'restore', 'sync', 'onReset', 'fieldNames', 'runResetCallbacks', 'resumeFromCheckpoint', 'constructor']);
+const RESERVED = new Set(['commit', 'restore', 'sync', 'onReset', 'fieldNames', 'runResetCallbacks', 'resumeFromCheckpoint', 'reloadCheckpoint',
+  'commitCount', 'diskEntries', 'loadDiskEntries', 'constructor']);
 
 /** The second argument of new State(fields, options). */
 export interface StateOptions {
@@ -217,7 +219,7 @@ export class State {
   /** Writes the committed copy (every field is the same on every rank: replicated entries, rank 0 writes them). */
   async #saveToDisk(c: Required<StateOptions>['checkpoint']): Promise<void> {
     const header: CheckpointHeader = { commits: this.#commits, json: {}, typed: [] };
-    const entries: Record<string, Uint8Array> = {};
+    const entries: Record<string, CheckpointEntry> = {};
     for (const [name, f] of this.#fields) {
       if (f.kind === 'json') {
         header.json[name] = f.saved;
@@ -227,6 +229,8 @@ export class State {
       header.typed.push([name, a.constructor.name, a.length]);
       entries[FIELD_ENTRY + name] = bytesOf(a);
     }
+    // A subclass's own committed copy (an adapter's model and optimizer), under names of its own.
+    for (const [name, e] of Object.entries(await this.diskEntries())) entries[name] = e;
     entries[STATE_ENTRY] = new Uint8Array(Buffer.from(JSON.stringify(header)));
     await saveCheckpoint(c.dir, entries, c.keep === undefined ? { step: this.#commits } : { step: this.#commits, keep: c.keep });
   }
@@ -240,6 +244,39 @@ export class State {
     const c = this.#checkpoint;
     if (!c || this.#resumed) return null;
     this.#resumed = true;
+    return this.#loadFromDisk(c);
+  }
+
+  /**
+   * @internal For an adapter whose committed copy is sharded (hora/tfjs ElasticState with a sharded
+   * optimizer), when a lost rank's part exists nowhere else: every rank loads the last complete checkpoint,
+   * fields and the subclass's entries together, and makes it the rollback point. Null when there is no
+   * checkpoint option or none on disk yet.
+   */
+  async reloadCheckpoint(): Promise<number | null> {
+    const c = this.#checkpoint;
+    return c ? this.#loadFromDisk(c) : null;
+  }
+
+  /** @internal Commits since the job began, as the checkpoints number them (synced from root, loaded from disk). */
+  get commitCount(): number {
+    return this.#commits;
+  }
+
+  /** @internal A subclass's committed copy as checkpoint entries (replicated or sharded), saved beside the fields. */
+  protected async diskEntries(): Promise<Record<string, CheckpointEntry>> {
+    return {};
+  }
+
+  /**
+   * @internal Takes back what diskEntries() saved (every entry of the checkpoint is given; sharded ones as
+   * this rank's part at the current world size); called once the fields are known to fit, before they are written.
+   */
+  protected async loadDiskEntries(_entries: Record<string, CheckpointEntry | LoadedShard>, _step: number): Promise<void> {
+    return undefined;
+  }
+
+  async #loadFromDisk(c: Required<StateOptions>['checkpoint']): Promise<number | null> {
     // Every rank reads `latest` itself; load then agrees that all loaded the same step.
     const step = await latestStep(c.dir);
     const seen = await allgatherObject(step, { name: 'elastic.State checkpoint' });
@@ -261,6 +298,7 @@ export class State {
       if (saved.get(name) !== mine) throw other(`field '${name}' is ${saved.get(name)} there, ${mine} here`);
     }
     for (const name of saved.keys()) if (!this.#fields.has(name)) throw other(`it has a field '${name}' this State lacks`);
+    await this.loadDiskEntries(loaded.entries, loaded.step);
     for (const [name, value] of Object.entries(header.json)) this.#fields.get(name)!.value = value;
     for (const [name, type, length] of header.typed) {
       const f = this.#fields.get(name)!;
