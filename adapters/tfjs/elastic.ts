@@ -20,7 +20,6 @@ import type { Logs } from '@tensorflow/tfjs-layers';
 import { tf, tfl } from './framework';
 import * as hora from '../../ts/index';
 import type { CheckpointEntry, LoadedShard, Tensor } from '../../ts/index';
-import type { StateOptions } from '../../ts/elastic/state';
 import {
   HoraError, describeValue, checkOptionKeys, knownOptions, current, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer, blockRange,
 } from '../../ts/internal';
@@ -221,7 +220,7 @@ export class ElasticState extends hora.elastic.State {
    * The model, the iteration count and the fields as they are now are the first rollback point; the
    * optimizer's slots enter it at the first commit() or sync(), since reading them is asynchronous.
    */
-  constructor(model: ElasticModel, optimizer?: tf.Optimizer | null, fields: Record<string, unknown> = {}, options?: StateOptions) {
+  constructor(model: ElasticModel, optimizer?: tf.Optimizer | null, fields: Record<string, unknown> = {}, options?: hora.elastic.StateOptions) {
     super(stateFields(fields), options);
     this.#checkpointed = options?.checkpoint !== undefined;
     if (model === null || typeof model !== 'object' || !Array.isArray((model as ElasticModel).weights)) {
