@@ -75,31 +75,29 @@ async function worker(kind) {
   const model = build();
   const x = tf.randomNormal([batch, d], 0, 1, 'float32', 7 + r);
   const y = tf.randomNormal([batch, d], 0, 1, 'float32', 70 + r);
-  const losses = new Map();
-  // shard 'weights' shards the model it is given (stage 3): the time job gives it a second model of its own.
-  const make = (shard, m = model) => {
-    losses.set(m, () => tf.losses.meanSquaredError(y, m.apply(x)));
-    const opt = new DistributedOptimizer(tf.train.adam(1e-4), shard === 'weights' ? { shard, model: m } : { shard });
-    opt.benchLoss = losses.get(m);
-    return opt;
-  };
-  const stepMs = (opt) => {
+  // A trainer: an optimizer and the loss of the model it trains. shard 'weights' shards the model it is given
+  // (stage 3): the time job gives it a second model of its own.
+  const make = (shard, m = model) => ({
+    opt: new DistributedOptimizer(tf.train.adam(1e-4), shard === 'weights' ? { shard, model: m } : { shard }),
+    loss: () => tf.losses.meanSquaredError(y, m.apply(x)),
+  });
+  const stepMs = ({ opt, loss }) => {
     const t0 = performance.now();
-    tf.dispose(opt.minimize(opt.benchLoss, true));
+    tf.dispose(opt.minimize(loss, true));
     return performance.now() - t0;
   };
   const out = { params: model.countParams(), d };
   if (kind === 'memory') {
-    const opt = make(mode);
-    stepMs(opt);
+    const trainer = make(mode), { opt } = trainer;
+    stepMs(trainer);
     const times = [];
-    for (let s = 0; s < Number(process.env.ZERO_BENCH_STEPS); s++) times.push(stepMs(opt));
+    for (let s = 0; s < Number(process.env.ZERO_BENCH_STEPS); s++) times.push(stepMs(trainer));
     const inner = await opt.optimizer.getWeights();
     out.optimizerBytes = inner.slice(1).reduce((sum, w) => sum + w.tensor.size * 4, 0) +
       Object.values(opt.optimizer).filter((v) => v instanceof tf.Variable).reduce((sum, v) => sum + v.size * 4, 0);
     inner[0].tensor.dispose();
     out.betweenBytes = tf.memory().numBytes;
-    const profile = await tf.profile(() => { tf.dispose(opt.minimize(opt.benchLoss, true)); });
+    const profile = await tf.profile(() => { tf.dispose(opt.minimize(trainer.loss, true)); });
     out.duringBytes = profile.peakBytes;
     out.stepMs = median(times);
   } else {
