@@ -22,7 +22,7 @@
 import { tf } from './framework';
 import type { CheckpointEntry, CheckpointSaveOptions, LoadedCheckpoint, LoadedShard, Tensor } from '../../ts/index';
 import { HoraError, describeValue, checkOptionKeys, knownOptions, loadCheckpointAgreed, saveCheckpointAgreed } from '../../ts/internal';
-import { distributedLayers, hiddenVariables, innermost, setIterations, slotsOf } from './elastic';
+import { distributedLayers, hiddenVariables, innermost, setIterations, slotsOf } from './optimizer-state';
 
 const MODEL = 'model/';
 const OPTIMIZER = 'optimizer/';

@@ -23,7 +23,7 @@ import type { CheckpointEntry, LoadedShard, Tensor } from '../../ts/index';
 import {
   HoraError, describeValue, checkOptionKeys, knownOptions, current, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer, blockRange,
 } from '../../ts/internal';
-import { DistributedOptimizer } from './optimizer';
+import { distributedLayers, hiddenVariables, setIterations, slotsOf } from './optimizer-state';
 import { isWeightSharded } from './zero-weights';
 
 const WHERE = 'hora/tfjs';
@@ -132,45 +132,6 @@ function copyInto(t: tf.Tensor, name: string, into: Saved | undefined, what: str
 /** A new tensor holding a copy of `s` (a copy, so that no tensor ever shares the committed arrays). */
 function tensorOf(s: Saved): tf.Tensor {
   return tf.tensor(s.data.slice(), s.shape, s.dtype);
-}
-
-/** The optimizer that owns the slots and the iteration count (a DistributedOptimizer wraps one). */
-export function innermost(optimizer: tf.Optimizer): tf.Optimizer {
-  let o = optimizer;
-  // Not instanceof: tf.Optimizer answers instanceof by duck typing, so every optimizer would pass.
-  while (DistributedOptimizer.prototype.isPrototypeOf(o)) o = (o as DistributedOptimizer).optimizer;
-  return o;
-}
-
-/** The scalar variables an optimizer keeps outside getWeights() (Adam's accBeta1/accBeta2...), by property name. */
-export function hiddenVariables(optimizer: tf.Optimizer): Array<[string, tf.Variable]> {
-  const inner = innermost(optimizer) as unknown as Record<string, unknown>;
-  return Object.keys(inner).sort().filter((k) => inner[k] instanceof tf.Variable).map((k) => [k, inner[k] as tf.Variable]);
-}
-
-/** getWeights() without its first entry, the iteration count, which it makes as a new tensor (disposed here). */
-export async function slotsOf(optimizer: tf.Optimizer): Promise<Array<{ name: string; tensor: tf.Tensor }>> {
-  const named = await optimizer.getWeights();
-  if (named.length > 0 && named[0].name === 'iter') {
-    named[0].tensor.dispose();
-    return named.slice(1);
-  }
-  return named;
-}
-
-/** Every DistributedOptimizer in the chain down to the innermost optimizer. */
-export function distributedLayers(optimizer: tf.Optimizer): DistributedOptimizer[] {
-  const out: DistributedOptimizer[] = [];
-  let o = optimizer;
-  while (DistributedOptimizer.prototype.isPrototypeOf(o)) {
-    out.push(o as DistributedOptimizer);
-    o = (o as DistributedOptimizer).optimizer;
-  }
-  return out;
-}
-
-export function setIterations(optimizer: tf.Optimizer, n: number): void {
-  (innermost(optimizer) as unknown as { iterations_: number }).iterations_ = n;
 }
 
 /** Which of the fields given to ElasticState are its own; epoch and batch default to 0. */
