@@ -75,7 +75,9 @@ export function planAlltoall(w: Scope, x: Tensor, options: AlltoallOptions | und
   }
   if (out) {
     const local = (): AlltoallResult<Tensor> => ((out as Float32Array).set(x as Float32Array), { data: out, splits: [x.length] });
-    return { item, finish: (r) => ({ data: out, splits: r.counts ?? [] }), keep: [x, out], local, value: undefined, lends: Lend.Reads };
+    // What came is what recvSplits said (the agreement checked it), so the addon hands back plain success.
+    const came = recv!;
+    return { item, finish: () => ({ data: out, splits: came.slice() }), keep: [x, out], local, value: undefined, lends: Lend.Reads };
   }
   const local = (): AlltoallResult<Tensor> => ({ data: x.slice(), splits: [x.length] });
   const finish = (r: NativeResult): AlltoallResult<Tensor> => ({ data: new Ctor(r.gathered as ArrayBuffer), splits: r.counts ?? [] });

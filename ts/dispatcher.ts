@@ -59,10 +59,14 @@ function isMessage(item: NativeItem): boolean {
   return item.kind === NativeKind.Send || item.kind === NativeKind.Recv;
 }
 
-/** A host collective of the world that collective() takes as positional arguments. */
+/**
+ * A host collective of the world that collective() takes as positional arguments: an alltoall's splits
+ * go in root's place (it has none); a scatter, which has both, goes as an item object.
+ */
 function isLoneCollective(item: NativeItem): boolean {
   return item.device === undefined && item.kind !== NativeKind.Invalid && item.kind !== NativeKind.Send &&
-    item.kind !== NativeKind.Recv && !item.group && item.scale === undefined && item.splits === undefined;
+    item.kind !== NativeKind.Recv && !item.group && item.scale === undefined &&
+    (item.splits === undefined || item.kind === NativeKind.Alltoall);
 }
 
 interface Outstanding {
@@ -294,7 +298,7 @@ export class Dispatcher implements WorkDriver {
       if (isHostMessage(one)) result = this.comm.message(id, packCode(one, manner), data!, one.peer!, one.tag!, one.group ?? 0);
       else {
         if (!now) this.started(id, performance.now());
-        result = this.comm.collective(id, packCode(one, manner), one.root, data, one.out, one.name || null);
+        result = this.comm.collective(id, packCode(one, manner), one.splits ?? one.root, data, one.out, one.name || null);
       }
     } catch (e) {
       one.id = id;

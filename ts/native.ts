@@ -299,13 +299,13 @@ export interface NativeCommunicator {
   addGroup(id: number, members: number[]): void;
   /**
    * The way in for a batch of one host collective (no message, device item or invalid call), without an
-   * item object to read; code is packCode()'s, with the manner of waiting (Manner). Manner.WaitNow: handed
+   * item object to read (an alltoall's splits in root's place); code is packCode()'s, with the manner of waiting (Manner). Manner.WaitNow: handed
    * in and waited for in one call; its result, or for plain success the nanoseconds the call took.
    * Manner.WillWait: queued, and undefined (result(id, -1) follows). Manner.Awaited: a collective that
    * cannot wait on a peer (two ranks, a small allreduce or a barrier, the partner's message already here)
    * runs at once: then its result; else undefined, and its completion comes later.
    */
-  collective(id: number, code: number, root: number, data: ArrayBufferView | null, out: ArrayBufferView | null,
+  collective(id: number, code: number, root: number | number[], data: ArrayBufferView | null, out: ArrayBufferView | null,
     name: string | null): NativeResult | true | number | undefined;
   /**
    * The way in for one host send or recv (code: packCode(), kind, dtype and the manner): group 0 is the

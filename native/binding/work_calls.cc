@@ -215,7 +215,7 @@ Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
 }
 
 // collective(id, code, root, data, out, name): a batch of one host collective (not a message, not a
-// device item, not an invalid call), positional. A small collective waited at once costs a microsecond or
+// device item, not an invalid call), positional; an alltoall's splits take root's place. A small collective waited at once costs a microsecond or
 // two in all, and reading a dozen properties of an item object through Node-API was a good part of that.
 // The manner of waiting is in code (ts/native.ts Manner):
 // - kWaitNow: handed in and waited for in one call, for a wait() on a collective alone in its batch;
@@ -277,7 +277,7 @@ Napi::Value CommunicatorWrap::WaitHere(Napi::Env env, const std::shared_ptr<Work
 }
 
 // The collective of collective(), from arguments 1 to 5: code (ts/native.ts packCode: the item's code,
-// then flags), root, data, out and name. Five arguments and no more: Node-API copies up to six into the
+// then flags), root (an alltoall's splits), data, out and name. Five arguments and no more: Node-API copies up to six into the
 // call's frame, more into a heap array of their own. The flags say which of data, out and name are there,
 // so an absent one costs no call to ask. Returns the code.
 int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
@@ -287,7 +287,9 @@ int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
   if (w->kind == hora::Kind::kSend || w->kind == hora::Kind::kRecv || w->kind == hora::Kind::kInvalid) {
     throw Napi::TypeError::New(env, "native: collective() takes collectives only");
   }
+  // The third argument is the root of the kinds that have one, and an alltoall's splits (it has no root).
   readRoot([&] { return info[2]; }, w);
+  if (w->kind == hora::Kind::kAlltoall) readSplits(info[2], w);
   if (code & kHasData) readData(info[3], w);
   if (code & kHasOut) readOut(info[4], w);
   if (code & kHasName) readName(info[5], w);
@@ -370,10 +372,12 @@ Napi::Value CommunicatorWrap::Take(Napi::Env env, std::unordered_map<uint64_t, s
 bool CommunicatorWrap::PlainSuccess(const Work& w) { return w.status.isOk() && !GathersInto(w) && w.kind != hora::Kind::kJoin && !w.fused; }
 
 // The kinds whose result is memory the engine allocated (Work::gathered) and the counts from each rank (a
-// gather's at its root only: the others' counts stay empty and they get no result).
+// gather's at its root only: the others' counts stay empty and they get no result). An alltoall into the
+// caller's out array has neither: ts/alltoall.ts always passes its recvSplits with out, and the counts that
+// came are those (the agreement checked them against every sender's splits), so its success is plain.
 bool CommunicatorWrap::GathersInto(const Work& w) {
-  return w.kind == hora::Kind::kAllgather || w.kind == hora::Kind::kAlltoall || w.kind == hora::Kind::kScatter ||
-         (w.kind == hora::Kind::kGather && !w.gatheredCounts.empty());
+  return w.kind == hora::Kind::kAllgather || (w.kind == hora::Kind::kAlltoall && !w.outGiven) ||
+         w.kind == hora::Kind::kScatter || (w.kind == hora::Kind::kGather && !w.gatheredCounts.empty());
 }
 
 // A completed work's result for JS: true, or {code, message, peer} / an allgather's arrays.
