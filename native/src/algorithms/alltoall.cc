@@ -52,7 +52,13 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
     return Status(Code::kInternal, "alltoall: this rank sends itself " + std::to_string(o.sendBytes[r]) +
                                        " bytes but expects " + std::to_string(o.recvBytes[r]));
   }
-  if (o.sendBytes[r] > 0) memcpy(o.output + recvAt[r], o.input + sendAt[r], o.sendBytes[r]);
+  // This rank's block for itself: copied while the first window's offers travel when that window has only
+  // offers to send (each takes a slot and waits for nobody), else before the window's exchange.
+  bool selfCopied = o.sendBytes[r] == 0;
+  auto copySelf = [&] {
+    if (!selfCopied) memcpy(o.output + recvAt[r], o.input + sendAt[r], o.sendBytes[r]);
+    selfCopied = true;
+  };
   // A block of kSingleCopyMinBytes or more between ranks of one host is offered instead (both ends know
   // its size, so both know that an offer, not the block, comes first); see "Single copy" above.
   auto offered = [&](int q, size_t bytes) { return bytes >= shm::kSingleCopyMinBytes && ctx.usesSharedMemory(q); };
@@ -65,6 +71,7 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
   for (int first = 1; first < p; first += window) {
     sends.clear();
     recvs.clear();
+    bool onlyOffers = true;
     for (int k = first; k < p && k < first + window; ++k) {
       const int to = wrapRank(r + k, p), from = wrapRank(r - k, p), i = k - first;
       const uint8_t* block = o.input + sendAt[to];
@@ -74,6 +81,7 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
         sends.push_back(SendOp{ctx.pair(to), reinterpret_cast<const uint8_t*>(&offersOut[i]), sizeof(shm::ReadOffer)});
       } else if (o.sendBytes[to] > 0) {
         sends.push_back(SendOp{ctx.pair(to), block, o.sendBytes[to]});
+        onlyOffers = false;
       }
       if (offered(from, o.recvBytes[from])) {
         recvs.push_back(RecvOp{ctx.pair(from), reinterpret_cast<uint8_t*>(&offersIn[i]), sizeof(shm::ReadOffer)});
@@ -82,7 +90,17 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
       }
     }
     if (sends.empty() && recvs.empty()) continue;
-    HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size())));
+    if (!selfCopied && onlyOffers && !sends.empty()) {
+      // The offers first, then the copy while the peers' offers come. An offer takes one slot and waits
+      // for nobody: of this rank's messages at most its agreement's can still be unread on the pair's
+      // ring (shm/ring.h kSlots), since every earlier exchange ended with the peer's reply.
+      HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), nullptr, 0));
+      copySelf();
+      if (!recvs.empty()) HORA_RETURN_IF_ERROR(ctx.progress(nullptr, 0, recvs.data(), static_cast<int>(recvs.size())));
+    } else {
+      copySelf();
+      HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size())));
+    }
     // The offers that came: read each (or refuse it), answer; and wait for the answers to this rank's. The
     // blocks that follow through the rings (offers of kRing) go after every answer, in both ends' arrays:
     // a pair's stream then carries the answer first either way.
@@ -139,6 +157,7 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
       HORA_RETURN_IF_ERROR(ctx.progress(later.data(), static_cast<int>(later.size()), laterRecvs.data(), static_cast<int>(laterRecvs.size())));
     }
   }
+  copySelf();
   return Status::ok();
 }
 
