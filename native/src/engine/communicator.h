@@ -129,7 +129,10 @@ class Communicator {
   void runConnect(Task& task);
   void runBatch(std::vector<std::shared_ptr<Work>>& batch);
   size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
+  // Agrees on w with the other ranks of its group, then runs it (runOnDevice() or runOnHost(), kinds.cc).
   Status execute(Work& w);
+  Status runOnDevice(Context& ctx, Work& w);
+  Status runOnHost(Context& ctx, Work& w, const Joined& joined);
   // hora.join() (engine/agreement.h): proposes "joined" at each agreement of w's group, running the live
   // ranks' collectives with a neutral contribution, until every rank has joined.
   Status runJoin(Work& w);
