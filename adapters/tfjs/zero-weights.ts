@@ -12,6 +12,10 @@
  *   the input and of the full weights (the forward is computed a second time: the price of not keeping the
  *   full weights or the layer's inner activations between the passes), and reduce-scatters each weight's
  *   gradient (averaged, or summed with op 'sum'), so that this rank gets the gradient of its own block only.
+ * With overlap (the default), each layer's gather starts the allgather of the layer that ran after it in the
+ * last pass of the same kind (one layer ahead; gatherFor), and the backward leaves its reduce-scatters in
+ * flight with -0 stand-ins for tfjs to carry to applyGradients, which waits for them (deferReduceScatters,
+ * withDeferred); the weights are those of overlap: false, bit for bit.
  * The model's trainable weights are then the shard variables: model.fit and minimize hand them to the
  * optimizer, whose inner tf.train optimizer updates them and keeps state (Adam's moments...) of their size.
  * The layer's original variables are disposed.
