@@ -4,7 +4,9 @@
 // where the unsharded DistributedOptimizer ends (2, 3 and 4 ranks, counts that do not divide by the world size,
 // Dense and Conv2D, model.fit and a minimize loop, SGD and momentum within 1e-6 relative, Adam and RMSProp within
 // 1e-5), with the gathered weights bit-identical on every rank; getWeights, predict, save and saveCheckpoint see
-// full weights; layers it cannot shard are refused by name; the tensor bytes held between steps are 1/N.
+// full weights; layers it cannot shard are refused by name; the tensor bytes held between steps are 1/N. These
+// run with the default overlap: true (prefetched allgathers, reduce-scatters waited for in applyGradients); the
+// 'overlap' scenario checks that overlap: false ends with the same weights, bit for bit.
 // test/workers/tfjs-zero3-worker.js trains; this file asserts.
 const t = require('tap');
 const fs = require('node:fs');
