@@ -3,7 +3,11 @@
 // trained with Adam at each rank count, each mode.
 //
 //   node bench/zero.js [--params 50M] [--ranks 1,2,4] [--modes none,optimizer,gradients,weights]
-//                      [--steps 5] [--pairs 6 (0: no step times)] [--batch 8]
+//                      [--steps 5] [--pairs 6 (0: no step times)] [--batch 8] [--against none] [--memory on]
+//
+// A mode with '/no-overlap' after it (weights/no-overlap) is that mode with overlap: false. --against: the mode
+// the step times are compared with (default none; --against weights/no-overlap --modes weights: stage 3's
+// overlap against none). --memory off: step times only.
 //
 // The MLP: 4 dense layers of D x D (+ biases) with D chosen for --params (50M: D = 3536), tanh, MSE loss;
 // every rank trains on --batch samples of its own per step, on the cpu backend.
@@ -39,8 +43,9 @@ function count(text) {
 }
 
 function parseArgs(argv) {
-  const o = { params: 50e6, ranks: [1, 2, 4], modes: ['none', 'optimizer', 'gradients', 'weights'], steps: 5, pairs: 6, batch: 8 };
-  const usage = 'usage: node bench/zero.js [--params 50M] [--ranks 1,2,4] [--modes none,optimizer,gradients,weights] [--steps 5] [--pairs 6 (0: no step times)] [--batch 8]';
+  const o = { params: 50e6, ranks: [1, 2, 4], modes: ['none', 'optimizer', 'gradients', 'weights'], steps: 5, pairs: 6, batch: 8, against: 'none', memory: true };
+  const usage = 'usage: node bench/zero.js [--params 50M] [--ranks 1,2,4] [--modes none,optimizer,gradients,weights] [--steps 5] [--pairs 6 (0: no step times)] [--batch 8] ' +
+    '[--against none] [--memory on|off] (a mode may end in /no-overlap)';
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i], value = argv[++i];
     if (value === undefined) throw new Error(`${flag} needs a value (${usage})`);
@@ -50,6 +55,8 @@ function parseArgs(argv) {
     else if (flag === '--steps' && Number(value) >= 1) o.steps = Number(value);
     else if (flag === '--pairs' && Number(value) >= 0) o.pairs = Number(value);
     else if (flag === '--batch' && Number(value) >= 1) o.batch = Number(value);
+    else if (flag === '--against') o.against = value;
+    else if (flag === '--memory' && (value === 'on' || value === 'off')) o.memory = value === 'on';
     else throw new Error(`unknown or invalid ${flag} ${value} (${usage})`);
   }
   return o;
@@ -76,11 +83,14 @@ async function worker(kind) {
   const x = tf.randomNormal([batch, d], 0, 1, 'float32', 7 + r);
   const y = tf.randomNormal([batch, d], 0, 1, 'float32', 70 + r);
   // A trainer: an optimizer and the loss of the model it trains. shard 'weights' shards the model it is given
-  // (stage 3): the time job gives it a second model of its own.
-  const make = (shard, m = model) => ({
-    opt: new DistributedOptimizer(tf.train.adam(1e-4), shard === 'weights' ? { shard, model: m } : { shard }),
-    loss: () => tf.losses.meanSquaredError(y, m.apply(x)),
-  });
+  // (stage 3): the time job gives it a model of its own. spec: a mode, '/no-overlap' after it for overlap: false.
+  const make = (spec, m = model) => {
+    const { shard, overlap } = modeOf(spec);
+    return {
+      opt: new DistributedOptimizer(tf.train.adam(1e-4), shard === 'weights' ? { shard, overlap, model: m } : { shard, overlap }),
+      loss: () => tf.losses.meanSquaredError(y, m.apply(x)),
+    };
+  };
   const stepMs = ({ opt, loss }) => {
     const t0 = performance.now();
     tf.dispose(opt.minimize(loss, true));
@@ -101,7 +111,8 @@ async function worker(kind) {
     out.duringBytes = profile.peakBytes;
     out.stepMs = median(times);
   } else {
-    const none = make('none'), sharded = make(mode, mode === 'weights' ? build() : model);
+    const against = process.env.ZERO_BENCH_AGAINST;
+    const none = make(against, modeOf(against).shard === 'weights' ? build() : model), sharded = make(mode, modeOf(mode).shard === 'weights' ? build() : model);
     stepMs(none);
     stepMs(sharded);
     out.pairs = [];
@@ -132,9 +143,16 @@ const median = (xs) => {
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 const mib = (bytes) => (bytes / 1048576).toFixed(1);
+/** A mode as --modes and --against give it: the shard option, and overlap (false after '/no-overlap'). */
+function modeOf(spec) {
+  const [shard, variant] = spec.split('/');
+  return { shard, overlap: variant !== 'no-overlap' };
+}
 
 /** Whether this build's DistributedOptimizer takes the mode; null, or why not. */
-function refusal(mode) {
+function refusal(spec) {
+  const { shard: mode, overlap } = modeOf(spec);
+  if (spec.split('/').length > 1 && overlap) return `'${spec.split('/')[1]}' is not a variant (only /no-overlap is)`;
   const tf = require('@tensorflow/tfjs');
   const { DistributedOptimizer } = require('../dist/adapters/tfjs/index.js');
   try {
@@ -150,7 +168,7 @@ function refusal(mode) {
 function job(np, kind, mode, o) {
   const env = {
     ...process.env, ZERO_BENCH_PARAMS: String(o.params), ZERO_BENCH_BATCH: String(o.batch), ZERO_BENCH_MODE: mode,
-    ZERO_BENCH_STEPS: String(o.steps), ZERO_BENCH_PAIRS: String(o.pairs), HORA_TIMEOUT_S: '600',
+    ZERO_BENCH_STEPS: String(o.steps), ZERO_BENCH_PAIRS: String(o.pairs), ZERO_BENCH_AGAINST: o.against, HORA_TIMEOUT_S: '600',
   };
   const r = spawnSync(NODE, [HORA, 'run', '-np', String(np), '--', NODE, __filename, '--worker', kind], { encoding: 'utf8', timeout: 3_600_000, env, maxBuffer: 64 << 20 });
   const line = (r.stdout || '').split('\n').find((l) => l.includes('ZERO_BENCH '));
@@ -166,17 +184,21 @@ function main() {
   });
   const o = parseArgs(argv);
   console.log(`bench/zero.js: MLP of ${LAYERS} dense layers, about ${(o.params / 1e6).toFixed(1)}M parameters, Adam, batch ${o.batch} per rank, ` +
-    `ranks ${o.ranks.join(',')}, modes ${o.modes.join(',')}`);
+    `ranks ${o.ranks.join(',')}, modes ${o.modes.join(',')}${o.against === 'none' ? '' : `, step times against ${o.against}`}`);
   console.log(`${os.cpus().length} CPUs, ${os.cpus()[0]?.model ?? ''}, node ${process.version}, ${new Date().toISOString()}`);
   const modes = o.modes.filter((m) => {
     const why = refusal(m);
     if (why) console.log(`shard '${m}': skipped: this build refuses it (${why})`);
     return !why;
   });
+  const why = refusal(o.against);
+  if (why) throw new Error(`--against ${o.against}: this build refuses it (${why})`);
   const memory = {};
-  console.log('\nmemory per rank (the largest over the ranks), MiB:');
-  console.log('ranks  mode        params   optimizer state  x 1/N of none  model state between / during  peak RSS  step ms');
-  for (const np of o.ranks) {
+  if (o.memory) {
+    console.log('\nmemory per rank (the largest over the ranks), MiB:');
+    console.log('ranks  mode        params   optimizer state  x 1/N of none  model state between / during  peak RSS  step ms');
+  }
+  for (const np of o.memory ? o.ranks : []) {
     for (const mode of modes) {
       const all = job(np, 'memory', mode, o);
       const max = (k) => Math.max(...all.map((a) => a[k]));
@@ -189,13 +211,13 @@ function main() {
     }
   }
   if (o.pairs === 0) {
-    console.log('\nstep time against shard \'none\': not measured (--pairs 0)');
+    console.log(`\nstep time against shard '${o.against}': not measured (--pairs 0)`);
     return;
   }
-  console.log(`\nstep time against shard 'none' in the same job (${o.pairs} alternating pairs; rank 0's times):`);
-  console.log('ranks  mode        none ms (median)  sharded ms (median)  median ratio  lowest pair');
+  console.log(`\nstep time against shard '${o.against}' in the same job (${o.pairs} alternating pairs; rank 0's times):`);
+  console.log(`ranks  mode        ${`${o.against} ms (median)`.padStart(16)}  sharded ms (median)  median ratio  lowest pair`);
   for (const np of o.ranks) {
-    for (const mode of modes.filter((m) => m !== 'none')) {
+    for (const mode of modes.filter((m) => m !== o.against)) {
       const [all0] = job(np, 'time', mode, o);
       const ratios = all0.pairs.map(([a, b]) => b / a);
       const lowA = Math.min(...all0.pairs.map((p) => p[0])), lowB = Math.min(...all0.pairs.map((p) => p[1]));

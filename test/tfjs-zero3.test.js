@@ -4,7 +4,9 @@
 // where the unsharded DistributedOptimizer ends (2, 3 and 4 ranks, counts that do not divide by the world size,
 // Dense and Conv2D, model.fit and a minimize loop, SGD and momentum within 1e-6 relative, Adam and RMSProp within
 // 1e-5), with the gathered weights bit-identical on every rank; getWeights, predict, save and saveCheckpoint see
-// full weights; layers it cannot shard are refused by name; the tensor bytes held between steps are 1/N.
+// full weights; layers it cannot shard are refused by name; the tensor bytes held between steps are 1/N. These
+// run with the default overlap: true (prefetched allgathers, reduce-scatters waited for in applyGradients); the
+// 'overlap' scenario checks that overlap: false ends with the same weights, bit for bit.
 // test/workers/tfjs-zero3-worker.js trains; this file asserts.
 const t = require('tap');
 const fs = require('node:fs');
@@ -56,6 +58,34 @@ t.test('3 ranks: compression, backwardPassesPerStep, op sum, a tf.model, Adamax,
     }
   }
 });
+
+for (const np of [2, 3]) {
+  t.test(`${np} ranks: overlap prefetches the next layer's allgather and defers the reduce-scatters, with the weights of overlap: false, bit for bit`, async (t) => {
+    const { results } = await runScenario(t, np, WORKER, 'overlap');
+    const first = results[0];
+    t.ok(first && Object.keys(first).length === 9, 'rank 0 ran 8 models and options, and the reordered MLP', { keys: first && Object.keys(first) });
+    for (const [key, got] of Object.entries(first || {})) {
+      t.ok(got.identical, `${key}: overlap: true ends with the weights of overlap: false, bit for bit`);
+      t.same(got.off, { prefetched: 0, onDemand: 0, dropped: 0, deferred: 0, waitedEarly: 0, maxInFlightAtLayer: 0 }, `${key}: overlap: false starts nothing ahead`);
+      if (key !== 'reordered') {
+        // 2 sharded layers, 4 passes: after the first, each pass's second layer (forward and backward) has its
+        // weights gathered ahead by the first; the first layer of a pass is gathered when it starts.
+        t.same([got.on.prefetched, got.on.onDemand], [2 * 3, 2 * 4 + 2], `${key}: with overlap each layer after a pass's first was gathered by the layer before`, { stats: got.on });
+      } else {
+        t.ok(got.on.prefetched > 0, `${key}: with overlap some layer allgathers were started by the layer before`, { stats: got.on });
+      }
+      t.ok(got.on.deferred > 0, `${key}: the gradients' reduce-scatters were left in flight past their layer's backward`, { stats: got.on });
+      t.ok(got.on.maxInFlightAtLayer >= 1, `${key}: a layer's backward began with an earlier layer's reduce-scatter still in flight`, { stats: got.on });
+      if (key !== 'reordered') t.equal(got.on.dropped, 0, `${key}: the same order every step: no prefetch dropped`);
+      for (const [rank, r] of results.entries()) t.equal(r && r[key].hash, got.hash, `${key}: rank ${rank}'s weights are bit-identical to rank 0's`);
+    }
+    const bounded = first && first['conv adam fit bucketMB 0.0001'];
+    t.ok(bounded && bounded.on.waitedEarly > 0, 'bucketMB bounds the gradient bytes in flight: older reduce-scatters were waited for in the backward', { stats: bounded && bounded.on });
+    const reordered = first && first.reordered;
+    t.ok(reordered && reordered.on.dropped > 0, 'layers run in another order than learnt: the prefetch is dropped and the layer gathered on demand', { stats: reordered && reordered.on });
+    t.ok(reordered && reordered.relative.every((r) => r <= 1e-5), 'and the weights end within 1e-5 of the unsharded optimizer (a layer run twice in a pass included)', { relative: reordered && reordered.relative });
+  });
+}
 
 t.test('layers that cannot be sharded, and a missing model, are ERR_INVALID_ARGUMENT naming them; nothing changes', async (t) => {
   const { results } = await runScenario(t, 2, WORKER, 'refused');

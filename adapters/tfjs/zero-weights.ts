@@ -12,6 +12,10 @@
  *   the input and of the full weights (the forward is computed a second time: the price of not keeping the
  *   full weights or the layer's inner activations between the passes), and reduce-scatters each weight's
  *   gradient (averaged, or summed with op 'sum'), so that this rank gets the gradient of its own block only.
+ * With overlap (the default), each layer's gather starts the allgather of the layer that ran after it in the
+ * last pass of the same kind (one layer ahead; gatherFor), and the backward leaves its reduce-scatters in
+ * flight with -0 stand-ins for tfjs to carry to applyGradients, which waits for them (deferReduceScatters,
+ * withDeferred); the weights are those of overlap: false, bit for bit.
  * The model's trainable weights are then the shard variables: model.fit and minimize hand them to the
  * optimizer, whose inner tf.train optimizer updates them and keeps state (Adam's moments...) of their size.
  * The layer's original variables are disposed.
@@ -31,8 +35,8 @@
  */
 import { tf } from './framework';
 import * as hora from '../../ts/index';
-import type { CheckpointEntry, LoadedShard, Tensor } from '../../ts/index';
-import { HoraError, blockRange, describeValue } from '../../ts/internal';
+import type { CheckpointEntry, LoadedShard, Tensor, Work } from '../../ts/index';
+import { HoraError, blockRange, describeValue, flushCollectives } from '../../ts/internal';
 import { compress, decompress } from './half';
 import { checkShardable } from './zero';
 
@@ -60,6 +64,10 @@ export interface ShardingOwner {
   readonly op: 'avg' | 'sum';
   readonly compression: 'none' | 'fp16' | 'bf16';
   readonly backwardPassesPerStep: number;
+  /** Prefetch the next layer's allgather and defer the gradients' reduce-scatters to applyGradients. */
+  readonly overlap: boolean;
+  /** With overlap: the gradient bytes whose reduce-scatters may be in flight before the backward pass waits for the oldest. */
+  readonly bucketMB: number;
   readonly stats: { steps: number; submitMs: number; waitMs: number; applyMs: number };
 }
 
@@ -203,7 +211,16 @@ function setWeights(model: Model, values: tf.Tensor[]): void {
 
 /** Allgathers each weight (all submitted, then waited for) into a tensor of its full shape. */
 function gather(weights: ShardedWeight[]): tf.Tensor[] {
-  const works = weights.map((w) => hora.allgather(w.shard.val.dataSync() as Float32Array, { name: `zero3 ${w.name}` }));
+  return finishGather(weights, startGather(weights));
+}
+
+/** Starts the allgather of each weight, in one batch. */
+function startGather(weights: ShardedWeight[]): Array<Work<Float32Array>> {
+  return weights.map((w) => hora.allgather(w.shard.val.dataSync() as Float32Array, { name: `zero3 ${w.name}` }));
+}
+
+/** Waits for the allgathers startGather started; each weight as a tensor of its full shape. */
+function finishGather(weights: ShardedWeight[], works: Array<Work<Float32Array>>): tf.Tensor[] {
   return works.map((work, i) => {
     const full = work.wait();
     const w = weights[i];
@@ -229,6 +246,38 @@ function withWeights<T>(layer: Layer, props: readonly string[], values: tf.Tenso
 /** What a layer's call() hands to the custom-gradient function besides tensors. */
 type Pending = { kwargs: Record<string, unknown> };
 
+/** A sharded layer: what its forward and backward gather. */
+type ShardedLayer = { readonly name: string; readonly weights: ShardedWeight[] };
+
+/** The tensor data a variable holds now (tfjs gives a variable new data at each assign). */
+const dataOf = (w: ShardedWeight): unknown => (w.shard.val as unknown as { dataId: unknown }).dataId;
+
+/** A layer's allgather started ahead of its use (overlap), and the data of the blocks it read. */
+type Prefetch = { layer: ShardedLayer; works: Array<Work<Float32Array>>; data: unknown[] };
+
+/**
+ * A gradient block's reduce-scatter started in the backward pass (overlap): the stand-in the pass gave
+ * tfjs (-0 everywhere, so that tfjs summing it with other contributions changes none of them), the wait,
+ * and the full gradient's bytes in flight until it is waited for.
+ */
+type DeferredGradient = { name: string; standIn: tf.Tensor; wait: () => Float32Array; bytes: number; result: Float32Array | null };
+
+/** What the overlap did (overlap: true); tests read it. */
+export interface OverlapStats {
+  /** Layer allgathers started before the layer's forward or backward began (a prefetch used). */
+  prefetched: number;
+  /** Layer allgathers started when the layer began (no prefetch: the first step, or the order changed). */
+  onDemand: number;
+  /** Prefetches not used (the layers ran in another order, or the weights changed meanwhile): waited for and dropped. */
+  dropped: number;
+  /** Gradient reduce-scatters waited for in applyGradients rather than in their layer's backward. */
+  deferred: number;
+  /** Of those, waited for in a later layer's backward to keep the gradient bytes in flight within bucketMB. */
+  waitedEarly: number;
+  /** The most reduce-scatters of earlier layers still not waited for when a layer's backward began. */
+  maxInFlightAtLayer: number;
+}
+
 /** Stage 3 of one DistributedOptimizer: its sharded weights, and its side of the step. */
 export class WeightShards {
   readonly weights: ShardedWeight[] = [];
@@ -238,6 +287,19 @@ export class WeightShards {
   private passes = 0;
   /** The most tensor bytes (tf.memory().numBytes) seen with a layer's full weights or gradients alive. */
   peakBytes = 0;
+  /** Overlap: the pass the layers are running in now (null: none since the last update). */
+  private phase: 'forward' | 'backward' | null = null;
+  /** Overlap: the layer that ran last in this pass. */
+  private previous: ShardedLayer | null = null;
+  /** Overlap: the layer that ran after each one in its last pass of each kind (null: the pass ended there). */
+  private readonly nextLayer = { forward: new Map<ShardedLayer, ShardedLayer | null>(), backward: new Map<ShardedLayer, ShardedLayer | null>() };
+  /** Overlap: the one allgather started ahead of its layer, or null. */
+  private prefetch: Prefetch | null = null;
+  /** Overlap: the reduce-scatters of this backward pass's gradients, in the order they started. */
+  private deferred: DeferredGradient[] = [];
+  /** Overlap: bytes of full gradients whose reduce-scatter is in flight and not yet waited for. */
+  private inFlightBytes = 0;
+  readonly overlapStats: OverlapStats = { prefetched: 0, onDemand: 0, dropped: 0, deferred: 0, waitedEarly: 0, maxInFlightAtLayer: 0 };
 
   constructor(private readonly owner: ShardingOwner, model: Model) {
     checkShardable(owner.optimizer, 'weights');
@@ -285,13 +347,14 @@ export class WeightShards {
       this.byName.set(name, w);
     }
     const call = layer.call;
+    const unit: ShardedLayer = { name: layer.name, weights: mine };
     const pending: Pending = { kwargs: {} };
     const f = tf.customGrad(((...args: unknown[]) => {
       const save = args.pop() as (t: tf.Tensor[]) => void;
       const [x] = args as tf.Tensor[];
       const kwargs = pending.kwargs;
       save([x]);
-      const full = gather(mine);
+      const full = this.gatherFor(unit, 'forward');
       this.notePeak();
       let y: tf.Tensor;
       try {
@@ -299,7 +362,7 @@ export class WeightShards {
       } finally {
         full.forEach((t) => t.dispose());
       }
-      return { value: y, gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => this.backward(layer, props, call, mine, kwargs, dy, saved[0]) };
+      return { value: y, gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => this.backward(layer, props, call, unit, kwargs, dy, saved[0]) };
     }) as never) as (...t: tf.Tensor[]) => tf.Tensor;
     layer.call = (inputs, kwargs) => {
       const xs = Array.isArray(inputs) ? inputs : [inputs];
@@ -314,9 +377,10 @@ export class WeightShards {
    * the full weights with tfjs's own gradients of the layer's call(), and keeps this rank's block of each
    * weight's gradient, reduced over the ranks.
    */
-  private backward(layer: Layer, props: readonly string[], call: Layer['call'], mine: ShardedWeight[], kwargs: Record<string, unknown>,
+  private backward(layer: Layer, props: readonly string[], call: Layer['call'], unit: ShardedLayer, kwargs: Record<string, unknown>,
     dy: tf.Tensor, x: tf.Tensor): tf.Tensor[] {
-    const full = gather(mine);
+    const mine = unit.weights;
+    const full = this.gatherFor(unit, 'backward');
     // tf.grads inside a gradient function: the outer pass's tape is in the engine's state, and the inner
     // call ends with that state's tape set to null; the outer pass disposes its saved tensors through it.
     const state = (tf.engine() as unknown as { state: { activeTape: unknown } }).state;
@@ -330,10 +394,166 @@ export class WeightShards {
       full.forEach((t) => t.dispose());
     }
     const [dx, ...dws] = grads;
+    if (this.owner.overlap) return [dx, ...this.deferReduceScatters(mine, dws)];
     const works = dws.map((g, i) => this.reduceScatter(g.dataSync() as Float32Array, mine[i].name));
     const shards = works.map((wait) => tf.tensor1d(wait(), 'float32'));
     dws.forEach((g) => g.dispose());
     return [dx, ...shards];
+  }
+
+  /**
+   * The full weights of `unit` for its forward or backward pass. Without overlap, an allgather waited for
+   * here. With overlap, the allgather a previous layer started for this one if there is one (else one
+   * started now), and before waiting for it, the allgather of the layer that ran next in the last pass
+   * of this kind is started: at most one layer ahead. The order is learnt as the layers run; a layer that
+   * is not the one prefetched gets its weights on demand (the prefetch is waited for and dropped) and the
+   * order is learnt again. Every rank runs the same layers in the same order, so every rank starts the same
+   * collectives in the same order.
+   */
+  private gatherFor(unit: ShardedLayer, phase: 'forward' | 'backward'): tf.Tensor[] {
+    if (!this.owner.overlap) return gather(unit.weights);
+    const order = this.nextLayer[phase];
+    if (this.phase !== phase) {
+      // A pass of the other kind ended: nothing ran after its last layer in it.
+      if (this.phase !== null && this.previous) this.nextLayer[this.phase].set(this.previous, null);
+      this.phase = phase;
+      this.previous = null;
+      if (phase === 'backward') this.dropDeferred();
+    }
+    if (this.previous && order.get(this.previous) !== unit) order.set(this.previous, unit);
+    this.previous = unit;
+    if (phase === 'backward') {
+      const waiting = this.deferred.filter((d) => d.result === null).length;
+      if (waiting > this.overlapStats.maxInFlightAtLayer) this.overlapStats.maxInFlightAtLayer = waiting;
+    }
+    let works: Array<Work<Float32Array>> | null = null;
+    const ahead = this.prefetch;
+    this.prefetch = null;
+    if (ahead) {
+      if (ahead.layer === unit && unit.weights.every((w, i) => dataOf(w) === ahead.data[i])) {
+        works = ahead.works;
+        this.overlapStats.prefetched += 1;
+      } else {
+        this.dropPrefetch(ahead);
+      }
+    }
+    if (!works) {
+      works = startGather(unit.weights);
+      this.overlapStats.onDemand += 1;
+    }
+    const next = order.get(unit);
+    if (next) {
+      // A batch of its own (a layer that runs twice in a row gathers the same names again), handed to the engine now.
+      flushCollectives();
+      this.prefetch = { layer: next, works: startGather(next.weights), data: next.weights.map(dataOf) };
+      flushCollectives();
+    }
+    return finishGather(unit.weights, works);
+  }
+
+  /** Waits for a prefetch that will not be used, and drops it. */
+  private dropPrefetch(ahead: Prefetch): void {
+    this.overlapStats.dropped += 1;
+    for (const work of ahead.works) work.wait();
+  }
+
+  /**
+   * With overlap: starts the reduce-scatter of each weight's gradient and returns stand-ins (-0 blocks)
+   * for tfjs to carry to applyGradients, which waits for the blocks and puts them in their place. Before
+   * starting, waits for the oldest reduce-scatters still in flight while the full gradients in flight would
+   * pass bucketMB (always at least this layer's may go out, and the one before it is then waited for).
+   */
+  private deferReduceScatters(mine: ShardedWeight[], dws: tf.Tensor[]): tf.Tensor[] {
+    const perValue = this.owner.compression === 'none' ? 4 : 2;
+    const bytes = dws.reduce((n, g) => n + g.size * perValue, 0);
+    const limit = this.owner.bucketMB * 1024 * 1024;
+    for (const d of this.deferred) {
+      if (this.inFlightBytes === 0 || this.inFlightBytes + bytes <= limit) break;
+      if (d.result !== null) continue;
+      d.result = d.wait();
+      this.inFlightBytes -= d.bytes;
+      this.overlapStats.waitedEarly += 1;
+    }
+    const started = dws.map((g, i) => {
+      const wait = this.reduceScatter(g.dataSync() as Float32Array, mine[i].name);
+      const standIn = tf.tensor1d(new Float32Array(mine[i].end - mine[i].begin).fill(-0), 'float32');
+      this.deferred.push({ name: mine[i].name, standIn, wait, bytes: g.size * perValue, result: null });
+      this.overlapStats.deferred += 1;
+      return standIn;
+    });
+    this.inFlightBytes += bytes;
+    flushCollectives();
+    dws.forEach((g) => g.dispose());
+    return started;
+  }
+
+  /** Waits for every deferred reduce-scatter still in flight; their blocks, by the gradient each stand-in went out as. */
+  private takeDeferred(): DeferredGradient[] {
+    const taken = this.deferred;
+    this.deferred = [];
+    this.inFlightBytes = 0;
+    let failure: unknown = null;
+    for (const d of taken) {
+      if (d.result !== null) continue;
+      try {
+        d.result = d.wait();
+      } catch (e) {
+        failure ??= e;
+      }
+    }
+    if (failure !== null) throw failure;
+    return taken;
+  }
+
+  /** Forgets the reduce-scatters of a pass that was never applied (waited for, so none is left in flight). */
+  private dropDeferred(): void {
+    if (this.deferred.length > 0) this.takeDeferred();
+  }
+
+  /**
+   * The gradients as applyGradients is given them, with each stand-in of a deferred reduce-scatter
+   * replaced by its reduced block. A layer that ran more than once in the pass has several blocks, and
+   * tfjs gave their stand-ins' sum: the blocks are summed in the order tfjs summed them (the order of
+   * the backward), and added to what tfjs gave (-0 plus any other contribution). `made`: the tensors made.
+   */
+  private withDeferred(entries: Array<{ name: string; tensor: tf.Tensor }>, made: tf.Tensor[]): Array<{ name: string; tensor: tf.Tensor }> {
+    const taken = this.takeDeferred();
+    if (taken.length === 0) return entries;
+    const blocks = new Map<string, DeferredGradient[]>();
+    for (const d of taken) {
+      const list = blocks.get(d.name);
+      if (list) list.push(d);
+      else blocks.set(d.name, [d]);
+    }
+    return entries.map((e) => {
+      const list = blocks.get(e.name);
+      if (!list || !e.tensor) return e;
+      let values: Float32Array;
+      if (list.length === 1 && list[0].standIn === e.tensor) {
+        values = list[0].result as Float32Array;
+      } else {
+        values = Float32Array.from(list[0].result as Float32Array);
+        for (const d of list.slice(1)) {
+          const r = d.result as Float32Array;
+          for (let i = 0; i < values.length; i++) values[i] += r[i];
+        }
+        const given = e.tensor.dataSync() as Float32Array;
+        for (let i = 0; i < values.length; i++) values[i] = given[i] + values[i];
+      }
+      const tensor = tf.tensor(values, e.tensor.shape, 'float32');
+      made.push(tensor);
+      return { name: e.name, tensor };
+    });
+  }
+
+  /** Overlap: a pass ended at an update; a prefetch still out is dropped (the update changes the weights). */
+  private endPass(): void {
+    if (this.phase !== null && this.previous) this.nextLayer[this.phase].set(this.previous, null);
+    this.phase = null;
+    this.previous = null;
+    const ahead = this.prefetch;
+    this.prefetch = null;
+    if (ahead) this.dropPrefetch(ahead);
   }
 
   /** Starts this rank's reduce-scatter of one weight's gradient; returns the wait for its block (float32). */
@@ -341,8 +561,10 @@ export class WeightShards {
     const { op, compression } = this.owner;
     const t0 = performance.now();
     const timed = <T>(wait: () => T) => () => {
+      const t1 = performance.now();
       const r = wait();
-      this.owner.stats.waitMs += performance.now() - t0;
+      // From the start (the wait comes at once) or, deferred (overlap), from the wait's start.
+      this.owner.stats.waitMs += performance.now() - (this.owner.overlap ? t1 : t0);
       return r;
     };
     if (compression === 'none') {
@@ -376,6 +598,19 @@ export class WeightShards {
           "of the model; with shard: 'weights' the optimizer trains the model's sharded weights only (their gradients are reduced in the backward pass)");
       }
     }
+    // Overlap: the reduce-scatters this pass started are waited for here, the prefetch still out dropped.
+    const received: tf.Tensor[] = [];
+    try {
+      const taken = this.owner.overlap ? this.withDeferred(entries, received) : entries;
+      if (this.owner.overlap) this.endPass();
+      this.update(taken, t0);
+    } finally {
+      received.forEach((t) => t.dispose());
+    }
+  }
+
+  /** applyGradients's update of the blocks with this pass's gradients (and the earlier passes', k > 1). */
+  private update(entries: Array<{ name: string; tensor: tf.Tensor }>, t0: number): void {
     const k = this.owner.backwardPassesPerStep;
     let given = entries;
     let made: tf.Tensor[] = [];
@@ -420,6 +655,12 @@ export class WeightShards {
   discardPartialStep(): void {
     this.accumulated = null;
     this.passes = 0;
+    // Forgotten, not waited for: the world they went out in may be gone (an elastic restore).
+    this.deferred = [];
+    this.inFlightBytes = 0;
+    this.prefetch = null;
+    this.phase = null;
+    this.previous = null;
   }
 
   /**

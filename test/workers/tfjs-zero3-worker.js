@@ -20,6 +20,11 @@
 //   load      a fresh sharded model loads CKPT_DIR (saved at another world size) and runs the same 2 steps
 //   crossload an unsharded run saves at step 3; a sharded model loads it and runs 2 steps more, as the unsharded
 //             one does; then an unsharded optimizer loads the sharded one's checkpoint (refused)
+//   overlap   the same sharded training with overlap: false and overlap: true (compare's models through fit and a
+//             loop, with fp16, bf16 and backwardPassesPerStep 2; a 3-layer MLP whose layers run in another order on odd
+//             steps, one of them twice); reports whether the weights are bit-identical, the overlap counters
+//             (optimizer.weightShards.overlapStats) of each run, and, for the reordered MLP, the largest relative
+//             difference from the unsharded optimizer
 const crypto = require('node:crypto');
 const tf = require('@tensorflow/tfjs');
 const hora = require('../../dist/ts/index.js');
@@ -205,6 +210,42 @@ async function memoryRun(shard) {
   optimizer.dispose();
   return out;
 }
+/** The weights of a model trained sharded from the same start with the given options, and its overlap counters. */
+async function shardedRun(kind, optName, way, options) {
+  const steps = 4;
+  const set = data(kind, steps, 7);
+  const model = buildModel(kind, 11);
+  const optimizer = new DistributedOptimizer(OPTIMIZERS[optName](), { ...options, shard: 'weights', model });
+  await train(model, optimizer, way, set, steps);
+  const weights = model.getWeights().map((w) => w.dataSync());
+  tf.dispose([set.x, set.y]);
+  return { weights, stats: { ...optimizer.weightShards.overlapStats } };
+}
+
+/**
+ * Layers 0, 1, 2 of a 5-5-5-3 MLP run 0 1 2 on even steps and 2 0 0 1 on odd ones (layer 0 twice): the order
+ * learnt on one step is wrong on the next. `shard`: the sharded optimizer's options, or null for unsharded.
+ */
+async function reorderedRun(shard) {
+  const model = tf.sequential({ layers: [
+    tf.layers.dense({ inputShape: [5], units: 5, activation: 'tanh' }), tf.layers.dense({ units: 5, activation: 'tanh' }), tf.layers.dense({ units: 5 }),
+  ] });
+  const rand = prng(13);
+  model.setWeights(model.getWeights().map((w) => tf.tensor(Float32Array.from({ length: w.size }, () => rand() - 0.5), w.shape)));
+  const optimizer = new DistributedOptimizer(tf.train.adam(0.01), shard ? { ...shard, shard: 'weights', model } : {});
+  const m = B / hora.size();
+  const drand = prng(17 + hora.rank());
+  for (let s = 0; s < 6; s++) {
+    const order = s % 2 === 0 ? [0, 1, 2] : [2, 0, 0, 1];
+    const xs = tf.tensor(Float32Array.from({ length: m * 5 }, () => drand() * 2 - 1), [m, 5]);
+    const ys = tf.tensor(Float32Array.from({ length: m * 5 }, () => drand()), [m, 5]);
+    optimizer.minimize(() => tf.losses.meanSquaredError(ys, order.reduce((h, i) => model.layers[i].apply(h), xs)));
+    tf.dispose([xs, ys]);
+  }
+  const weights = model.getWeights().map((w) => w.dataSync());
+  return { weights, stats: shard ? { ...optimizer.weightShards.overlapStats } : null };
+}
+
 MODELS.memory = { input: [64], output: 10 };
 MODELS.functional = { input: [7], output: 3 };
 
@@ -231,6 +272,27 @@ runScenarios(hora, {
     }
     for (const name of Object.keys(MORE_OPTIMIZERS)) out[name] = await compareOne('conv', name, 'loop');
     out.functional = await compareOne('functional', 'adam', 'fit');
+    return out;
+  },
+
+  async overlap() {
+    const out = {};
+    const runs = [['dense', 'adam', 'fit', {}], ['dense', 'sgd', 'loop', {}], ['conv', 'momentum', 'fit', {}], ['conv', 'rmsprop', 'loop', {}],
+      ['dense', 'adam', 'loop', { compression: 'fp16' }], ['dense', 'adam', 'loop', { compression: 'bf16' }],
+      ['dense', 'adam', 'loop', { backwardPassesPerStep: 2 }], ['conv', 'adam', 'fit', { bucketMB: 1e-4 }]];
+    for (const [kind, optName, way, options] of runs) {
+      const key = `${kind} ${optName} ${way}${Object.entries(options).map(([k, v]) => ` ${k} ${v}`).join('')}`;
+      const off = await shardedRun(kind, optName, way, { ...options, overlap: false });
+      const on = await shardedRun(kind, optName, way, { ...options, overlap: true });
+      out[key] = { identical: hash(off.weights) === hash(on.weights), off: off.stats, on: on.stats, hash: hash(on.weights) };
+    }
+    const unsharded = await reorderedRun(null);
+    const off = await reorderedRun({ overlap: false });
+    const on = await reorderedRun({ overlap: true });
+    out.reordered = {
+      identical: hash(off.weights) === hash(on.weights), off: off.stats, on: on.stats, hash: hash(on.weights),
+      relative: unsharded.weights.map((w, i) => relative(w, on.weights[i])),
+    };
     return out;
   },
 
