@@ -250,6 +250,7 @@ export class WeightShards {
   /** The weight of this pass in its step (the pass's samples over all ranks, or 1 with no counts); k > 1 sums them. */
   private passWeight = 1;
   private stepWeight = 0;
+  private stepBase = 1;
   /** The highest rank that stepped in the latest round with a rank stepping, this epoch (joinEpoch's result); -1 for none. */
   private lastStepper = -1;
 
@@ -394,7 +395,7 @@ export class WeightShards {
     }
     const k = this.owner.backwardPassesPerStep;
     // The pass ends here: the next one agrees anew (uneven data).
-    const weight = this.passWeight;
+    const passWeight = this.passWeight;
     this.passAgreed = false;
     this.gradientScale = 1;
     this.passWeight = 1;
@@ -403,6 +404,9 @@ export class WeightShards {
     if (k > 1) {
       const sums = this.accumulated ?? new Map<string, Float32Array>();
       this.accumulated = sums;
+      // Relative to the step's first pass, so passes of equal samples weigh 1 each, as passes without counts.
+      if (this.passes === 0) this.stepBase = passWeight > 0 ? passWeight : 1;
+      const weight = passWeight / this.stepBase;
       this.stepWeight += weight;
       for (const e of entries) {
         if (!e.tensor) continue;

@@ -5,6 +5,7 @@
 // (env N) is split by shard(..., {remainder: 'keep'}), batch B per rank (env B), 2 epochs, shuffle false.
 // Usage: node tfjs-zero3-uneven-worker.js uneven
 //   fit-sgd, fit-adam   model.fit
+//   fit-k2              model.fit, SGD, backwardPassesPerStep: 2 (a step's two passes weigh their samples)
 //   dataset             model.fitDataset over a tf.data set of this rank's samples (no length given)
 //   loop                a minimize loop: setSampleCount before each pass, joinEpoch after each epoch's data
 //   loop-nocount        the same without setSampleCount (a pass averages over the ranks that have data)
@@ -44,7 +45,8 @@ function buildModel() {
 
 async function train(variant, sharded, mine, b) {
   const model = buildModel();
-  const opt = new DistributedOptimizer(OPTIMIZERS[variant === 'fit-adam' ? 'adam' : 'sgd'](), sharded ? { shard: 'weights', model } : {});
+  const options = variant === 'fit-k2' ? { backwardPassesPerStep: 2 } : {};
+  const opt = new DistributedOptimizer(OPTIMIZERS[variant === 'fit-adam' ? 'adam' : 'sgd'](), sharded ? { ...options, shard: 'weights', model } : options);
   model.compile({ optimizer: opt, loss: 'meanSquaredError' });
   const joined = [];
   if (variant === 'dataset') {
