@@ -51,3 +51,16 @@ for (const [np, n, parts, b, batches, variants] of CASES) {
     }
   });
 }
+
+t.test("counts given by some ranks and not others are ERR_MISMATCH on every rank; joinEpoch before a begun pass is refused", async (t) => {
+  const { results } = await runScenario(t, 2, WORKER, 'misuse');
+  for (const [rank, r] of results.entries()) {
+    if (!t.ok(r && r.mixed, `rank ${rank} reported`, { r })) continue;
+    t.equal(r.mixed.code, 'ERR_MISMATCH', `rank ${rank}: a pass with a count on rank 0 only is refused`, { got: r.mixed });
+    t.match(r.mixed.message, /rank 1 began a pass without a sample count where other ranks gave one/, `rank ${rank}: naming rank 1`);
+    t.equal(r.early.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}: joinEpoch after setSampleCount, before the pass, is refused`, { got: r.early });
+    t.match(r.early.message, /joinEpoch \(shard: 'weights'\): a pass was begun/, `rank ${rank}: saying why`);
+    t.equal(r.steps, 1, `rank ${rank}: the begun pass then ran, and nothing else did`);
+    t.equal(r.joined, 1, `rank ${rank}: joinEpoch resolves to rank 1, the highest of the ranks that stepped last`);
+  }
+});

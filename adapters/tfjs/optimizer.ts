@@ -371,7 +371,8 @@ export class DistributedOptimizer extends tf.Optimizer {
    * fitDataset call it before each batch (SampleCountCallback); a custom loop calls it before each
    * minimize (or applyGradients), on every rank alike: a rank that gives counts where another does not sends
    * one collective more than it, and the step fails with ERR_MISMATCH. A count of 0 contributes nothing.
-   * Consumed by the next applyGradients.
+   * Consumed by the next applyGradients. With shard: 'weights' it begins the pass: the pass's round with the
+   * other ranks runs here (zero-weights.ts startPass; docs/zero-weights.md, "Uneven data").
    */
   setSampleCount(samples: number | null): void {
     if (samples !== null && (typeof samples !== 'number' || !Number.isInteger(samples) || samples < 0)) {

@@ -9,6 +9,9 @@
 //   dataset             model.fitDataset over a tf.data set of this rank's samples (no length given)
 //   loop                a minimize loop: setSampleCount before each pass, joinEpoch after each epoch's data
 //   loop-nocount        the same without setSampleCount (a pass averages over the ranks that have data)
+// Usage: node tfjs-zero3-uneven-worker.js misuse (2 ranks)
+//   mixed     rank 0 gives its pass a count (setSampleCount), rank 1 does not: both refuse the pass
+//   early     joinEpoch between setSampleCount and the pass: refused; the pass then runs
 // Reports, per variant: the largest relative difference of each weight (max |a - b| / max |a|, a the unsharded
 // run's), a hash of the sharded run's gathered weights, the steps each took, joinEpoch's results; and what
 // joinEpoch without the optimizer does with a sharded model.
@@ -111,4 +114,31 @@ async function uneven() {
   return out;
 }
 
-runScenarios(hora, { uneven });
+async function misuse(r) {
+  const data = dataSet(8);
+  const mine = shard(data.x, data.y);
+  const model = buildModel();
+  const opt = new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model });
+  const pass = () => opt.minimize(() => tf.losses.meanSquaredError(mine.y, model.predict(mine.x)));
+  const out = {};
+  try {
+    if (r === 0) opt.setSampleCount(4);
+    pass();
+    out.mixed = { ok: true };
+  } catch (e) {
+    out.mixed = describeError(e);
+  }
+  opt.setSampleCount(4);
+  try {
+    await joinEpoch(model, opt);
+    out.early = { ok: true };
+  } catch (e) {
+    out.early = describeError(e);
+  }
+  pass();
+  out.steps = opt.stats.steps;
+  out.joined = await joinEpoch(model, opt);
+  return out;
+}
+
+runScenarios(hora, { uneven, misuse });
