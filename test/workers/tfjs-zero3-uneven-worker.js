@@ -6,7 +6,7 @@
 // Usage: node tfjs-zero3-uneven-worker.js uneven
 //   fit-sgd, fit-adam   model.fit
 //   fit-k2              model.fit, SGD, backwardPassesPerStep: 2 (a step's two passes weigh their samples)
-//   dataset             model.fitDataset over a tf.data set of this rank's samples (no length given)
+//   dataset             model.fitDataset over a tf.data generator of this rank's samples (no length known)
 //   loop                a minimize loop: setSampleCount before each pass, joinEpoch after each epoch's data
 //   loop-nocount        the same without setSampleCount (a pass averages over the ranks that have data)
 // Usage: node tfjs-zero3-uneven-worker.js misuse (2 ranks)
@@ -53,7 +53,11 @@ async function train(variant, sharded, mine, b) {
   model.compile({ optimizer: opt, loss: 'meanSquaredError' });
   const joined = [];
   if (variant === 'dataset') {
-    const ds = tf.data.zip({ xs: tf.data.array(tf.unstack(mine.x)), ys: tf.data.array(tf.unstack(mine.y)) }).batch(b);
+    // A generator: the data set's length is unknown to tfjs and to hora.
+    const n = mine.x.shape[0];
+    const ds = tf.data.generator(function* samples() {
+      for (let i = 0; i < n; i++) yield { xs: mine.x.slice(i, 1).reshape([4]), ys: mine.y.slice(i, 1).reshape([3]) };
+    }).batch(b);
     await model.fitDataset(ds, { epochs: EPOCHS, verbose: 0 });
   } else if (variant.startsWith('loop')) {
     const n = mine.x.shape[0];
