@@ -4,7 +4,8 @@
  */
 import { tf } from './framework';
 import * as hora from '../../ts/index';
-import { checkOptionKeys, knownOptions } from '../../ts/internal';
+import { HoraError, checkOptionKeys, describeValue, knownOptions } from '../../ts/internal';
+import { isWeightSharded } from './zero-weights';
 
 /** What broadcastModel needs of a model: tf.LayersModel's `weights` (LayerVariables). */
 export interface ModelWithWeights {
@@ -63,15 +64,27 @@ export async function broadcastOptimizer(optimizer: tf.Optimizer, root = 0): Pro
  * copies the model's weights, and the optimizer's state when given, from the rank that joined last (it took
  * every step; a rank that joined earlier skipped the updates of the steps it served). Resolves to that rank.
  * model.fit and fitDataset with a DistributedOptimizer do this by themselves at each epoch's end; a custom
- * loop calls it after its last batch of each epoch, on every rank.
+ * loop calls it after its last batch of each epoch, on every rank. With sharded weights (a DistributedOptimizer
+ * with shard: 'weights', which it needs then) a rank serves the others' steps with shadow steps instead, and
+ * every rank takes every step (docs/zero-weights.md, "Uneven data"); nothing is copied.
  */
 export async function joinEpoch(model: ModelWithWeights, optimizer?: tf.Optimizer): Promise<number> {
+  const shard = (optimizer as { shard?: string } | undefined)?.shard;
+  // Sharded weights: every rank's blocks serve every step, so a rank out of data serves the others' passes
+  // with passes of its own on zeros (zero-weights.ts), not with hora.join(), and every rank takes every step.
+  const joinWeightShards = (optimizer as { joinWeightShards?: () => Promise<number> | null } | undefined)?.joinWeightShards;
+  if (shard === 'weights' && typeof joinWeightShards === 'function') {
+    const joined = joinWeightShards.call(optimizer);
+    if (joined) return joined;
+  }
+  if (isWeightSharded(model)) {
+    throw new HoraError('ERR_INVALID_ARGUMENT', "joinEpoch: argument 'optimizer' must be the DistributedOptimizer that shards the model's weights " +
+      `(shard: 'weights'); received ${describeValue(optimizer)}`);
+  }
   const last = await hora.join();
   if (hora.size() === 1) return last;
   // Sharded (docs/zero.md), a step needs every rank, so every rank took every step: no copy of the optimizer's
-  // state (gathering it whole here would hold what sharding spares), nor of sharded weights.
-  const shard = (optimizer as { shard?: string } | undefined)?.shard;
-  if (shard === 'weights') return last;
+  // state (gathering it whole here would hold what sharding spares).
   await broadcastModel(model, last);
   if (optimizer && (shard === undefined || shard === 'none')) await broadcastOptimizer(optimizer, last);
   return last;

@@ -151,7 +151,8 @@ export class SampleCountCallback extends tfl.Callback {
     const optimizer = distributedOptimizerOf(this.model);
     if (!optimizer) return;
     const size = typeof logs?.size === 'number' ? logs.size : batchSizeOf(this.params, batch);
-    if (size !== undefined) optimizer.setSampleCount(size);
+    // Not told the size: a pass without a count (with sharded weights the pass's round still runs).
+    if (size !== undefined || optimizer.shard === 'weights') optimizer.setSampleCount(size ?? null);
   }
 
   async onEpochEnd(): Promise<void> {

@@ -180,6 +180,8 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.inFlight = null;
     // Sharded weights: their gradients are reduced inside the pass (zero-weights.ts).
     if (!this.overlap || this.passes + 1 < k || this.weightShards) {
+      // Sharded weights, uneven data: a pass no setSampleCount began agrees its round here (zero-weights.ts).
+      this.weightShards?.beginPassIfNot();
       let backwardAt = performance.now();
       const result = super.computeGradients(() => {
         const y = f();
@@ -369,14 +371,25 @@ export class DistributedOptimizer extends tf.Optimizer {
    * fitDataset call it before each batch (SampleCountCallback); a custom loop calls it before each
    * minimize (or applyGradients), on every rank alike: a rank that gives counts where another does not sends
    * one collective more than it, and the step fails with ERR_MISMATCH. A count of 0 contributes nothing.
-   * Consumed by the next applyGradients.
+   * Consumed by the next applyGradients. With shard: 'weights' it begins the pass: the pass's round with the
+   * other ranks runs here (zero-weights.ts startPass; docs/zero-weights.md, "Uneven data").
    */
   setSampleCount(samples: number | null): void {
     if (samples !== null && (typeof samples !== 'number' || !Number.isInteger(samples) || samples < 0)) {
       const shown = typeof samples === 'string' ? `'${samples}'` : String(samples);
       throw new TypeError(`DistributedOptimizer.setSampleCount: argument 'samples' must be an integer >= 0 or null; received ${shown}`);
     }
-    this.nextSamples = samples;
+    // Sharded weights: the pass's round with the other ranks, now (zero-weights.ts startPass).
+    if (this.weightShards) this.weightShards.startPass(samples);
+    else this.nextSamples = samples;
+  }
+
+  /**
+   * @internal joinEpoch with shard: 'weights' (broadcast.ts): serves the other ranks' remaining passes with
+   * shadow passes until no rank steps (zero-weights.ts); resolves to the rank that stepped last.
+   */
+  joinWeightShards(): Promise<number> | null {
+    return this.weightShards ? this.weightShards.joinEpoch() : null;
   }
 
   /** Whether the coming step averages over samples: op 'avg', and a count given for the pass. */

@@ -69,6 +69,8 @@ export interface ShardingOwner {
   /** With overlap: the gradient bytes whose reduce-scatters may be in flight before the backward pass waits for the oldest. */
   readonly bucketMB: number;
   readonly stats: { steps: number; submitMs: number; waitMs: number; applyMs: number };
+  /** The DistributedOptimizer's own minimize (a shadow pass runs through it, as fit's passes do). */
+  minimize(f: () => tf.Scalar, returnCost?: boolean, varList?: tf.Variable[]): tf.Scalar | null;
 }
 
 type LayerVariable = {
@@ -88,6 +90,9 @@ type Model = {
   collectedTrainableWeights?: LayerVariable[];
   /** A tf.Sequential's inner model. */
   model?: Model;
+  /** The model's inputs (a shadow pass feeds zeros of their shapes). */
+  inputs?: Array<{ shape: Array<number | null>; dtype?: string }>;
+  apply?(inputs: tf.Tensor | tf.Tensor[], kwargs?: Record<string, unknown>): unknown;
 };
 
 /** The models stage 3 has sharded. */
@@ -300,8 +305,18 @@ export class WeightShards {
   /** Overlap: bytes of full gradients whose reduce-scatter is in flight and not yet waited for. */
   private inFlightBytes = 0;
   readonly overlapStats: OverlapStats = { prefetched: 0, onDemand: 0, dropped: 0, deferred: 0, waitedEarly: 0, maxInFlightAtLayer: 0 };
+  /** Uneven data: the agreement of the coming pass (its step round) has run; the pass has not yet applied. */
+  private passAgreed = false;
+  /** What this pass's gradients are multiplied by before the reduce-scatter (round()): 1 when every rank steps alike. */
+  private gradientScale = 1;
+  /** The weight of this pass in its step (the pass's samples over all ranks, or 1 with no counts); k > 1 sums them. */
+  private passWeight = 1;
+  private stepWeight = 0;
+  private stepBase = 1;
+  /** The highest rank that stepped in the latest round with a rank stepping, this epoch (joinEpoch's result); -1 for none. */
+  private lastStepper = -1;
 
-  constructor(private readonly owner: ShardingOwner, model: Model) {
+  constructor(private readonly owner: ShardingOwner, private readonly model: Model) {
     checkShardable(owner.optimizer, 'weights');
     const layers = checkModel(model);
     const rank = hora.rank(), size = hora.size();
@@ -559,6 +574,8 @@ export class WeightShards {
   /** Starts this rank's reduce-scatter of one weight's gradient; returns the wait for its block (float32). */
   private reduceScatter(data: Float32Array, name: string): () => Float32Array {
     const { op, compression } = this.owner;
+    const scale = this.gradientScale;
+    if (scale !== 1) data = data.map((v) => (scale === 0 ? 0 : v * scale)); // a copy: data may be the tensor's own
     const t0 = performance.now();
     const timed = <T>(wait: () => T) => () => {
       const t1 = performance.now();
@@ -612,26 +629,40 @@ export class WeightShards {
   /** applyGradients's update of the blocks with this pass's gradients (and the earlier passes', k > 1). */
   private update(entries: Array<{ name: string; tensor: tf.Tensor }>, t0: number): void {
     const k = this.owner.backwardPassesPerStep;
+    // The pass ends here: the next one agrees anew (uneven data).
+    const passWeight = this.passWeight;
+    this.passAgreed = false;
+    this.gradientScale = 1;
+    this.passWeight = 1;
     let given = entries;
     let made: tf.Tensor[] = [];
     if (k > 1) {
       const sums = this.accumulated ?? new Map<string, Float32Array>();
       this.accumulated = sums;
+      // Relative to the step's first pass, so passes of equal samples weigh 1 each, as passes without counts.
+      if (this.passes === 0) this.stepBase = passWeight > 0 ? passWeight : 1;
+      const weight = passWeight / this.stepBase;
+      this.stepWeight += weight;
       for (const e of entries) {
         if (!e.tensor) continue;
         const values = e.tensor.dataSync() as Float32Array;
         const sum = sums.get(e.name);
-        if (!sum) sums.set(e.name, Float32Array.from(values));
-        else for (let i = 0; i < sum.length; i++) sum[i] += values[i];
+        if (!sum) sums.set(e.name, weight === 1 ? Float32Array.from(values) : values.map((v) => v * weight));
+        else if (weight === 1) for (let i = 0; i < sum.length; i++) sum[i] += values[i];
+        else for (let i = 0; i < sum.length; i++) sum[i] += weight * values[i];
       }
       if (++this.passes < k) {
         this.owner.stats.submitMs += performance.now() - t0;
         return;
       }
+      // k passes of weight 1 (no counts) divide by k; passes weighted by their samples, by the step's samples.
+      const divisor = this.stepWeight;
       this.accumulated = null;
       this.passes = 0;
+      this.stepWeight = 0;
       given = [...sums].map(([name, sum]) => {
-        for (let i = 0; i < sum.length; i++) sum[i] /= k;
+        if (divisor === 0) sum.fill(0);
+        else for (let i = 0; i < sum.length; i++) sum[i] /= divisor;
         const tensor = tf.tensor1d(sum, 'float32');
         made.push(tensor);
         return { name, tensor };
@@ -661,6 +692,114 @@ export class WeightShards {
     this.prefetch = null;
     this.phase = null;
     this.previous = null;
+    this.stepWeight = 0;
+    this.passAgreed = false;
+    this.gradientScale = 1;
+    this.passWeight = 1;
+  }
+
+  /**
+   * The start of a pass of this rank's data (DistributedOptimizer.setSampleCount, or computeGradients where
+   * no count came first): the pass's round, an allgather of [1, samples, 1 if counted] from every rank that
+   * steps and [0, 0, 0] from every rank in joinEpoch, so that a rank whose data has ended serves the pass
+   * (shadowPass). Blocks for the round. Once per pass: a second call before the pass applies changes nothing
+   * when it gives the same count.
+   */
+  startPass(samples: number | null): void {
+    if (hora.size() === 1) return;
+    if (this.passAgreed) {
+      if (samples === null || samples === this.passSamples) return;
+      throw new HoraError('ERR_INVALID_ARGUMENT', `DistributedOptimizer.setSampleCount (shard: 'weights'): argument 'samples' was ${this.passSamples} ` +
+        `for the coming pass, agreed with the other ranks already; received ${samples} before that pass ran`);
+    }
+    const round = hora.allgather(Float64Array.of(1, samples ?? 0, samples === null ? 0 : 1), { name: ROUND }).wait();
+    this.passSamples = samples;
+    this.agree(round, samples);
+  }
+
+  private passSamples: number | null = null;
+
+  /**
+   * A round's outcome, alike on every rank: how many ranks step; this rank's gradient scale for the pass
+   * (op 'avg': with every stepping rank's count, n_r x N / sum(n), so the reduce-scatter's average over the
+   * N ranks is the average over the pass's samples; without counts, N / (ranks stepping), an average over
+   * the ranks that have data; 0 on a rank in joinEpoch); the pass's weight in its step.
+   */
+  private agree(round: Float64Array, samples: number | null): number {
+    const size = round.length / 3;
+    let stepping = 0, counted = 0, total = 0, last = -1;
+    for (let r = 0; r < size; r++) {
+      if (round[3 * r] !== 1) continue;
+      stepping += 1;
+      counted += round[3 * r + 2];
+      total += round[3 * r + 1];
+      last = r;
+    }
+    if (stepping === 0) return 0;
+    this.lastStepper = last;
+    if (counted !== 0 && counted !== stepping) {
+      const none = Array.from({ length: size }, (_, r) => r).filter((r) => round[3 * r] === 1 && round[3 * r + 2] === 0);
+      throw new HoraError('ERR_MISMATCH', `DistributedOptimizer (shard: 'weights'): rank${none.length > 1 ? 's' : ''} ${none.join(', ')} ` +
+        'began a pass without a sample count where other ranks gave one (setSampleCount); every rank must give counts alike');
+    }
+    this.passAgreed = true;
+    const mine = samples === null ? 0 : samples;
+    const stepsHere = round[3 * hora.rank()] === 1;
+    if (this.owner.op !== 'avg') this.gradientScale = 1;
+    else if (counted === stepping) this.gradientScale = !stepsHere || total === 0 ? 0 : (mine * size === total ? 1 : mine * size / total);
+    else this.gradientScale = !stepsHere ? 0 : (stepping === size ? 1 : size / stepping);
+    this.passWeight = counted === stepping && this.owner.op === 'avg' ? total : 1;
+    return stepping;
+  }
+
+  /** computeGradients: a pass that no setSampleCount began begins here, without a count. */
+  beginPassIfNot(): void {
+    if (!this.passAgreed) this.startPass(null);
+  }
+
+  /**
+   * joinEpoch with sharded weights: this rank's data for the epoch has ended. Every step needs every rank's
+   * blocks, and every block must be updated, so instead of hora.join() this rank takes the rounds of the
+   * other ranks' passes with [0, 0, 0], and serves each with a shadow pass: the model's forward and backward
+   * on zeros, with a loss times 0, so its collectives are those of the other ranks' pass and its gradient is
+   * 0; the update of its blocks with the gradient the other ranks reduced. Ends on every rank at the round
+   * where no rank steps. Resolves to the highest rank that stepped last (the one that took every step).
+   */
+  async joinEpoch(): Promise<number> {
+    const size = hora.size();
+    if (size === 1) return 0;
+    if (this.passAgreed) {
+      throw new HoraError('ERR_INVALID_ARGUMENT', "joinEpoch (shard: 'weights'): a pass was begun (setSampleCount) and has not run; " +
+        'call joinEpoch after the last pass of the epoch');
+    }
+    for (;;) {
+      const round = await hora.allgather(Float64Array.of(0, 0, 0), { name: ROUND });
+      if (this.agree(round, null) === 0) break;
+      this.shadowPass();
+    }
+    const last = this.lastStepper;
+    this.lastStepper = -1;
+    return last < 0 ? size - 1 : last;
+  }
+
+  /** One pass of the model on zeros, its loss times 0: the collectives of a pass, a gradient of 0, the update. */
+  private shadowPass(): void {
+    const model = this.model;
+    const inputs = model.inputs;
+    if (!Array.isArray(inputs) || inputs.length === 0 || typeof model.apply !== 'function') {
+      throw new HoraError('ERR_INVALID_ARGUMENT', "joinEpoch (shard: 'weights'): the model has no inputs to run a pass on zeros with");
+    }
+    const xs = inputs.map((i) => tf.zeros(i.shape.map((d) => d ?? 1), (i.dtype ?? 'float32') as 'float32'));
+    const vars = this.weights.filter((w) => w.shard.trainable).map((w) => w.shard.val);
+    try {
+      this.owner.minimize(() => {
+        const out = (model.apply as NonNullable<Model['apply']>)(xs.length === 1 ? xs[0] : xs, { training: true }) as tf.Tensor | tf.Tensor[];
+        const outs = Array.isArray(out) ? out : [out];
+        return tf.addN(outs.map((o) => tf.sum(tf.mul(o, 0)))) as tf.Scalar;
+      }, false, vars);
+    } finally {
+      xs.forEach((x) => x.dispose());
+    }
   }
 
   /**
@@ -770,6 +909,9 @@ export class WeightShards {
     }
   }
 }
+
+/** The name of a pass's round (WeightShards.startPass). */
+const ROUND = 'zero3 step';
 
 /** The prefix of stage 3's own optimizer entries in a checkpoint (after checkpoint.ts's 'optimizer/'). */
 const ENTRY = 'zero3/';
