@@ -4,9 +4,9 @@
  *
  * A commit keeps this rank's blocks only, with the world (size, rank) they are cut for. In sync, every rank
  * sends its record (which commit, which cut; root adds the layout and the replicated entries) and the ranks
- * find a holder for each block of root's commit. When every block has one, the holders' blocks are
- * allgathered (one rank per old block sends it) and each rank keeps its block for the current world, in
- * memory; when a block was held only by a lost rank, every rank reloads the last checkpoint on disk instead
+ * find a holder for each block of root's commit. When every block has one, the holders send each rank
+ * the parts of their blocks that fall in its block for the current world (one alltoall; each rank receives
+ * its new blocks only), in memory; when a block was held only by a lost rank, every rank reloads the last checkpoint on disk instead
  * (weights, optimizer, fields and commit count together; the commits since it are redone).
  */
 import * as hora from '../../ts/index';
@@ -21,12 +21,13 @@ export interface ShardedModel {
 }
 
 /**
- * What a DistributedOptimizer with shard 'optimizer' or 'gradients' gives ElasticState (zero.ts's
- * ShardedUpdate puts these on it): its state as checkpoint entries (this rank's blocks as sharded
- * entries), taking them back, the world its blocks are cut for, and a new cut for the current world.
+ * What a sharded DistributedOptimizer gives ElasticState (zero.ts's ShardedUpdate and zero-weights.ts's
+ * WeightShards put these on it): its state as checkpoint entries (this rank's blocks as sharded entries;
+ * with `weights`, stage 3 adds its blocks of the weights), taking them back, the world its blocks are cut
+ * for, and a new cut for the current world.
  */
 export interface ShardedOptimizer {
-  checkpointEntries(what: { model: ShardedModel }): Promise<Record<string, CheckpointEntry>>;
+  checkpointEntries(what: { model: ShardedModel; weights?: boolean }): Promise<Record<string, CheckpointEntry>>;
   restoreCheckpoint(entries: Record<string, Tensor | LoadedShard>, what: { model: ShardedModel }): Promise<void>;
   shardCut(): { size: number; rank: number };
   recut(): void;
@@ -67,6 +68,53 @@ export interface ReshardContext {
   reloadCheckpoint(): Promise<number | null>;
 }
 
+/**
+ * The in-memory reshard's one collective, an alltoall: one rank per old block (holders[q], of a world of
+ * `from` ranks) sends each rank of this world the part of its block that falls in that rank's new block, for
+ * every entry of the layout in order; so each rank receives just its new blocks (about 1/size of the state),
+ * never the whole. `kept[i]`: this rank's new block of entry i, filled here.
+ */
+async function exchange(blocks: Blocks | null, layout: Array<[key: string, globalLength: number]>, holders: number[], from: number,
+  rank: number, size: number, kept: Float32Array[]): Promise<void> {
+  // The part of old block q of entry i that falls in rank d's new block, as [lo, hi) of the entry.
+  const part = (i: number, q: number, d: number): [number, number] => {
+    const g = layout[i][1];
+    const [b, e] = blockRange(g, from, q);
+    const [nb, ne] = blockRange(g, size, d);
+    return [Math.max(b, nb), Math.max(Math.max(b, nb), Math.min(e, ne))];
+  };
+  const q = holders.indexOf(rank);
+  const splits = new Array<number>(size).fill(0);
+  const pieces: Float32Array[] = [];
+  if (q !== -1) {
+    const have = layout.map(([k]) => (blocks!.entries[k] as { data: Float32Array; offset: number }));
+    for (let d = 0; d < size; d++) {
+      layout.forEach((_, i) => {
+        const [lo, hi] = part(i, q, d);
+        if (hi > lo) pieces.push(have[i].data.subarray(lo - have[i].offset, hi - have[i].offset));
+        splits[d] += hi - lo;
+      });
+    }
+  }
+  const send = new Float32Array(splits.reduce((a, b) => a + b, 0));
+  let at = 0;
+  for (const x of pieces) {
+    send.set(x, at);
+    at += x.length;
+  }
+  const { data } = await hora.alltoall(send, { splits, name: 'elastic.ElasticState.sync blocks' });
+  at = 0;
+  for (let p = 0; p < size; p++) {
+    const old = holders.indexOf(p);
+    if (old === -1) continue;
+    layout.forEach(([, g], i) => {
+      const [lo, hi] = part(i, old, rank);
+      if (hi > lo) kept[i].set(data.subarray(at, at + hi - lo), lo - blockRange(g, size, rank)[0]);
+      at += hi - lo;
+    });
+  }
+}
+
 export function isShard(e: CheckpointEntry | LoadedShard): e is { data: Tensor; globalLength: number; offset: number } {
   return typeof e === 'object' && e !== null && !ArrayBuffer.isView(e) && 'globalLength' in e;
 }
@@ -94,8 +142,8 @@ export function recordOf(b: Blocks | null, commit: number): BlocksRecord {
 
 /**
  * The sharded optimizer's part of sync: root's commit is the one every rank goes on from. When every
- * block of it is still held by some rank (the same commit, cut for the same world), the blocks are
- * allgathered (one rank per old block sends it) and each rank keeps its block for the current world, in
+ * block of it is still held by some rank (the same commit, cut for the same world), one rank per old
+ * block sends each rank the part of it that falls in its block for the current world (exchange), in
  * memory. When a block was held only by a lost rank, every rank loads the last checkpoint on disk
  * instead (weights, optimizer, fields and commit count together; the commits since it are redone):
  * resolves true then.
@@ -120,36 +168,12 @@ export async function reshard(state: ReshardContext, sharded: ShardedOptimizer, 
     return true;
   }
   if (r.size === size && holders.every((p, q) => p === q)) return false;
-  // One rank per old block sends it: all of its slots' blocks, in the layout's order.
-  const chosen = holders.indexOf(rank);
-  const send = chosen === -1 ? new Float32Array(0) : new Float32Array(layout.reduce((n, [, g]) => n + blockRange(g, r.size, chosen)[1] - blockRange(g, r.size, chosen)[0], 0));
-  if (chosen !== -1) {
-    const have = state.blocks!.entries;
-    let at = 0;
-    for (const [k] of layout) {
-      const d = (have[k] as { data: Float32Array }).data;
-      send.set(d, at);
-      at += d.length;
-    }
-  }
-  const gathered = r.slots === 0 ? send : await hora.allgather(send, { name: 'elastic.ElasticState.sync blocks' });
-  const full = layout.map(([, g]) => new Float32Array(g));
-  let at = 0;
-  for (let p = 0; p < size; p++) {
-    const q = holders.indexOf(p);
-    if (q === -1) continue;
-    layout.forEach(([, g], i) => {
-      const [b, e] = blockRange(g, r.size, q);
-      full[i].set(gathered.subarray(at, at + e - b), b);
-      at += e - b;
-    });
-  }
+  const ranges = layout.map(([, g]) => blockRange(g, size, rank));
+  const kept = ranges.map(([b, e]) => new Float32Array(e - b));
+  if (r.slots > 0) await exchange(state.blocks, layout, holders, r.size, rank, size, kept);
   const entries: Record<string, CheckpointEntry> = {};
   for (const [k, type, values] of r.replicated ?? []) entries[k] = type === 'Float64Array' ? Float64Array.from(values) : Float32Array.from(values);
-  layout.forEach(([k, g], i) => {
-    const [b, e] = blockRange(g, size, rank);
-    entries[k] = { data: full[i].slice(b, e), globalLength: g, offset: b };
-  });
+  layout.forEach(([k, g], i) => { entries[k] = { data: kept[i], globalLength: g, offset: ranges[i][0] }; });
   sharded.recut();
   state.blocks = { entries, ...sharded.shardCut() };
   await sharded.restoreCheckpoint(asLoaded(entries), { model: state.model });

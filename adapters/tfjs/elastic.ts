@@ -15,6 +15,8 @@
  * rank's blocks only, with the world they are cut for; sync does not broadcast them but reshards them
  * (elastic-shards.ts): in memory when every block of root's commit is still held, else from the last checkpoint on
  * disk, which the checkpoint option (required then) writes with the model, the optimizer and the fields.
+ * With shard 'weights' (zero-weights.ts) the weights are sharded too: a commit keeps this rank's blocks of
+ * them beside the optimizer's (no full weight is read), and they are resharded or reloaded with them.
  */
 import type { Logs } from '@tensorflow/tfjs-layers';
 import { tf, tfl } from './framework';
@@ -162,8 +164,14 @@ export class ElasticState extends hora.elastic.State {
 
   #saveWeights(): void {
     if (isWeightSharded(this.model)) {
-      throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticState: the model's weights are sharded (DistributedOptimizer shard: 'weights'); ` +
-        "elastic training does not restore sharded weights yet: a lost rank's shard exists on no other rank");
+      // Stage 3: this rank's blocks of the weights are committed with the optimizer's (#saveSlots).
+      const opt = this.optimizer;
+      if (!opt || !distributedLayers(opt).some((d) => d.shard === 'weights')) {
+        throw invalid('ElasticState', 'optimizer', "the DistributedOptimizer with shard: 'weights' that shards this model's weights " +
+          '(pass it, or compile the model with it): a commit keeps its blocks of the weights', opt ?? undefined);
+      }
+      this.#weights = [];
+      return;
     }
     const weights = this.model.weights;
     if (this.#weights.length !== weights.length) this.#weights.length = weights.length;
@@ -182,19 +190,17 @@ export class ElasticState extends hora.elastic.State {
   }
 
   /**
-   * The optimizer's sharded side (shard 'optimizer' or 'gradients'), or null. A sharded state exists in
-   * parts, one per rank of the world it was cut for (docs/zero.md): a lost rank's part is restored from
-   * the last checkpoint on disk, so the checkpoint option is required; shard 'weights' is refused.
+   * The optimizer's sharded side (shard 'optimizer', 'gradients' or 'weights'), or null. A sharded state
+   * exists in parts, one per rank of the world it was cut for (docs/zero.md): a lost rank's part is restored
+   * from the last checkpoint on disk, so the checkpoint option is required.
    */
   #sharded(opt: tf.Optimizer): ShardedOptimizer | null {
     const d = distributedLayers(opt).find((x) => x.shard !== 'none');
     if (!d) return null;
-    if (d.shard === 'weights') {
-      throw invalid('ElasticState', 'optimizer', "a DistributedOptimizer with shard 'none', 'optimizer' or 'gradients' (ElasticState does not restore sharded weights yet)", `shard '${d.shard}'`);
-    }
     if (!this.#checkpointed) {
       throw invalid('ElasticState', 'options.checkpoint', `an object {dir, everySteps} with a DistributedOptimizer of shard '${d.shard}' ` +
-        "(each rank holds only its part of the optimizer state; a lost rank's part exists nowhere else and is restored from the last checkpoint on disk)", undefined);
+        `(each rank holds only its part of the ${d.shard === 'weights' ? 'weights and the ' : ''}optimizer state; a lost rank's part exists nowhere else ` +
+        'and is restored from the last checkpoint on disk)', undefined);
     }
     return d as unknown as ShardedOptimizer;
   }
@@ -204,7 +210,7 @@ export class ElasticState extends hora.elastic.State {
     const sharded = opt ? this.#sharded(opt) : null;
     if (sharded) {
       // This rank's blocks only (no collective): the cut they belong to goes with them.
-      this.#blocks = { entries: await sharded.checkpointEntries({ model: this.model }), ...sharded.shardCut() };
+      this.#blocks = { entries: await sharded.checkpointEntries({ model: this.model, weights: true }), ...sharded.shardCut() };
       this.#slots = [];
       return;
     }
@@ -237,7 +243,8 @@ export class ElasticState extends hora.elastic.State {
   }
 
   #restoreWeights(): void {
-    const weights = this.model.weights;
+    // Stage 3: the weights' blocks are the sharded optimizer's to write (#restoreOptimizer, before its first await).
+    const weights = isWeightSharded(this.model) ? [] : this.model.weights;
     if (weights.length !== this.#weights.length) {
       throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticState.restore: the model has ${weights.length} weights but ${this.#weights.length} were committed`);
     }
@@ -266,7 +273,7 @@ export class ElasticState extends hora.elastic.State {
     if (!opt) return;
     const sharded = this.#sharded(opt);
     if (sharded) {
-      const b = this.#blocks ?? { entries: { 'zero/iterations': Float64Array.of(this.#iterations) }, size: -1, rank: -1 };
+      const b = this.#blocks ?? { entries: { [isWeightSharded(this.model) ? 'zero3/iterations' : 'zero/iterations']: Float64Array.of(this.#iterations) }, size: -1, rank: -1 };
       const cut = sharded.shardCut();
       // Blocks cut for another world than the optimizer's (loaded from disk, or resharded): cut it anew first.
       if (b.size !== -1 && (b.size !== cut.size || b.rank !== cut.rank)) sharded.recut();
@@ -359,7 +366,10 @@ export class ElasticState extends hora.elastic.State {
   protected override async diskEntries(): Promise<Record<string, CheckpointEntry>> {
     const list = (xs: Saved[]) => xs.map((s): [string, number[], string] => [s.name, s.shape, s.dtype]);
     const out: Record<string, CheckpointEntry> = {};
-    const layout = { iterations: this.#iterations, weights: list(this.#weights), slots: list(this.#slots), hidden: list(this.#hidden), sharded: this.#blocks !== null };
+    // Stage 3: the weights' names and shapes; their values are this rank's blocks, under 'zero/'.
+    const weightsSharded = isWeightSharded(this.model);
+    const weights = weightsSharded ? this.model.weights.map((w): [string, number[], string] => [w.name, w.shape, w.dtype]) : list(this.#weights);
+    const layout = { iterations: this.#iterations, weights, slots: list(this.#slots), hidden: list(this.#hidden), sharded: this.#blocks !== null, weightsSharded };
     out[`${DISK}layout`] = new Uint8Array(Buffer.from(JSON.stringify(layout)));
     this.#weights.forEach((s, i) => { out[`${DISK}weight/${i}`] = s.data; });
     this.#slots.forEach((s, i) => { out[`${DISK}slot/${i}`] = s.data; });
@@ -374,7 +384,9 @@ export class ElasticState extends hora.elastic.State {
     if (!(bytes instanceof Uint8Array)) {
       throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState: checkpoint step ${step} has no '${DISK}layout' entry: it was not saved by an ElasticState`);
     }
-    const layout = JSON.parse(Buffer.from(bytes).toString('utf8')) as { iterations: number; weights: TensorHeader['model']; slots: TensorHeader['slots']; hidden: TensorHeader['hidden']; sharded: boolean };
+    const layout = JSON.parse(Buffer.from(bytes).toString('utf8')) as {
+      iterations: number; weights: TensorHeader['model']; slots: TensorHeader['slots']; hidden: TensorHeader['hidden']; sharded: boolean; weightsSharded?: boolean;
+    };
     const weights = this.model.weights;
     const bad = layout.weights.length !== weights.length ? `${layout.weights.length} weights there, ${weights.length} in the model`
       : layout.weights.map(([, shape, dtype], i) => (!sameShape(shape, weights[i].shape) || dtype !== weights[i].dtype ? `weight ${i} is ${dtype}[${shape}] there, ${weights[i].dtype}[${weights[i].shape}] in the model` : '')).find((x) => x);
@@ -384,11 +396,14 @@ export class ElasticState extends hora.elastic.State {
     if (layout.sharded !== (sharded !== null)) {
       throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState: checkpoint step ${step} was saved with ${layout.sharded ? 'a sharded' : 'an unsharded'} optimizer, this state has ${sharded ? 'a sharded' : 'an unsharded'} one`);
     }
+    if ((layout.weightsSharded ?? false) !== isWeightSharded(this.model)) {
+      throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState: checkpoint step ${step} was saved ${layout.weightsSharded ? 'with' : 'without'} shard: 'weights', this model's weights are ${isWeightSharded(this.model) ? '' : 'not '}sharded`);
+    }
     const saved = (list: TensorHeader['model'], kind: string): Saved[] => list.map(([name, shape, dtype], i) => {
       const data = entries[`${DISK}${kind}/${i}`] as Buffer32;
       return { name, shape, dtype: dtype as Saved['dtype'], data: dtype === 'int32' ? new Int32Array(data) : new Float32Array(data) };
     });
-    this.#weights = saved(layout.weights, 'weight');
+    this.#weights = layout.weightsSharded ? [] : saved(layout.weights, 'weight');
     this.#slots = saved(layout.slots, 'slot');
     this.#hidden = saved(layout.hidden, 'hidden');
     this.#iterations = layout.iterations;

@@ -51,8 +51,8 @@ export interface ShardingOwner {
 
 /** This rank's block of one weight, as the trainable variable the layer lists and the optimizer updates. */
 class ShardVariable {
-  readonly val: tf.Variable;
-  readonly shape: number[];
+  val: tf.Variable;
+  shape: number[];
   readonly dtype = 'float32';
   private trainable_: boolean;
 
@@ -78,6 +78,16 @@ class ShardVariable {
     if (!this.val.isDisposed) this.val.dispose();
   }
 
+  /** A new block of `length` zeros under the same name (a recut: the caller writes its values next). */
+  resize(length: number): void {
+    if (length === this.val.size) return;
+    this.dispose();
+    const t = tf.zeros([length], 'float32');
+    this.val = tf.variable(t, this.trainable_, this.name);
+    t.dispose();
+    this.shape = [length];
+  }
+
   get trainable(): boolean {
     return this.trainable_;
   }
@@ -91,14 +101,20 @@ class ShardVariable {
 /** One sharded weight: its full shape, this rank's block of it, and its full view. */
 class ShardedWeight {
   readonly count: number;
-  readonly begin: number;
-  readonly end: number;
+  begin: number;
+  end: number;
   readonly view: FullWeight;
 
   constructor(readonly layer: string, readonly shape: number[], readonly shard: ShardVariable, rank: number, size: number) {
     this.count = shape.reduce((a, b) => a * b, 1);
     [this.begin, this.end] = blockRange(this.count, size, rank);
     this.view = new FullWeight(this);
+  }
+
+  /** This rank's block for another world: the range, and a shard variable of its length (zeros until written). */
+  cut(rank: number, size: number): void {
+    [this.begin, this.end] = blockRange(this.count, size, rank);
+    this.shard.resize(this.end - this.begin);
   }
 
   get name(): string {
@@ -193,11 +209,22 @@ export class WeightShards {
   private passes = 0;
   /** The most tensor bytes (tf.memory().numBytes) seen with a layer's full weights or gradients alive. */
   peakBytes = 0;
+  /** The world the blocks are cut for. */
+  private size: number;
+  private rank: number;
 
   constructor(private readonly owner: ShardingOwner, model: Model) {
     checkShardable(owner.optimizer, 'weights');
+    // As zero.ts's ShardedUpdate: saveCheckpoint and loadCheckpoint take the owner's state from here
+    // (CheckpointableOptimizer), ElasticState also the cut of its blocks (elastic-shards.ts ShardedOptimizer).
+    Object.assign(owner, {
+      checkpointEntries: this.checkpointEntries.bind(this), restoreCheckpoint: this.restoreCheckpoint.bind(this),
+      shardCut: this.shardCut.bind(this), recut: this.recut.bind(this),
+    });
     const layers = checkModel(model);
     const rank = hora.rank(), size = hora.size();
+    this.rank = rank;
+    this.size = size;
     for (const [layer, props] of layers) this.shardLayer(layer, props, rank, size);
     markWeightSharded(model);
     const views = new Map<unknown, FullWeight>(this.weights.map((w) => [w.shard, w.view]));
@@ -371,6 +398,23 @@ export class WeightShards {
     this.owner.stats.applyMs += performance.now() - t1;
   }
 
+  /** The world the blocks are cut for (ElasticState records it with a commit). */
+  shardCut(): { size: number; rank: number } {
+    return { size: this.size, rank: this.rank };
+  }
+
+  /**
+   * Cuts the blocks anew for the current world (ElasticState, after the world re-formed): each sharded
+   * weight gets this rank's new range and a shard variable of its length, zeros until restoreCheckpoint()
+   * writes the weights' and the optimizer's blocks cut for this world, which the caller does next.
+   */
+  recut(): void {
+    this.size = hora.size();
+    this.rank = hora.rank();
+    for (const w of this.weights) w.cut(this.rank, this.size);
+    this.discardPartialStep();
+  }
+
   /** Forgets the passes of a step not yet applied (an elastic or checkpoint restore). */
   discardPartialStep(): void {
     this.accumulated = null;
@@ -423,11 +467,17 @@ export class WeightShards {
    * saveCheckpoint's entries for the optimizer (CheckpointableOptimizer, checkpoint.ts), under 'zero3/' (so
    * that an unsharded optimizer refuses them by name): the iteration count, each slot of a sharded weight as
    * a sharded entry (this rank's block, the weight's count, the block's offset), the inner optimizer's
-   * scalar variables replicated.
+   * scalar variables replicated. With `weights` (ElasticState's commit), also this rank's block of each
+   * sharded weight, as `weight/<place in this.weights>`: no allgather, every rank keeps its own part.
    */
-  async checkpointEntries(): Promise<Record<string, CheckpointEntry>> {
+  async checkpointEntries(what: { weights?: boolean } = {}): Promise<Record<string, CheckpointEntry>> {
     const inner = this.owner.optimizer;
     const entries: Record<string, CheckpointEntry> = { [`${ENTRY}iterations`]: Float64Array.of(inner.iterations ?? 0) };
+    if (what.weights) {
+      this.weights.forEach((w, i) => {
+        entries[`${ENTRY}weight/${String(i).padStart(5, '0')}`] = { data: Float32Array.from(w.shard.val.dataSync() as Float32Array), globalLength: w.count, offset: w.begin };
+      });
+    }
     const named = await inner.getWeights();
     named.forEach((n, i) => {
       if (i === 0 && n.name === 'iter') {
@@ -445,12 +495,14 @@ export class WeightShards {
   /**
    * loadCheckpoint's side (CheckpointableOptimizer): the entries checkpointEntries saved, this rank's blocks
    * at the current world size; or those of an unsharded optimizer (checkpoint.ts: 'iterations', 'slot/...'
-   * replicated, 'hidden/...'), of which each rank keeps its blocks.
+   * replicated, 'hidden/...'), of which each rank keeps its blocks. Blocks of the weights (ElasticState's
+   * 'weight/...', this world's) are written into the shard variables before this returns its promise.
    */
   async restoreCheckpoint(entries: Record<string, Tensor | LoadedShard>): Promise<void> {
     const inner = this.owner.optimizer;
     const prefix = `${ENTRY}iterations` in entries ? ENTRY : '';
     const iterations = Number((entries[`${prefix}iterations`] as Float64Array)[0]);
+    const blocks = this.weightBlocks(entries);
     const given: Array<{ name: string; tensor: tf.Tensor }> = [];
     for (const [j, key] of Object.keys(entries).filter((k) => k.startsWith(`${prefix}slot/`)).sort().entries()) {
       const name = key.slice(key.indexOf(' ') + 1);
@@ -470,6 +522,12 @@ export class WeightShards {
       }
       given.push({ name, tensor: tf.tensor1d(data, 'float32') });
     }
+    // Checked all before the first write; written before the first await (ElasticState.restore's weights are back on return).
+    blocks.forEach(([w, data]) => {
+      const t = tf.tensor1d(data, 'float32');
+      w.shard.val.assign(t);
+      t.dispose();
+    });
     const iter = tf.scalar(iterations, 'int32');
     await inner.setWeights([{ name: 'iter', tensor: iter }, ...given]);
     iter.dispose();
@@ -482,6 +540,22 @@ export class WeightShards {
       v.assign(t);
       t.dispose();
     }
+  }
+
+  /** The weights' blocks among the entries ('weight/<place>', this rank's at this world), each checked against its sharded weight. */
+  private weightBlocks(entries: Record<string, Tensor | LoadedShard>): Array<[ShardedWeight, Float32Array]> {
+    const out: Array<[ShardedWeight, Float32Array]> = [];
+    for (const key of Object.keys(entries).filter((k) => k.startsWith(`${ENTRY}weight/`)).sort()) {
+      const place = Number(key.slice(`${ENTRY}weight/`.length));
+      const e = entries[key] as LoadedShard;
+      const w = this.weights[place];
+      if (!w || e.globalLength !== w.count || e.offset !== w.begin || e.data.length !== w.end - w.begin) {
+        throw new HoraError('ERR_MISMATCH', `hora/tfjs ElasticState: the committed block of sharded weight ${place} is values ${e.offset} to ${e.offset + e.data.length} ` +
+          `of ${e.globalLength}; ${w ? `this rank's block of '${w.name}' is ${w.begin} to ${w.end} of ${w.count}` : 'the model has no such sharded weight'}`);
+      }
+      out.push([w, e.data as Float32Array]);
+    }
+    return out;
   }
 }
 
