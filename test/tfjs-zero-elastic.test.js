@@ -10,7 +10,7 @@ const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { shmLeft, processesAlive, spawnAndCollect } = require('./support/hora-job');
+const { shmLeft, processesAlive, spawnAndCollect, runScenario } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'tfjs-zero-elastic-worker.js');
 const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
@@ -38,6 +38,20 @@ function worst(a, b) {
   }
   return Math.sqrt(d / n);
 }
+
+for (const scenario of ['grow3to4', 'grow1to4', 'renumbered']) t.test(`the in-memory reshard's alltoall, ${scenario}: each rank gets exactly its new block of every entry, nothing read from disk`, async (t) => {
+  const { results } = await runScenario(t, 4, path.join(__dirname, 'workers', 'elastic-shards-worker.js'), scenario);
+  for (const [rank, r] of results.entries()) {
+    t.ok(r && !r.threw, `rank ${rank} reports`, { got: r });
+    if (!r || r.threw) continue;
+    t.equal(r.reloaded, false, `rank ${rank}: no checkpoint reloaded`);
+    t.equal(r.recut, 1, `rank ${rank}: the optimizer was cut anew once`);
+    t.same(r.cut, { size: 4, rank }, `rank ${rank}: the blocks kept are cut for rank ${rank} of 4`);
+    t.same(r.reshards, [{ how: 'memory', from: { grow3to4: 3, grow1to4: 1, renumbered: 4 }[scenario], to: 4 }], `rank ${rank}: one reshard in memory`);
+    t.same(r.iterations, [17], `rank ${rank}: the replicated entries as root's`);
+    t.same(r.got, r.want, `rank ${rank}: every entry's new block, values and offset, lengths 0 to 11`);
+  }
+});
 
 const straight = {};
 async function baseline(t, opt = 'adam') {
