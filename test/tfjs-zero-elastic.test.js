@@ -1,15 +1,16 @@
 'use strict';
-// hora/tfjs ElasticState with a sharded DistributedOptimizer (shard 'optimizer' and 'gradients') in an
-// elastic job (hora run -np 3 --min-np 2) that loses a worker mid-epoch: each rank commits only its block
-// of the optimizer state, so the lost rank's block exists nowhere else and every rank reloads the last
-// checkpoint on disk (ElasticState's {checkpoint} option), redoing the batches since it; a worker that
-// joins later gets the committed blocks resharded in memory. Both end within 1e-5 (Adam) of an
-// uninterrupted unsharded run of the same global batches, with every batch counted once by the optimizer.
+// hora/tfjs ElasticState with a sharded DistributedOptimizer (shard 'optimizer', 'gradients' and 'weights')
+// in an elastic job (hora run -np 3 --min-np 2) that loses a worker mid-epoch: each rank commits only its
+// block of the optimizer state (and with 'weights' of the weights), so the lost rank's block exists nowhere
+// else and every rank reloads the last checkpoint on disk (ElasticState's {checkpoint} option), redoing the
+// batches since it; a worker that joins later gets the committed blocks resharded in memory. Both end within
+// 1e-5 (Adam) or 1e-6 (SGD, momentum) of an uninterrupted unsharded run of the same global batches, with
+// every batch counted once by the optimizer.
 const t = require('tap');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { shmLeft, processesAlive, spawnAndCollect } = require('./support/hora-job');
+const { shmLeft, processesAlive, spawnAndCollect, runScenario } = require('./support/hora-job');
 
 const WORKER = path.join(__dirname, 'workers', 'tfjs-zero-elastic-worker.js');
 const HORA = path.join(__dirname, '..', 'dist', 'ts', 'cli', 'main.js');
@@ -37,6 +38,20 @@ function worst(a, b) {
   }
   return Math.sqrt(d / n);
 }
+
+for (const scenario of ['grow3to4', 'grow1to4', 'renumbered']) t.test(`the in-memory reshard's alltoall, ${scenario}: each rank gets exactly its new block of every entry, nothing read from disk`, async (t) => {
+  const { results } = await runScenario(t, 4, path.join(__dirname, 'workers', 'elastic-shards-worker.js'), scenario);
+  for (const [rank, r] of results.entries()) {
+    t.ok(r && !r.threw, `rank ${rank} reports`, { got: r });
+    if (!r || r.threw) continue;
+    t.equal(r.reloaded, false, `rank ${rank}: no checkpoint reloaded`);
+    t.equal(r.recut, 1, `rank ${rank}: the optimizer was cut anew once`);
+    t.same(r.cut, { size: 4, rank }, `rank ${rank}: the blocks kept are cut for rank ${rank} of 4`);
+    t.same(r.reshards, [{ how: 'memory', from: { grow3to4: 3, grow1to4: 1, renumbered: 4 }[scenario], to: 4 }], `rank ${rank}: one reshard in memory`);
+    t.same(r.iterations, [17], `rank ${rank}: the replicated entries as root's`);
+    t.same(r.got, r.want, `rank ${rank}: every entry's new block, values and offset, lengths 0 to 11`);
+  }
+});
 
 const straight = {};
 async function baseline(t, opt = 'adam') {
@@ -121,7 +136,7 @@ t.test("shard 'optimizer' with momentum, a worker SIGKILLed mid-epoch: the check
   checkEnd(t, r, base, [0, 2], 1e-6);
 });
 
-for (const shardMode of ['optimizer', 'none']) t.test(`shard '${shardMode}': every worker SIGKILLed at 3 ranks, the job started again at 2 resumes from ElasticState's checkpoint`, async (t) => {
+for (const shardMode of ['optimizer', 'weights', 'none']) t.test(`shard '${shardMode}': every worker SIGKILLed at 3 ranks, the job started again at 2 resumes from ElasticState's checkpoint`, async (t) => {
   const base = await baseline(t);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -141,6 +156,46 @@ for (const shardMode of ['optimizer', 'none']) t.test(`shard '${shardMode}': eve
   const d = worst(floats(r.results[0].weights), floats(base.results[0].weights));
   t.ok(d < 1e-5, `within 1e-5 of the uninterrupted unsharded run (relative difference ${d})`);
   t.same(r.orphans, [], 'no worker process is left');
+});
+
+t.test("shard 'weights', a worker SIGKILLed mid-epoch: its blocks of the weights and of Adam's moments are lost, the two reload the last checkpoint and finish", async (t) => {
+  const base = await baseline(t);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const r = await job(['-np', '3', '--min-np', '2'], { ZERO_SHARD: 'weights', ZE_CKPT: dir, ZE_EVERY: '2', ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 finish');
+  for (const x of r.results) {
+    t.equal(x.size, 2, 'in a world of 2');
+    t.equal(x.resets, 1, 'one reset');
+    t.equal(x.reshards.length, 1, 'one reshard, from the checkpoint');
+  }
+  checkEnd(t, r, base, [0, 2]);
+});
+
+t.test("shard 'weights' with SGD, a worker lost then refilled: the checkpoint after the loss, then the weights' and optimizer's blocks resharded 2 -> 3 in memory at the join, within 1e-6", async (t) => {
+  const base = await baseline(t, 'sgd');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const r = await job(['-np', '3', '--min-np', '2'], {
+    ZERO_SHARD: 'weights', ZE_OPT: 'sgd', ZE_CKPT: dir, ZE_EVERY: '2', ELASTIC_KILL_AT: '1:1:5', ZE_JOIN_DELAY_MS: '3500', ZE_BATCH_DELAY_MS: '250',
+  });
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 2, 3], 'workers 0, 2 and the refill 3 finish');
+  for (const x of r.results) {
+    t.equal(x.size, 3, 'in a world of 3 again');
+    t.same(x.reshards[x.reshards.length - 1], { how: 'memory', from: 2, to: 3 }, `worker ${x.workerId}: the blocks were resharded 2 -> 3 in memory`);
+    t.equal(x.reshards.filter((y) => y.how === 'checkpoint').length, x.workerId === 3 ? 0 : 1, `worker ${x.workerId}: the checkpoint was read at the loss only, not at the join`);
+  }
+  for (const x of r.results.filter((y) => y.workerId !== 3)) t.equal(x.resets, 2, 'two resets: the loss and the join');
+  checkEnd(t, r, base, [0, 2], 1e-6);
+});
+
+t.test("shard 'weights' with momentum, a worker SIGKILLed mid-epoch: the checkpoint's blocks, within 1e-6", async (t) => {
+  const base = await baseline(t, 'momentum');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const r = await job(['-np', '3', '--min-np', '2'], { ZERO_SHARD: 'weights', ZE_OPT: 'momentum', ZE_CKPT: dir, ZE_EVERY: '2', ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
+  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 finish');
+  checkEnd(t, r, base, [0, 2], 1e-6);
 });
 
 t.test("shard 'optimizer', a block lost before the first checkpoint was written: ERR_MISMATCH naming the lost block, on the survivors", async (t) => {

@@ -91,7 +91,7 @@ t.test('layers that cannot be sharded, and a missing model, are ERR_INVALID_ARGU
   const { results } = await runScenario(t, 2, WORKER, 'refused');
   for (const [rank, r] of results.entries()) {
     if (!r) continue;
-    for (const k of ['batchNorm', 'lstm', 'noModel', 'notAModel', 'modelAlone', 'badShard', 'elastic', 'twice', 'lamb']) {
+    for (const k of ['batchNorm', 'lstm', 'noModel', 'notAModel', 'modelAlone', 'badShard', 'elastic', 'elasticNoCheckpoint', 'twice', 'lamb']) {
       t.equal(r[k].code, 'ERR_INVALID_ARGUMENT', `rank ${rank}, ${k}: ERR_INVALID_ARGUMENT`, { got: r[k] });
     }
     t.match(r.batchNorm.message, /cannot shard layer 'bn_refused' \(BatchNormalization\): it updates its moving mean/, `rank ${rank}: names the batch-norm layer and why`);
@@ -100,7 +100,10 @@ t.test('layers that cannot be sharded, and a missing model, are ERR_INVALID_ARGU
     t.match(r.notAModel.message, /option 'model' must be .*received number 42/, `rank ${rank}: a number for a model`);
     t.match(r.modelAlone.message, /option 'model' is used with shard: 'weights' only/, `rank ${rank}: a model without shard`);
     t.match(r.badShard.message, /option 'shard' must be .*received the string "everything"/, `rank ${rank}: an unknown shard`);
-    t.match(r.elastic.message, /ElasticState: the model's weights are sharded/, `rank ${rank}: ElasticState refuses a sharded model`);
+    t.match(r.elastic.message, /ElasticState: argument 'optimizer' must be the DistributedOptimizer with shard: 'weights' that shards this model's weights .*received undefined/,
+      `rank ${rank}: ElasticState of a sharded model without its optimizer names the optimizer`);
+    t.match(r.elasticNoCheckpoint.message, /ElasticState: argument 'options.checkpoint' must be an object \{dir, everySteps\} with a DistributedOptimizer of shard 'weights' \(each rank holds only its part of the weights and the optimizer state/,
+      `rank ${rank}: ElasticState with shard 'weights' needs the checkpoint option`);
     t.match(r.twice.message, /not sharded yet/, `rank ${rank}: a model is sharded once`);
     t.match(r.lamb.message, /argument 'optimizer' must be one of tf.train's elementwise optimizers .*shard: 'weights'.*received Lamb/, `rank ${rank}: names the optimizer it refuses`);
     t.ok(r.unchanged, `rank ${rank}: the refused model keeps its weights, unsharded`);

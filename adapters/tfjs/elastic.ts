@@ -13,18 +13,22 @@
  *
  * A sharded optimizer (DistributedOptimizer shard 'optimizer' or 'gradients', zero.ts) is committed as this
  * rank's blocks only, with the world they are cut for; sync does not broadcast them but reshards them
- * (#reshard): in memory when every block of root's commit is still held, else from the last checkpoint on
+ * (elastic-shards.ts): in memory when every block of root's commit is still held, else from the last checkpoint on
  * disk, which the checkpoint option (required then) writes with the model, the optimizer and the fields.
+ * With shard 'weights' (zero-weights.ts) the weights are sharded too: a commit keeps this rank's blocks of
+ * them beside the optimizer's (no full weight is read), and they are resharded or reloaded with them.
  */
 import type { Logs } from '@tensorflow/tfjs-layers';
 import { tf, tfl } from './framework';
 import * as hora from '../../ts/index';
-import type { CheckpointEntry, LoadedShard, Tensor } from '../../ts/index';
+import type { CheckpointEntry, LoadedShard } from '../../ts/index';
 import {
-  HoraError, describeValue, checkOptionKeys, knownOptions, current, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer, blockRange,
+  HoraError, describeValue, checkOptionKeys, knownOptions, current, broadcastHeader, differsFromRoot, keepCopy, ranksThatDiffer,
 } from '../../ts/internal';
 import { distributedLayers, hiddenVariables, setIterations, slotsOf } from './optimizer-state';
 import { isWeightSharded } from './zero-weights';
+import { asLoaded, isShard, recordOf, reshard } from './elastic-shards';
+import type { Blocks, BlocksRecord, ReshardContext, ReshardRecord, ShardedOptimizer } from './elastic-shards';
 
 const WHERE = 'hora/tfjs';
 
@@ -52,51 +56,8 @@ interface TensorHeader {
   hidden: Array<[name: string, shape: number[], dtype: string]>;
 }
 
-/**
- * What a DistributedOptimizer with shard 'optimizer' or 'gradients' gives ElasticState (zero.ts's
- * ShardedUpdate puts these on it): its state as checkpoint entries (this rank's blocks as sharded
- * entries), taking them back, the world its blocks are cut for, and a new cut for the current world.
- */
-interface ShardedOptimizer {
-  checkpointEntries(what: { model: ElasticModel }): Promise<Record<string, CheckpointEntry>>;
-  restoreCheckpoint(entries: Record<string, Tensor | LoadedShard>, what: { model: ElasticModel }): Promise<void>;
-  shardCut(): { size: number; rank: number };
-  recut(): void;
-}
-
-/** A sharded optimizer's committed blocks (its checkpointEntries()) and the world they are cut for. */
-interface Blocks {
-  entries: Record<string, CheckpointEntry>;
-  size: number;
-  rank: number;
-}
-
-/** What each rank tells the others in a sharded sync; root's also carries the layout and the replicated entries. */
-interface BlocksRecord {
-  commit: number;
-  size: number;
-  rank: number;
-  slots: number;
-  layout: Array<[key: string, globalLength: number]> | null;
-  replicated: Array<[key: string, type: 'Float64Array' | 'Float32Array', values: number[]]> | null;
-}
-
 /** Entries of an ElasticState's checkpoint (beside hora.elastic.State's own 'state' and 'field/...'). */
 const DISK = 'tfjs/';
-
-function isShard(e: CheckpointEntry | LoadedShard): e is { data: Tensor; globalLength: number; offset: number } {
-  return typeof e === 'object' && e !== null && !ArrayBuffer.isView(e) && 'globalLength' in e;
-}
-
-/** Committed entries in the form restoreCheckpoint takes (hora.checkpoint.load's), as copies. */
-function asLoaded(entries: Record<string, CheckpointEntry>): Record<string, Tensor | LoadedShard> {
-  const out: Record<string, Tensor | LoadedShard> = {};
-  for (const [k, e] of Object.entries(entries)) {
-    if (isShard(e)) out[k] = { data: (e.data as Float32Array).slice(), dtype: 'float32', globalLength: e.globalLength, offset: e.offset };
-    else out[k] = (ArrayBuffer.isView(e) ? e : (e as { data: Tensor }).data).slice() as Tensor;
-  }
-  return out;
-}
 
 /** Names ElasticState takes for itself; a user field may not use them. */
 const OWN = new Set(['model', 'optimizer', 'fit', 'reshards']);
@@ -174,7 +135,7 @@ export class ElasticState extends hora.elastic.State {
   #blocks: Blocks | null = null;
   readonly #checkpointed: boolean;
   /** How each re-forming of the world brought the sharded optimizer state over, for logs and tests. */
-  readonly reshards: Array<{ how: 'memory' | 'checkpoint'; from: number; to: number; step?: number }> = [];
+  readonly reshards: ReshardRecord[] = [];
 
   /**
    * `optimizer` defaults to model.optimizer (set by model.compile), read at each commit, restore and sync.
@@ -203,8 +164,14 @@ export class ElasticState extends hora.elastic.State {
 
   #saveWeights(): void {
     if (isWeightSharded(this.model)) {
-      throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticState: the model's weights are sharded (DistributedOptimizer shard: 'weights'); ` +
-        "elastic training does not restore sharded weights yet: a lost rank's shard exists on no other rank");
+      // Stage 3: this rank's blocks of the weights are committed with the optimizer's (#saveSlots).
+      const opt = this.optimizer;
+      if (!opt || !distributedLayers(opt).some((d) => d.shard === 'weights')) {
+        throw invalid('ElasticState', 'optimizer', "the DistributedOptimizer with shard: 'weights' that shards this model's weights " +
+          '(pass it, or compile the model with it): a commit keeps its blocks of the weights', opt ?? undefined);
+      }
+      this.#weights = [];
+      return;
     }
     const weights = this.model.weights;
     if (this.#weights.length !== weights.length) this.#weights.length = weights.length;
@@ -223,19 +190,17 @@ export class ElasticState extends hora.elastic.State {
   }
 
   /**
-   * The optimizer's sharded side (shard 'optimizer' or 'gradients'), or null. A sharded state exists in
-   * parts, one per rank of the world it was cut for (docs/zero.md): a lost rank's part is restored from
-   * the last checkpoint on disk, so the checkpoint option is required; shard 'weights' is refused.
+   * The optimizer's sharded side (shard 'optimizer', 'gradients' or 'weights'), or null. A sharded state
+   * exists in parts, one per rank of the world it was cut for (docs/zero.md): a lost rank's part is restored
+   * from the last checkpoint on disk, so the checkpoint option is required.
    */
   #sharded(opt: tf.Optimizer): ShardedOptimizer | null {
     const d = distributedLayers(opt).find((x) => x.shard !== 'none');
     if (!d) return null;
-    if (d.shard === 'weights') {
-      throw invalid('ElasticState', 'optimizer', "a DistributedOptimizer with shard 'none', 'optimizer' or 'gradients' (ElasticState does not restore sharded weights yet)", `shard '${d.shard}'`);
-    }
     if (!this.#checkpointed) {
       throw invalid('ElasticState', 'options.checkpoint', `an object {dir, everySteps} with a DistributedOptimizer of shard '${d.shard}' ` +
-        "(each rank holds only its part of the optimizer state; a lost rank's part exists nowhere else and is restored from the last checkpoint on disk)", undefined);
+        `(each rank holds only its part of the ${d.shard === 'weights' ? 'weights and the ' : ''}optimizer state; a lost rank's part exists nowhere else ` +
+        'and is restored from the last checkpoint on disk)', undefined);
     }
     return d as unknown as ShardedOptimizer;
   }
@@ -245,7 +210,7 @@ export class ElasticState extends hora.elastic.State {
     const sharded = opt ? this.#sharded(opt) : null;
     if (sharded) {
       // This rank's blocks only (no collective): the cut they belong to goes with them.
-      this.#blocks = { entries: await sharded.checkpointEntries({ model: this.model }), ...sharded.shardCut() };
+      this.#blocks = { entries: await sharded.checkpointEntries({ model: this.model, weights: true }), ...sharded.shardCut() };
       this.#slots = [];
       return;
     }
@@ -278,7 +243,8 @@ export class ElasticState extends hora.elastic.State {
   }
 
   #restoreWeights(): void {
-    const weights = this.model.weights;
+    // Stage 3: the weights' blocks are the sharded optimizer's to write (#restoreOptimizer, before its first await).
+    const weights = isWeightSharded(this.model) ? [] : this.model.weights;
     if (weights.length !== this.#weights.length) {
       throw new HoraError('ERR_INVALID_ARGUMENT', `${WHERE} ElasticState.restore: the model has ${weights.length} weights but ${this.#weights.length} were committed`);
     }
@@ -307,7 +273,7 @@ export class ElasticState extends hora.elastic.State {
     if (!opt) return;
     const sharded = this.#sharded(opt);
     if (sharded) {
-      const b = this.#blocks ?? { entries: { 'zero/iterations': Float64Array.of(this.#iterations) }, size: -1, rank: -1 };
+      const b = this.#blocks ?? { entries: { [isWeightSharded(this.model) ? 'zero3/iterations' : 'zero/iterations']: Float64Array.of(this.#iterations) }, size: -1, rank: -1 };
       const cut = sharded.shardCut();
       // Blocks cut for another world than the optimizer's (loaded from disk, or resharded): cut it anew first.
       if (b.size !== -1 && (b.size !== cut.size || b.rank !== cut.rank)) sharded.recut();
@@ -357,7 +323,7 @@ export class ElasticState extends hora.elastic.State {
     let record: BlocksRecord | null = null;
     if (sharded) {
       await this.#saveSlots();
-      record = this.#record();
+      record = recordOf(this.#blocks, this.commitCount);
     }
     await super.sync(root);
     const w = current('elastic.ElasticState.sync');
@@ -366,7 +332,7 @@ export class ElasticState extends hora.elastic.State {
     this.#saveOptimizerSync();
     if (sharded && record) {
       // Every rank now holds the checkpoint's model, optimizer and fields: nothing more to send.
-      if (await this.#reshard(sharded, record, root, w.rank, w.size)) return;
+      if (await reshard(this.#reshardContext(), sharded, record, root, w.rank, w.size)) return;
     } else await this.#saveSlots();
     if (w.size === 1) return;
     const isRoot = w.rank === root;
@@ -385,88 +351,25 @@ export class ElasticState extends hora.elastic.State {
     }
   }
 
-  /** What this rank's committed blocks are: their commit, cut and number of slots; root adds the layout. */
-  #record(): BlocksRecord {
-    const b = this.#blocks;
-    const entries = b ? Object.entries(b.entries) : [];
-    const slots = entries.filter(([, e]) => isShard(e)) as Array<[string, { data: Tensor; globalLength: number }]>;
+  /** What reshard() (elastic-shards.ts) reads and changes of this state: its blocks, also as the checkpoint reload sets them. */
+  #reshardContext(): ReshardContext {
+    const get = () => this.#blocks;
+    const set = (b: Blocks | null) => { this.#blocks = b; };
     return {
-      commit: this.commitCount, size: b?.size ?? -1, rank: b?.rank ?? -1, slots: slots.length,
-      layout: slots.map(([k, e]) => [k, e.globalLength]),
-      replicated: entries.filter(([, e]) => !isShard(e)).map(([k, e]) => [k, e instanceof Float64Array ? 'Float64Array' : 'Float32Array', Array.from(e as Float32Array)]),
+      model: this.model, reshards: this.reshards, reloadCheckpoint: () => this.reloadCheckpoint(),
+      get blocks() { return get(); },
+      set blocks(b) { set(b); },
     };
-  }
-
-  /**
-   * The sharded optimizer's part of sync: root's commit is the one every rank goes on from. When every
-   * block of it is still held by some rank (the same commit, cut for the same world), the blocks are
-   * allgathered (one rank per old block sends it) and each rank keeps its block for the current world, in
-   * memory. When a block was held only by a lost rank, every rank loads the last checkpoint on disk
-   * instead (weights, optimizer, fields and commit count together; the commits since it are redone):
-   * resolves true then.
-   */
-  async #reshard(sharded: ShardedOptimizer, mine: BlocksRecord, root: number, rank: number, size: number): Promise<boolean> {
-    const all = await hora.allgatherObject(rank === root ? mine : { ...mine, layout: null, replicated: null }, { name: 'elastic.ElasticState.sync shards' }) as BlocksRecord[];
-    const r = all[root];
-    const layout = r.layout ?? [];
-    const holders = r.slots === 0 ? [] : Array.from({ length: r.size }, () => -1);
-    all.forEach((x, p) => {
-      if (r.slots > 0 && x.commit === r.commit && x.size === r.size && x.slots === r.slots && holders[x.rank] === -1) holders[x.rank] = p;
-    });
-    const lost = holders.flatMap((p, q) => (p === -1 ? [q] : []));
-    if (lost.length > 0) {
-      const step = await this.reloadCheckpoint();
-      if (step === null) {
-        throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState.sync: the optimizer state's block${lost.length > 1 ? 's' : ''} ${lost.join(', ')} of commit ${r.commit} ` +
-          `(cut for ${r.size} ranks) ${lost.length > 1 ? 'were' : 'was'} held only by lost ranks, and no checkpoint was written yet to restore from ` +
-          '(options.checkpoint.everySteps commits must pass before the first)', rank);
-      }
-      this.reshards.push({ how: 'checkpoint', from: r.size, to: size, step });
-      return true;
-    }
-    if (r.size === size && holders.every((p, q) => p === q)) return false;
-    // One rank per old block sends it: all of its slots' blocks, in the layout's order.
-    const chosen = holders.indexOf(rank);
-    const send = chosen === -1 ? new Float32Array(0) : new Float32Array(layout.reduce((n, [, g]) => n + blockRange(g, r.size, chosen)[1] - blockRange(g, r.size, chosen)[0], 0));
-    if (chosen !== -1) {
-      const have = this.#blocks!.entries;
-      let at = 0;
-      for (const [k] of layout) {
-        const d = (have[k] as { data: Float32Array }).data;
-        send.set(d, at);
-        at += d.length;
-      }
-    }
-    const gathered = r.slots === 0 ? send : await hora.allgather(send, { name: 'elastic.ElasticState.sync blocks' });
-    const full = layout.map(([, g]) => new Float32Array(g));
-    let at = 0;
-    for (let p = 0; p < size; p++) {
-      const q = holders.indexOf(p);
-      if (q === -1) continue;
-      layout.forEach(([, g], i) => {
-        const [b, e] = blockRange(g, r.size, q);
-        full[i].set(gathered.subarray(at, at + e - b), b);
-        at += e - b;
-      });
-    }
-    const entries: Record<string, CheckpointEntry> = {};
-    for (const [k, type, values] of r.replicated ?? []) entries[k] = type === 'Float64Array' ? Float64Array.from(values) : Float32Array.from(values);
-    layout.forEach(([k, g], i) => {
-      const [b, e] = blockRange(g, size, rank);
-      entries[k] = { data: full[i].slice(b, e), globalLength: g, offset: b };
-    });
-    sharded.recut();
-    this.#blocks = { entries, ...sharded.shardCut() };
-    await sharded.restoreCheckpoint(asLoaded(entries), { model: this.model });
-    if (r.slots > 0) this.reshards.push({ how: 'memory', from: r.size, to: size });
-    return false;
   }
 
   /** The committed model and optimizer as checkpoint entries: hora.elastic.State saves them with the fields. */
   protected override async diskEntries(): Promise<Record<string, CheckpointEntry>> {
     const list = (xs: Saved[]) => xs.map((s): [string, number[], string] => [s.name, s.shape, s.dtype]);
     const out: Record<string, CheckpointEntry> = {};
-    const layout = { iterations: this.#iterations, weights: list(this.#weights), slots: list(this.#slots), hidden: list(this.#hidden), sharded: this.#blocks !== null };
+    // Stage 3: the weights' names and shapes; their values are this rank's blocks, under 'zero/'.
+    const weightsSharded = isWeightSharded(this.model);
+    const weights = weightsSharded ? this.model.weights.map((w): [string, number[], string] => [w.name, w.shape, w.dtype]) : list(this.#weights);
+    const layout = { iterations: this.#iterations, weights, slots: list(this.#slots), hidden: list(this.#hidden), sharded: this.#blocks !== null, weightsSharded };
     out[`${DISK}layout`] = new Uint8Array(Buffer.from(JSON.stringify(layout)));
     this.#weights.forEach((s, i) => { out[`${DISK}weight/${i}`] = s.data; });
     this.#slots.forEach((s, i) => { out[`${DISK}slot/${i}`] = s.data; });
@@ -481,7 +384,9 @@ export class ElasticState extends hora.elastic.State {
     if (!(bytes instanceof Uint8Array)) {
       throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState: checkpoint step ${step} has no '${DISK}layout' entry: it was not saved by an ElasticState`);
     }
-    const layout = JSON.parse(Buffer.from(bytes).toString('utf8')) as { iterations: number; weights: TensorHeader['model']; slots: TensorHeader['slots']; hidden: TensorHeader['hidden']; sharded: boolean };
+    const layout = JSON.parse(Buffer.from(bytes).toString('utf8')) as {
+      iterations: number; weights: TensorHeader['model']; slots: TensorHeader['slots']; hidden: TensorHeader['hidden']; sharded: boolean; weightsSharded?: boolean;
+    };
     const weights = this.model.weights;
     const bad = layout.weights.length !== weights.length ? `${layout.weights.length} weights there, ${weights.length} in the model`
       : layout.weights.map(([, shape, dtype], i) => (!sameShape(shape, weights[i].shape) || dtype !== weights[i].dtype ? `weight ${i} is ${dtype}[${shape}] there, ${weights[i].dtype}[${weights[i].shape}] in the model` : '')).find((x) => x);
@@ -491,11 +396,14 @@ export class ElasticState extends hora.elastic.State {
     if (layout.sharded !== (sharded !== null)) {
       throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState: checkpoint step ${step} was saved with ${layout.sharded ? 'a sharded' : 'an unsharded'} optimizer, this state has ${sharded ? 'a sharded' : 'an unsharded'} one`);
     }
+    if ((layout.weightsSharded ?? false) !== isWeightSharded(this.model)) {
+      throw new HoraError('ERR_MISMATCH', `${WHERE} ElasticState: checkpoint step ${step} was saved ${layout.weightsSharded ? 'with' : 'without'} shard: 'weights', this model's weights are ${isWeightSharded(this.model) ? '' : 'not '}sharded`);
+    }
     const saved = (list: TensorHeader['model'], kind: string): Saved[] => list.map(([name, shape, dtype], i) => {
       const data = entries[`${DISK}${kind}/${i}`] as Buffer32;
       return { name, shape, dtype: dtype as Saved['dtype'], data: dtype === 'int32' ? new Int32Array(data) : new Float32Array(data) };
     });
-    this.#weights = saved(layout.weights, 'weight');
+    this.#weights = layout.weightsSharded ? [] : saved(layout.weights, 'weight');
     this.#slots = saved(layout.slots, 'slot');
     this.#hidden = saved(layout.hidden, 'hidden');
     this.#iterations = layout.iterations;

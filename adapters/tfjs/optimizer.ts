@@ -165,8 +165,6 @@ export class DistributedOptimizer extends tf.Optimizer {
     if (this.shard === 'weights') {
       const shards = new WeightShards(this, options.model as ConstructorParameters<typeof WeightShards>[1]);
       this.weightShards = shards;
-      // saveCheckpoint and loadCheckpoint take the state of this optimizer from it (CheckpointableOptimizer).
-      Object.assign(this, { checkpointEntries: () => shards.checkpointEntries(), restoreCheckpoint: (e: never) => shards.restoreCheckpoint(e) });
     }
   }
 

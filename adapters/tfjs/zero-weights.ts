@@ -39,24 +39,10 @@ import type { CheckpointEntry, LoadedShard, Tensor, Work } from '../../ts/index'
 import { HoraError, blockRange, describeValue, flushCollectives } from '../../ts/internal';
 import { compress, decompress } from './half';
 import { checkShardable } from './zero';
+import { checkModel, markWeightSharded } from './zero-layers';
+import type { Layer, LayerVariable, Model } from './zero-layers';
 
-/** The layer classes stage 3 shards, and the properties through which their call() reads their weights. */
-const SHARDABLE: Readonly<Record<string, readonly string[]>> = {
-  Dense: ['kernel', 'bias'],
-  Conv1D: ['kernel', 'bias'],
-  Conv2D: ['kernel', 'bias'],
-  Conv3D: ['kernel', 'bias'],
-};
-
-/** Why some layer classes with weights are not sharded (the rest: their call() reads weights otherwise). */
-const REFUSED: Readonly<Record<string, string>> = {
-  BatchNormalization: 'it updates its moving mean and variance inside call(), and its statistics are per feature',
-  LayerNormalization: 'not sharded yet (its weights are per feature, small beside the layers around it)',
-  LSTM: 'a recurrent layer reads its cell\'s weights at every time step, inside a loop tfjs runs',
-  GRU: 'a recurrent layer reads its cell\'s weights at every time step, inside a loop tfjs runs',
-  SimpleRNN: 'a recurrent layer reads its cell\'s weights at every time step, inside a loop tfjs runs',
-  Embedding: 'not sharded yet (its gradient is a scatter of rows)',
-};
+export { isWeightSharded } from './zero-layers';
 
 /** What stage 3 needs of the DistributedOptimizer that owns it (optimizer.ts; a type, to keep the import one way). */
 export interface ShardingOwner {
@@ -73,44 +59,10 @@ export interface ShardingOwner {
   minimize(f: () => tf.Scalar, returnCost?: boolean, varList?: tf.Variable[]): tf.Scalar | null;
 }
 
-type LayerVariable = {
-  name: string; originalName: string; shape: number[]; dtype: string; trainable: boolean;
-  constraint?: unknown; read(): tf.Tensor; write(v: tf.Tensor): unknown; dispose(): void;
-};
-/** What sharding needs of a tfjs-layers Layer. */
-type Layer = {
-  [property: string]: unknown;
-  name: string; built: boolean; getClassName(): string;
-  weights: LayerVariable[]; trainableWeights: LayerVariable[]; nonTrainableWeights: LayerVariable[]; _trainableWeights: LayerVariable[];
-  call(inputs: tf.Tensor | tf.Tensor[], kwargs: Record<string, unknown>): tf.Tensor | tf.Tensor[];
-};
-/** What sharding needs of a model: tf.LayersModel's layers and weight lists. */
-type Model = {
-  layers: Layer[]; trainableWeights: LayerVariable[]; nonTrainableWeights: LayerVariable[];
-  collectedTrainableWeights?: LayerVariable[];
-  /** A tf.Sequential's inner model. */
-  model?: Model;
-  /** The model's inputs (a shadow pass feeds zeros of their shapes). */
-  inputs?: Array<{ shape: Array<number | null>; dtype?: string }>;
-  apply?(inputs: tf.Tensor | tf.Tensor[], kwargs?: Record<string, unknown>): unknown;
-};
-
-/** The models stage 3 has sharded. */
-const shardedModels = new WeakSet<object>();
-
-/** Whether `model`'s weights are sharded by a DistributedOptimizer with shard: 'weights'. */
-export function isWeightSharded(model: unknown): boolean {
-  return typeof model === 'object' && model !== null && shardedModels.has(model);
-}
-
-function refuse(argument: string, expected: string, received: unknown): HoraError {
-  return new HoraError('ERR_INVALID_ARGUMENT', `DistributedOptimizer: option '${argument}' must be ${expected}; received ${describeValue(received)}`);
-}
-
 /** This rank's block of one weight, as the trainable variable the layer lists and the optimizer updates. */
 class ShardVariable {
-  readonly val: tf.Variable;
-  readonly shape: number[];
+  val: tf.Variable;
+  shape: number[];
   readonly dtype = 'float32';
   private trainable_: boolean;
 
@@ -136,6 +88,16 @@ class ShardVariable {
     if (!this.val.isDisposed) this.val.dispose();
   }
 
+  /** A new block of `length` zeros under the same name (a recut: the caller writes its values next). */
+  resize(length: number): void {
+    if (length === this.val.size) return;
+    this.dispose();
+    const t = tf.zeros([length], 'float32');
+    this.val = tf.variable(t, this.trainable_, this.name);
+    t.dispose();
+    this.shape = [length];
+  }
+
   get trainable(): boolean {
     return this.trainable_;
   }
@@ -149,14 +111,20 @@ class ShardVariable {
 /** One sharded weight: its full shape, this rank's block of it, and its full view. */
 class ShardedWeight {
   readonly count: number;
-  readonly begin: number;
-  readonly end: number;
+  begin: number;
+  end: number;
   readonly view: FullWeight;
 
   constructor(readonly layer: string, readonly shape: number[], readonly shard: ShardVariable, rank: number, size: number) {
     this.count = shape.reduce((a, b) => a * b, 1);
     [this.begin, this.end] = blockRange(this.count, size, rank);
     this.view = new FullWeight(this);
+  }
+
+  /** This rank's block for another world: the range, and a shard variable of its length (zeros until written). */
+  cut(rank: number, size: number): void {
+    [this.begin, this.end] = blockRange(this.count, size, rank);
+    this.shard.resize(this.end - this.begin);
   }
 
   get name(): string {
@@ -315,13 +283,24 @@ export class WeightShards {
   private stepBase = 1;
   /** The highest rank that stepped in the latest round with a rank stepping, this epoch (joinEpoch's result); -1 for none. */
   private lastStepper = -1;
+  /** The world the blocks are cut for. */
+  private size: number;
+  private rank: number;
 
   constructor(private readonly owner: ShardingOwner, private readonly model: Model) {
     checkShardable(owner.optimizer, 'weights');
+    // As zero.ts's ShardedUpdate: saveCheckpoint and loadCheckpoint take the owner's state from here
+    // (CheckpointableOptimizer), ElasticState also the cut of its blocks (elastic-shards.ts ShardedOptimizer).
+    Object.assign(owner, {
+      checkpointEntries: this.checkpointEntries.bind(this), restoreCheckpoint: this.restoreCheckpoint.bind(this),
+      shardCut: this.shardCut.bind(this), recut: this.recut.bind(this),
+    });
     const layers = checkModel(model);
     const rank = hora.rank(), size = hora.size();
+    this.rank = rank;
+    this.size = size;
     for (const [layer, props] of layers) this.shardLayer(layer, props, rank, size);
-    shardedModels.add(model);
+    markWeightSharded(model);
     const views = new Map<unknown, FullWeight>(this.weights.map((w) => [w.shard, w.view]));
     const sub = (w: LayerVariable) => views.get(w) ?? w;
     // Full views in `weights`, in the places tfjs gives them (the trainable ones first, layer by layer).
@@ -682,6 +661,23 @@ export class WeightShards {
     this.owner.stats.applyMs += performance.now() - t1;
   }
 
+  /** The world the blocks are cut for (ElasticState records it with a commit). */
+  shardCut(): { size: number; rank: number } {
+    return { size: this.size, rank: this.rank };
+  }
+
+  /**
+   * Cuts the blocks anew for the current world (ElasticState, after the world re-formed): each sharded
+   * weight gets this rank's new range and a shard variable of its length, zeros until restoreCheckpoint()
+   * writes the weights' and the optimizer's blocks cut for this world, which the caller does next.
+   */
+  recut(): void {
+    this.size = hora.size();
+    this.rank = hora.rank();
+    for (const w of this.weights) w.cut(this.rank, this.size);
+    this.discardPartialStep();
+  }
+
   /** Forgets the passes of a step not yet applied (an elastic or checkpoint restore). */
   discardPartialStep(): void {
     this.accumulated = null;
@@ -692,6 +688,11 @@ export class WeightShards {
     this.prefetch = null;
     this.phase = null;
     this.previous = null;
+    // The layers' order is learnt anew on every rank: a prefetch moves a layer's allgather ahead of the
+    // reduce-scatter before it, so ranks that start prefetching at different steps (a worker that joins a
+    // re-formed world knows no order) would submit their collectives in different orders.
+    this.nextLayer.forward.clear();
+    this.nextLayer.backward.clear();
     this.stepWeight = 0;
     this.passAgreed = false;
     this.gradientScale = 1;
@@ -848,11 +849,17 @@ export class WeightShards {
    * saveCheckpoint's entries for the optimizer (CheckpointableOptimizer, checkpoint.ts), under 'zero3/' (so
    * that an unsharded optimizer refuses them by name): the iteration count, each slot of a sharded weight as
    * a sharded entry (this rank's block, the weight's count, the block's offset), the inner optimizer's
-   * scalar variables replicated.
+   * scalar variables replicated. With `weights` (ElasticState's commit), also this rank's block of each
+   * sharded weight, as `weight/<place in this.weights>`: no allgather, every rank keeps its own part.
    */
-  async checkpointEntries(): Promise<Record<string, CheckpointEntry>> {
+  async checkpointEntries(what: { weights?: boolean } = {}): Promise<Record<string, CheckpointEntry>> {
     const inner = this.owner.optimizer;
     const entries: Record<string, CheckpointEntry> = { [`${ENTRY}iterations`]: Float64Array.of(inner.iterations ?? 0) };
+    if (what.weights) {
+      this.weights.forEach((w, i) => {
+        entries[`${ENTRY}weight/${String(i).padStart(5, '0')}`] = { data: Float32Array.from(w.shard.val.dataSync() as Float32Array), globalLength: w.count, offset: w.begin };
+      });
+    }
     const named = await inner.getWeights();
     named.forEach((n, i) => {
       if (i === 0 && n.name === 'iter') {
@@ -870,12 +877,14 @@ export class WeightShards {
   /**
    * loadCheckpoint's side (CheckpointableOptimizer): the entries checkpointEntries saved, this rank's blocks
    * at the current world size; or those of an unsharded optimizer (checkpoint.ts: 'iterations', 'slot/...'
-   * replicated, 'hidden/...'), of which each rank keeps its blocks.
+   * replicated, 'hidden/...'), of which each rank keeps its blocks. Blocks of the weights (ElasticState's
+   * 'weight/...', this world's) are written into the shard variables before this returns its promise.
    */
   async restoreCheckpoint(entries: Record<string, Tensor | LoadedShard>): Promise<void> {
     const inner = this.owner.optimizer;
     const prefix = `${ENTRY}iterations` in entries ? ENTRY : '';
     const iterations = Number((entries[`${prefix}iterations`] as Float64Array)[0]);
+    const blocks = this.weightBlocks(entries);
     const given: Array<{ name: string; tensor: tf.Tensor }> = [];
     for (const [j, key] of Object.keys(entries).filter((k) => k.startsWith(`${prefix}slot/`)).sort().entries()) {
       const name = key.slice(key.indexOf(' ') + 1);
@@ -895,6 +904,12 @@ export class WeightShards {
       }
       given.push({ name, tensor: tf.tensor1d(data, 'float32') });
     }
+    // Checked all before the first write; written before the first await (ElasticState.restore's weights are back on return).
+    blocks.forEach(([w, data]) => {
+      const t = tf.tensor1d(data, 'float32');
+      w.shard.val.assign(t);
+      t.dispose();
+    });
     const iter = tf.scalar(iterations, 'int32');
     await inner.setWeights([{ name: 'iter', tensor: iter }, ...given]);
     iter.dispose();
@@ -908,6 +923,22 @@ export class WeightShards {
       t.dispose();
     }
   }
+
+  /** The weights' blocks among the entries ('weight/<place>', this rank's at this world), each checked against its sharded weight. */
+  private weightBlocks(entries: Record<string, Tensor | LoadedShard>): Array<[ShardedWeight, Float32Array]> {
+    const out: Array<[ShardedWeight, Float32Array]> = [];
+    for (const key of Object.keys(entries).filter((k) => k.startsWith(`${ENTRY}weight/`)).sort()) {
+      const place = Number(key.slice(`${ENTRY}weight/`.length));
+      const e = entries[key] as LoadedShard;
+      const w = this.weights[place];
+      if (!w || e.globalLength !== w.count || e.offset !== w.begin || e.data.length !== w.end - w.begin) {
+        throw new HoraError('ERR_MISMATCH', `hora/tfjs ElasticState: the committed block of sharded weight ${place} is values ${e.offset} to ${e.offset + e.data.length} ` +
+          `of ${e.globalLength}; ${w ? `this rank's block of '${w.name}' is ${w.begin} to ${w.end} of ${w.count}` : 'the model has no such sharded weight'}`);
+      }
+      out.push([w, e.data as Float32Array]);
+    }
+    return out;
+  }
 }
 
 /** The name of a pass's round (WeightShards.startPass). */
@@ -920,44 +951,4 @@ const ENTRY = 'zero3/';
 function scalarVariables(optimizer: tf.Optimizer): Array<[string, tf.Variable]> {
   const o = optimizer as unknown as Record<string, unknown>;
   return Object.keys(o).sort().filter((k) => o[k] instanceof tf.Variable && (o[k] as tf.Variable).dtype === 'float32').map((k) => [k, o[k] as tf.Variable]);
-}
-
-/**
- * The model's layers with weights, each with the properties to shard; an error naming the first layer that
- * cannot be sharded, before anything changes (so every rank, with the same model, refuses it alike).
- */
-function checkModel(model: Model): Array<[Layer, readonly string[]]> {
-  if (model === null || typeof model !== 'object' || !Array.isArray((model as Model).layers) || !('trainableWeights' in model)) {
-    throw refuse('model', "a tf.LayersModel (shard: 'weights' shards its layers' weights)", model);
-  }
-  if (isWeightSharded(model)) {
-    throw refuse('model', "a model not sharded yet (this one's weights are sharded by another DistributedOptimizer)", model);
-  }
-  const out: Array<[Layer, readonly string[]]> = [];
-  for (const layer of model.layers) {
-    const className = layer.getClassName();
-    if (layer.weights.length === 0) continue;
-    const own = layer._trainableWeights ?? [];
-    const props = SHARDABLE[className];
-    const why = (reason: string) => new HoraError('ERR_INVALID_ARGUMENT',
-      `DistributedOptimizer: shard: 'weights' cannot shard layer '${layer.name}' (${className}): ${reason}. ` +
-      `Sharded layers: ${Object.keys(SHARDABLE).join(', ')}; see docs/zero-weights.md`);
-    if (!props) {
-      if (Array.isArray((layer as unknown as Model).layers)) throw why('a nested model; build the model from its layers instead');
-      throw why(REFUSED[className] ?? 'its call() does not read its weights through properties that stage 3 can point at the gathered weights');
-    }
-    if (!layer.built) throw why('it is not built; build the model (give the first layer an inputShape, or call model.build()) first');
-    const vars = props.map((p) => layer[p] as LayerVariable | null | undefined).filter((v): v is LayerVariable => v != null);
-    const names = props.filter((p) => layer[p] != null);
-    if (vars.length !== own.length || own.some((w) => !vars.includes(w)) || layer.nonTrainableWeights.length > 0) {
-      throw why('its weights are not the ones its class reads in call()');
-    }
-    for (const p of names) {
-      if (layer[`${p}Regularizer`] != null) throw why(`a ${p}Regularizer needs the full ${p} outside call()`);
-      if ((layer[p] as LayerVariable).constraint != null || layer[`${p}Constraint`] != null) throw why(`a ${p}Constraint needs the full ${p} after each update`);
-      if ((layer[p] as LayerVariable).dtype !== 'float32') throw why(`its ${p} is ${(layer[p] as LayerVariable).dtype}; only float32 weights are sharded`);
-    }
-    out.push([layer, names]);
-  }
-  return out;
 }

@@ -1,12 +1,12 @@
 'use strict';
 // An elastic fit (hora.elastic.run, ElasticState.fit, ElasticCallback commitEvery 3) with a sharded
-// DistributedOptimizer (ZERO_SHARD: none, optimizer, gradients) and ElasticState's checkpoint option
+// DistributedOptimizer (ZERO_SHARD: none, optimizer, gradients, weights) and ElasticState's checkpoint option
 // (ZE_CKPT dir, ZE_EVERY commits). The global batch is the same at every world size (strided shards,
 // per-rank batch 12 / size). ELASTIC_KILL_AT "WORKER:EPOCH:BATCH": that worker SIGKILLs itself there;
 // workers with HORA_WORKER_ID >= ELASTIC_NO_REFILL exit at once; a refill (id >= 3) waits ZE_JOIN_DELAY_MS
 // before it starts, and ranks of a world smaller than 3 wait ZE_BATCH_DELAY_MS per batch, so that the refill
 // joins at a later commit (the in-memory reshard) rather than in the world re-formed after the loss.
-// ZE_OPT: adam (default) or momentum. ZE_EXIT_AT "EPOCH:BATCH": every worker SIGKILLs itself there (a job
+// ZE_OPT: adam (default), momentum or sgd. ZE_EXIT_AT "EPOCH:BATCH": every worker SIGKILLs itself there (a job
 // that dies whole, to be started again from the checkpoint).
 // Each worker prints "result {json}": its weights as base64, batches run, optimizer iterations, reshards.
 const tf = require('@tensorflow/tfjs');
@@ -35,7 +35,9 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const init = prng(17);
   model.setWeights(model.getWeights().map((w) => tf.tensor(Float32Array.from({ length: w.size }, () => init() - 0.5), w.shape)));
   const shardMode = process.env.ZERO_SHARD || 'none';
-  model.compile({ optimizer: new DistributedOptimizer(process.env.ZE_OPT === 'momentum' ? tf.train.momentum(0.05, 0.9) : tf.train.adam(0.01), { shard: shardMode }), loss: 'meanSquaredError' });
+  const inner = { momentum: () => tf.train.momentum(0.05, 0.9), sgd: () => tf.train.sgd(0.05) }[process.env.ZE_OPT]?.() ?? tf.train.adam(0.01);
+  // Stage 3 shards the model's weights as it is built (each rank keeps its block of the values set above).
+  model.compile({ optimizer: new DistributedOptimizer(inner, shardMode === 'weights' ? { shard: shardMode, model } : { shard: shardMode }), loss: 'meanSquaredError' });
   const options = process.env.ZE_CKPT ? { checkpoint: { dir: process.env.ZE_CKPT, everySteps: Number(process.env.ZE_EVERY || 1) } } : undefined;
   const state = new ElasticState(model, null, {}, options);
   let executed = 0;
@@ -64,11 +66,11 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     } finally {
       tf.dispose([x, y]);
     }
-    return { size, rank: hora.rank() };
+    // Inside run: with shard 'weights' each read is an allgather, and collectives run only inside it.
+    const bytes = Float32Array.from(model.getWeights().flatMap((w) => Array.from(w.dataSync())));
+    return { size, rank: hora.rank(), weights: Buffer.from(bytes.buffer).toString('base64') };
   });
-  const bytes = Float32Array.from(model.getWeights().flatMap((w) => Array.from(w.dataSync())));
-  const weights = Buffer.from(bytes.buffer).toString('base64');
-  console.log(`result ${JSON.stringify({ workerId, ...result, executed, resets, resetPoints, epoch: state.epoch, iterations: model.optimizer.iterations, reshards: state.reshards, weights })}`);
+  console.log(`result ${JSON.stringify({ workerId, ...result, executed, resets, resetPoints, epoch: state.epoch, iterations: model.optimizer.iterations, reshards: state.reshards })}`);
   await hora.shutdown();
 })().catch((e) => {
   console.error(`worker ${workerId} failed: ${e.code || ''} ${e.stack}`);

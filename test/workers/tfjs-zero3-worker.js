@@ -310,8 +310,9 @@ runScenarios(hora, {
       badShard: await refusedOne(() => new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'everything', model: bn })),
     };
     const elastic = buildModel('dense', 3);
-    new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model: elastic });
+    const elasticOptimizer = new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model: elastic });
     out.elastic = await refusedOne(() => new ElasticState(elastic));
+    out.elasticNoCheckpoint = await refusedOne(() => new ElasticState(elastic, elasticOptimizer));
     out.twice = await refusedOne(() => new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model: elastic }));
     class Lamb extends tf.Optimizer {
       applyGradients() {}
