@@ -3,18 +3,23 @@
 // checks the published test vectors.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace hora {
 
-inline uint64_t fnv1a64(const std::string& s) {
+// Of n bytes at data: for a fixed-size record of fields, hashed without making a string of it.
+inline uint64_t fnv1a64(const void* data, size_t n) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
   uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) {
-    h ^= c;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
     h *= 1099511628211ull;
   }
   return h;
 }
+
+inline uint64_t fnv1a64(const std::string& s) { return fnv1a64(s.data(), s.size()); }
 
 }  // namespace hora

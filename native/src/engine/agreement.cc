@@ -177,7 +177,7 @@ namespace {
 
 uint64_t edgeHash(int from, int to, uint64_t count) {
   const uint64_t fields[] = {static_cast<uint64_t>(from), static_cast<uint64_t>(to), count};
-  return fnv1a64(std::string(reinterpret_cast<const char*>(fields), sizeof(fields)));
+  return fnv1a64(fields, sizeof(fields));
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ uint64_t collectiveSignature(const Proposal& p) {
   const uint64_t fields[] = {p.seq, static_cast<uint32_t>(p.root), p.group,
                              uint64_t(p.kind) | uint64_t(p.op) << 8 | uint64_t(p.dtype) << 16 |
                                  uint64_t(p.compareCount) << 24 | uint64_t(p.algorithm) << 32 | uint64_t(p.onDevice) << 40};
-  return fnv1a64(std::string(reinterpret_cast<const char*>(fields), sizeof(fields)));
+  return fnv1a64(fields, sizeof(fields));
 }
 
 // Every rank's `fixed` and its `text` (cut to cap bytes) to all, in two allgathers: the fixed parts with
