@@ -1,3 +1,4 @@
+#include <array>
 #include <cstring>
 #include <string>
 
@@ -41,9 +42,30 @@ constexpr int kAlltoallWindow = 8;
 // agreement checked against what every sender sends), so each receive is matched by a send of the same
 // length in the same step, and progress() moves every send and receive of a window together. Each round
 // holds only what a peer sends in the same round, decided by what both ends saw in the rounds before.
+namespace {
+
+// A call's arrays, kept by each thread that runs alltoalls and cleared, not freed, between calls: a small
+// alltoall allocated a dozen of them each time.
+struct Scratch {
+  std::vector<size_t> sendAt, recvAt;
+  std::vector<SendOp> sends, later, streamed;
+  std::vector<RecvOp> recvs, laterRecvs, streamedRecvs;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+}  // namespace
+
 Status alltoall(Context& ctx, const AlltoallOptions& o) {
   const int p = ctx.size(), r = ctx.rank();
-  std::vector<size_t> sendAt(p + 1, 0), recvAt(p + 1, 0);
+  Scratch& s = scratch();
+  std::vector<size_t>& sendAt = s.sendAt;
+  std::vector<size_t>& recvAt = s.recvAt;
+  sendAt.assign(p + 1, 0);
+  recvAt.assign(p + 1, 0);
   for (int q = 0; q < p; ++q) {
     sendAt[q + 1] = sendAt[q] + o.sendBytes[q];
     recvAt[q + 1] = recvAt[q] + o.recvBytes[q];
@@ -63,11 +85,15 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
   // its size, so both know that an offer, not the block, comes first); see "Single copy" above.
   auto offered = [&](int q, size_t bytes) { return bytes >= shm::kSingleCopyMinBytes && ctx.usesSharedMemory(q); };
   const int window = kAlltoallWindow;
-  std::vector<SendOp> sends, later, streamed;
-  std::vector<RecvOp> recvs, laterRecvs, streamedRecvs;
+  std::vector<SendOp>& sends = s.sends;
+  std::vector<SendOp>& later = s.later;
+  std::vector<SendOp>& streamed = s.streamed;
+  std::vector<RecvOp>& recvs = s.recvs;
+  std::vector<RecvOp>& laterRecvs = s.laterRecvs;
+  std::vector<RecvOp>& streamedRecvs = s.streamedRecvs;
   // By step of the window: this rank's offer to rank + k, the offer from rank - k, and the answers.
-  std::vector<shm::ReadOffer> offersOut(window), offersIn(window);
-  std::vector<uint64_t> answersOut(window), answersIn(window);
+  std::array<shm::ReadOffer, kAlltoallWindow> offersOut{}, offersIn{};
+  std::array<uint64_t, kAlltoallWindow> answersOut{}, answersIn{};
   for (int first = 1; first < p; first += window) {
     sends.clear();
     recvs.clear();
