@@ -37,6 +37,11 @@ if (maxBytes < 1024) {
   console.error(`alltoall.js: --max expects a size of at least 1K such as 64K or 4M; received ${JSON.stringify(args.max)}`);
   process.exit(2);
 }
+// Calls before the timed ones, per size, on both sides alike (bench/mpi_alltoallv.c): batches of 100 until
+// the slowest rank has spent WARMUP_MS in them. V8 compiles hora's call path and collects its garbage on
+// threads of its own during a process's first few thousand calls; on 2 cores shared by two ranks that
+// made a 1 KiB alltoall take 5 to 90 µs over the first thousand calls, and 4-5 µs after 5,000.
+const WARMUP_MS = 200;
 const itersFor = (bytes) => (bytes <= 65536 ? 200 : bytes <= 1 << 20 ? 50 : 10);
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
 
@@ -52,7 +57,10 @@ async function worker() {
     // As MPI_Alltoallv is given its receive buffer: one array, written by every call (--into 0: a new one each).
     if (args.into) options.out = new Float32Array(count * p);
     const iters = itersFor(bytes);
-    for (let i = 0; i < 3; i++) hora.alltoall(x, options).wait();
+    for (const t0 = performance.now(); ;) {
+      for (let i = 0; i < 100; i++) hora.alltoall(x, options).wait();
+      if (hora.allreduce(Float64Array.of(performance.now() - t0), { op: 'max' }).wait()[0] >= WARMUP_MS) break;
+    }
     const rounds = [];
     for (let r = 0; r < args.reps; r++) {
       hora.barrier().wait();
