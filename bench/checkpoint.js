@@ -15,8 +15,8 @@
 //           call's resolution on every rank,
 //             save   a step into an empty DIR/hora (files fsynced, renamed, the manifest last), as dd
 //                    writes a new file;
-//             load   of that step at the same size, every chunk read checked by sha256: it reads what the
-//                    save just wrote, from the page cache, as dd's read does;
+//             load   of that step at the same size, every chunk read checked by its checksum (CRC-32C): it
+//                    reads what the save just wrote, from the page cache, as dd's read does;
 //             keep   a save of the next step with keep 1, which also removes the first step (its files)
 //                    before it resolves: what a job that saves with keep pays.
 // Ratios are hora / dd of the same round; the medians are of those ratios, "lowest" the round with the

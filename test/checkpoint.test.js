@@ -2,6 +2,7 @@
 // hora.checkpoint: save and load at 1 to 4 ranks, every dtype, resharding both ways, keep and the latest
 // pointer, a rank killed mid-save, damaged checkpoints (a corrupt byte, a truncated or missing file, another
 // model) and wrong arguments, each failing on every rank and naming what is wrong.
+const crypto = require('node:crypto');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -141,13 +142,95 @@ t.test('damaged checkpoints fail on every rank, naming the file, and load nothin
     const outs = await load(t, np, dirs);
     for (const [rank, o] of outs.entries()) {
       t.same(o[0], { ok: true, step: 3, wrong: [] }, `${np} ranks: rank ${rank} loads the whole checkpoint`);
-      const cases = [[1, corrupt, /is corrupt: bytes \d+ to \d+ \(chunk \d+ of entry 'big'/], [2, truncated, /is truncated: it has \d+ bytes, the manifest says \d+/],
+      const cases = [[1, corrupt, /is corrupt: bytes \d+ to \d+ \(chunk \d+ of entry 'big'.* do not match the manifest's crc32c/], [2, truncated, /is truncated: it has \d+ bytes, the manifest says \d+/],
         [3, missing, /is missing: the manifest names it as rank 1's file of step 3/], [4, manifest, /is not valid JSON/]];
       for (const [i, file, why] of cases) {
         t.match(o[i], { ok: false, isHoraError: true, code: 'ERR_MISMATCH' }, `${np} ranks: rank ${rank}, ${path.basename(file)}: ERR_MISMATCH`);
         t.ok(o[i].message.includes(file), `${np} ranks: rank ${rank}: the message names ${file}`, { message: o[i].message });
         t.match(o[i].message, why, `${np} ranks: rank ${rank}: the message says what is wrong`);
       }
+    }
+  }
+});
+
+/** CRC-32C of `bytes` (the reflected polynomial 0x82F63B78, one byte at a time): the test's own, apart from the addon's. */
+const CRC32C_TABLE = Array.from({ length: 256 }, (_, b) => {
+  let r = b;
+  for (let i = 0; i < 8; i++) r = r & 1 ? (r >>> 1) ^ 0x82f63b78 : r >>> 1;
+  return r >>> 0;
+});
+function crc32c(bytes) {
+  let r = 0xffffffff;
+  for (let i = 0; i < bytes.length; i++) r = (r >>> 8) ^ CRC32C_TABLE[(r ^ bytes[i]) & 0xff];
+  return ((r ^ 0xffffffff) >>> 0).toString(16).padStart(8, '0');
+}
+
+/** Each chunk of each part that manifest `m` of step `step` names, with its bytes from the part's file. */
+function* chunksOf(dir, step, m) {
+  const elem = { float32: 4, float64: 8, float16: 2, bfloat16: 2, int32: 4, int64: 8, uint8: 1, int8: 1, int16: 2, uint16: 2 };
+  for (const [name, e] of Object.entries(m.entries)) {
+    for (const part of e.parts) {
+      const file = fs.readFileSync(path.join(dir, `step-${step}`, m.files[part.file].name));
+      const bytes = part.length * elem[e.dtype];
+      for (let k = 0; k * m.chunkBytes < bytes; k++) {
+        const at = part.byteOffset + k * m.chunkBytes;
+        yield { name, part, k, bytes: file.subarray(at, Math.min(at + m.chunkBytes, part.byteOffset + bytes)) };
+      }
+    }
+  }
+}
+
+/** Step `step`'s manifest rewritten as version 1 wrote it: no `checksum`, each part's sha256 of each chunk in `sha256`. */
+function asVersion1(dir, step) {
+  const m = manifestOf(dir, step);
+  for (const e of Object.values(m.entries)) for (const p of e.parts) p.sha256 = [];
+  for (const { part, k, bytes } of chunksOf(dir, step, m)) part.sha256[k] = crypto.createHash('sha256').update(bytes).digest('hex');
+  for (const e of Object.values(m.entries)) for (const p of e.parts) delete p.checksums;
+  m.version = 1;
+  delete m.checksum;
+  fs.writeFileSync(path.join(dir, `step-${step}`, 'manifest.json'), JSON.stringify(m, null, 1) + '\n');
+}
+
+function flipByte(file, at) {
+  const fd = fs.openSync(file, 'r+');
+  const b = Buffer.alloc(1);
+  fs.readSync(fd, b, 0, 1, at);
+  b[0] ^= 0xff;
+  fs.writeSync(fd, b, 0, 1, at);
+  fs.closeSync(fd);
+}
+
+t.test('manifests: version 2 names crc32c, whose checksums are CRC-32C; version 1 manifests (sha256) still load and find damage; an unknown checksum is ERR_MISMATCH', async (t) => {
+  const dirs = tempDirs(t, 4);
+  await save(t, 3, dirs, 2);
+  const m = manifestOf(dirs[0], 2);
+  t.match(m, { version: 2, checksum: 'crc32c' }, 'the manifest is version 2 and names crc32c');
+  let chunks = 0;
+  const wrong = [];
+  for (const { name, part, k, bytes } of chunksOf(dirs[0], 2, m)) {
+    chunks++;
+    if (crc32c(bytes) !== part.checksums[k]) wrong.push(`${name} chunk ${k}: ${part.checksums[k]}, CRC-32C ${crc32c(bytes)}`);
+  }
+  t.ok(chunks > 30, `every part's chunks were checked (${chunks})`);
+  t.same(wrong, [], 'each chunk\'s checksum is the CRC-32C of its bytes');
+
+  asVersion1(dirs[1], 2);
+  asVersion1(dirs[2], 2);
+  const big = manifestOf(dirs[2], 2).entries.big.parts[2];
+  const damaged = path.join(dirs[2], 'step-2', manifestOf(dirs[2], 2).files[big.file].name);
+  flipByte(damaged, big.byteOffset + 4 * 1024 * 1024 + 77);
+  const unknown = path.join(dirs[3], 'step-2', 'manifest.json');
+  fs.writeFileSync(unknown, JSON.stringify({ ...manifestOf(dirs[3], 2), checksum: 'md5' }));
+  for (const np of [3, 2]) {
+    const outs = await load(t, np, dirs);
+    for (const [rank, o] of outs.entries()) {
+      t.same(o.slice(0, 2), [{ ok: true, step: 2, wrong: [] }, { ok: true, step: 2, wrong: [] }], `${np} ranks: rank ${rank} loads version 2 and version 1`);
+      t.match(o[2], { ok: false, code: 'ERR_MISMATCH', message: /is corrupt: bytes \d+ to \d+ \(chunk 1 of entry 'big'.* do not match the manifest's sha256/ },
+        `${np} ranks: rank ${rank}: a changed byte under a version 1 manifest is found by its sha256`);
+      t.ok(o[2].message.includes(damaged), `${np} ranks: rank ${rank}: the message names ${damaged}`);
+      t.match(o[3], { ok: false, code: 'ERR_MISMATCH', message: /names the checksum "md5", which this hora does not know \(it knows crc32c, sha256\)/ },
+        `${np} ranks: rank ${rank}: an unknown checksum is ERR_MISMATCH`);
+      t.ok(o[3].message.includes(unknown), `${np} ranks: rank ${rank}: the message names ${unknown}`);
     }
   }
 });

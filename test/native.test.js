@@ -17,6 +17,7 @@ const TESTS = [
   { name: 'algorithms_test', minOk: 190, timeoutMs: 300000 },
   { name: 'sha256_test', minOk: 18, timeoutMs: 60000 },
   { name: 'hash_test', minOk: 3, timeoutMs: 60000 },
+  { name: 'crc32c_test', minOk: 16, timeoutMs: 60000 },
   { name: 'connect_test', minOk: 36, timeoutMs: 120000 },
   { name: 'p2p_test', minOk: 39, timeoutMs: 120000 },
   { name: 'tcp_pair_test', minOk: 8, timeoutMs: 60000 },

@@ -2,7 +2,6 @@
  * hora.checkpoint.load (ts/checkpoint.ts says how a load works): the options, this rank's part of each entry
  * at the current world size, read by byte ranges and checked chunk by chunk, and the agreement of the outcome.
  */
-import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { HoraError, describeValue, invalidArgument, ioError, knownOptions, checkOptionKeys } from './errors';
@@ -10,7 +9,7 @@ import { allgatherObject } from './hora';
 import type { DType, Tensor } from './types';
 import { current } from './world';
 import { type ErrorInfo, agreedFailure, dirOf, errorInfo, mismatch, stepOf } from './checkpoint-errors';
-import { DTYPES, DTYPE_LIST, IO_BYTES, MANIFEST, type Manifest, type ManifestEntry, arrayOf, bytesOf, bytesView, readManifest } from './checkpoint-manifest';
+import { DTYPES, DTYPE_LIST, IO_BYTES, MANIFEST, type Manifest, type ManifestEntry, arrayOf, bytesOf, bytesView, chunkChecksum, readManifest } from './checkpoint-manifest';
 import { latestOf } from './checkpoint-dir';
 
 /** What load may check: an entry's dtype and global length (and whether it was saved sharded). */
@@ -200,11 +199,10 @@ class ShardReader {
       await this.readAt(p.file, file, span, p.byteOffset + spanStart);
       for (let k = c0; k < c1; k++) {
         const a = (k - c0) * this.m.chunkBytes, b = Math.min(a + this.m.chunkBytes, span.byteLength);
-        const sum = createHash('sha256').update(span.subarray(a, b)).digest('hex');
-        if (sum !== p.sha256[k]) {
+        if (chunkChecksum(this.m.checksum, span.subarray(a, b)) !== p.checksums[k]) {
           const at = p.byteOffset + spanStart + a;
           throw mismatch(`${this.path(p.file)} is corrupt: bytes ${at} to ${at + b - a} (chunk ${k} of entry '${name}', ` +
-            `elements from ${p.offset + k * perChunk}) do not match the manifest's sha256`, this.rank);
+            `elements from ${p.offset + k * perChunk}) do not match the manifest's ${this.m.checksum}`, this.rank);
         }
       }
       if (!direct) out.set(span.subarray(wanted - spanStart, wantedEnd - spanStart), (lo - begin) * elem);

@@ -2,7 +2,7 @@
  * hora.checkpoint.save (ts/checkpoint.ts says how a save works and why a crash leaves the previous step
  * whole): the ranks' plans and their agreement, this rank's file, the manifest and the commit by rank 0.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { dtypeOf } from './arguments';
@@ -12,7 +12,7 @@ import { allgatherObject, broadcastObject } from './hora';
 import type { DType, Tensor } from './types';
 import { current } from './world';
 import { type ErrorInfo, agreedFailure, dirOf, errorInfo, stepOf } from './checkpoint-errors';
-import { CHUNK_BYTES, FORMAT, IO_BYTES, MANIFEST, type Manifest, type ManifestEntry, VERSION, bytesView } from './checkpoint-manifest';
+import { CHECKSUM, CHUNK_BYTES, FORMAT, IO_BYTES, MANIFEST, type Manifest, type ManifestEntry, VERSION, bytesView, chunkChecksum } from './checkpoint-manifest';
 import { LATEST, probePath, prune, readProbe, removeQuietly, syncDir, writeDurably, writeProbe } from './checkpoint-dir';
 
 /** A sharded entry as saved: this rank's part `data` of an array of `globalLength` elements, from element `offset`. */
@@ -50,7 +50,7 @@ interface PartPlan { name: string; dtype: DType; sharded: boolean; globalLength:
 interface SavePlan { error: ErrorInfo | null; step: number; keep: number; parts: PartPlan[]; token: string }
 
 /** Where a range landed in a rank's file. */
-interface WrittenPart { name: string; byteOffset: number; sha256: string[] }
+interface WrittenPart { name: string; byteOffset: number; checksums: string[] }
 interface WriteResult { error: ErrorInfo | null; file: string; bytes: number; parts: WrittenPart[] }
 
 /**
@@ -250,13 +250,13 @@ async function writeShard(stepDir: string, file: string, entries: Record<string,
         if (!part.sharded && rank !== 0) continue;
         const v = entries[part.name];
         const bytes = bytesView(ArrayBuffer.isView(v) ? v : (v as CheckpointArray).data);
-        const sha256: string[] = [];
-        written.push({ name: part.name, byteOffset: at, sha256 });
+        const checksums: string[] = [];
+        written.push({ name: part.name, byteOffset: at, checksums });
         // Each piece's checksums are computed on this thread while a libuv thread writes the piece.
         for (let done = 0; done < bytes.byteLength;) {
           const n = Math.min(IO_BYTES, bytes.byteLength - done);
           const writing = writeAll(fh, bytes.subarray(done, done + n), at + done);
-          sha256.push(...chunkHashes(bytes.subarray(done, done + n)));
+          checksums.push(...chunkChecksums(bytes.subarray(done, done + n)));
           await writing;
           done += n;
         }
@@ -282,11 +282,11 @@ async function writeAll(fh: fs.promises.FileHandle, bytes: Uint8Array, position:
   }
 }
 
-/** sha256 of each CHUNK_BYTES of `bytes` (which starts at a chunk boundary). */
-function chunkHashes(bytes: Uint8Array): string[] {
+/** The checksum of each CHUNK_BYTES of `bytes` (which starts at a chunk boundary). */
+function chunkChecksums(bytes: Uint8Array): string[] {
   const out: string[] = [];
   for (let i = 0; i < bytes.byteLength; i += CHUNK_BYTES) {
-    out.push(createHash('sha256').update(bytes.subarray(i, Math.min(i + CHUNK_BYTES, bytes.byteLength))).digest('hex'));
+    out.push(chunkChecksum(CHECKSUM, bytes.subarray(i, Math.min(i + CHUNK_BYTES, bytes.byteLength))));
   }
   return out;
 }
@@ -299,13 +299,13 @@ function manifestOf(step: number, token: string, plans: SavePlan[], results: Wri
       if (!p.sharded && q !== 0) continue;
       const part = plans[q].parts[i];
       const at = results[q].parts.find((x) => x.name === p.name) as WrittenPart;
-      parts.push({ file: q, offset: part.offset, length: part.length, byteOffset: at.byteOffset, sha256: at.sha256 });
+      parts.push({ file: q, offset: part.offset, length: part.length, byteOffset: at.byteOffset, checksums: at.checksums });
     }
     parts.sort((a, b) => a.offset - b.offset);
     entries[p.name] = { dtype: p.dtype, length: p.globalLength, sharded: p.sharded, parts };
   }
   return {
-    format: FORMAT, version: VERSION, step, worldSize: plans.length, token, chunkBytes: CHUNK_BYTES, byteOrder: 'little',
+    format: FORMAT, version: VERSION, step, worldSize: plans.length, token, chunkBytes: CHUNK_BYTES, checksum: CHECKSUM, byteOrder: 'little',
     files: results.map((r) => ({ name: r.file, bytes: r.bytes })), entries,
   };
 }

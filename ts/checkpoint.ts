@@ -4,8 +4,8 @@
  *
  * Layout of `dir`:
  *   dir/step-N/manifest.json        what the step holds: world size, each entry's dtype and global length,
- *                                   which rank's file holds which range at which byte offset, a sha256 per
- *                                   CHUNK_BYTES of every range
+ *                                   which rank's file holds which range at which byte offset, a checksum
+ *                                   (CRC-32C; sha256 in version 1 manifests) per CHUNK_BYTES of every range
  *   dir/step-N/rank-RRRRR-T.bin     rank R's bytes (T: the save's token, chosen by rank 0)
  *   dir/latest                      "step-N": the last complete save
  *
@@ -27,7 +27,7 @@
  * How a load works: every rank reads the manifest, works out its part of each entry at the CURRENT world
  * size (a sharded entry split evenly by the rule of reduceScatter's blocks, or the ranges the caller
  * passes), reads only the byte ranges of the chunks that overlap that part (at offsets, never a whole
- * file), checks each chunk's sha256, and copies the part out. One allgatherObject then agrees the outcome:
+ * file), checks each chunk's checksum, and copies the part out. One allgatherObject then agrees the outcome:
  * if any rank failed (a corrupt chunk, a truncated or missing file, another model than expected), every
  * rank throws that rank's error, naming the file, and no rank returns anything.
  *

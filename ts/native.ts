@@ -353,6 +353,8 @@ export interface NativeAddon {
   clocks(): [number, number];
   /** A world of one's allreduce or reducescatter with factors: view (a float dtype) times prescale, then postscale, in place. */
   scaleAlone(view: ArrayBufferView, dtype: NativeDType, prescale: number, postscale: number): void;
+  /** The CRC-32C of the view's bytes (native/src/common/crc32c.h): the checksum of a checkpoint's chunks. */
+  crc32c(view: ArrayBufferView): number;
   abiVersion: number;
   /** The addon's enum tables (native/src/common/enums.h), named and ordered as enumTables() names them. */
   enums(): Record<string, readonly unknown[]>;
