@@ -3,7 +3,8 @@
  * variable of its own (ShardVariable), where the block lies in the weight (ShardedWeight: the first
  * count % N blocks one element longer, as hora.reduceScatter cuts an array), the full view tfjs and hora
  * read and write through `weights` (FullWeight), and the allgather that makes a layer's weights whole
- * (gather, or startGather then finishGather where the overlap starts it ahead; zero-overlap.ts).
+ * (gather, or startGather then finishGather where the overlap starts it ahead; zero-overlap.ts). And what
+ * stage 3 needs of the DistributedOptimizer that owns it (ShardingOwner), which each of its parts reads.
  */
 import { tf } from './framework';
 import * as hora from '../../ts/index';
