@@ -1,6 +1,6 @@
 /** hora/tfjs: data-parallel (docs/tfjs.md) and pipeline-parallel (docs/pipeline.md) training for TensorFlow.js. */
 export { DistributedOptimizer, setLearningRate } from './optimizer';
-export type { Compression, DistributedOptimizerOptions, DistributedOptimizerStats } from './optimizer';
+export type { Compression, DistributedOptimizerOptions, DistributedOptimizerStats } from './optimizer-options';
 export { broadcastModel, broadcastOptimizer, joinEpoch, shard } from './broadcast';
 export type { ModelWithWeights, ShardOptions } from './broadcast';
 export { BroadcastWeightsCallback, MetricAverageCallback, LearningRateWarmupCallback } from './callbacks';

@@ -15,7 +15,7 @@
  * Every rank packs the same variables in the same order, whatever the key order of the gradient map (or
  * of an array, or a varList), and a rank whose variables differ in name or size fails the bucket with
  * ERR_MISMATCH on every rank before anything is applied (buckets.ts says how), with a message that names
- * the variable.
+ * the variable (bucket-mismatch.ts).
  *
  * Either way the inner optimizer sees the averaged gradients under the same names and in the same order
  * it would have seen locally (Adam and friends key their slots by position), so N ranks on batch B/N
@@ -31,74 +31,21 @@
  */
 import { checkSameTfjs, tf } from './framework';
 import * as hora from '../../ts/index';
-import { readTfjsSkipAllreduce, HoraError, describeValue, checkOptionKeys, knownOptions, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
-import { BucketedStep, planBuckets, PlannedBucket, SentVariable } from './buckets';
+import { readTfjsSkipAllreduce, flushCollectives, timelineOn, timelineSpan, steps } from '../../ts/internal';
+import { BucketedStep, planBuckets, PlannedBucket } from './buckets';
+import { explainFailure } from './bucket-mismatch';
+import { addWeighted, byName, checkFloat32, divideBy, readGradient } from './gradient-arrays';
+import type { Entry } from './gradient-arrays';
 import { gradientsWithHooks } from './hooks';
 import { compress, decompress } from './half';
-import { Shard, ShardedUpdate, shardOf } from './zero';
+import { checkOptions } from './optimizer-options';
+import type { Compression, DistributedOptimizerOptions, DistributedOptimizerStats } from './optimizer-options';
+import { Shard, ShardedUpdate } from './zero';
 import { WeightShards } from './zero-weights';
-
-export type Compression = 'none' | 'fp16' | 'bf16';
-
-export interface DistributedOptimizerOptions {
-  /** How gradients travel: 'none' (float32, exact), 'fp16' or 'bf16' (half the bytes, rounded). Default 'none'. */
-  compression?: Compression;
-  /** Local gradient sets summed (then divided by this) before one allreduce and one update; integer >= 1. Default 1. */
-  backwardPassesPerStep?: number;
-  /** How gradients are combined over ranks: 'avg' for mean-reduced losses (default), 'sum' for summed ones. */
-  op?: 'avg' | 'sum';
-  /**
-   * Start each bucket's allreduce during the backward pass of minimize / fit / trainOnBatch (true, the
-   * default), or all of them in applyGradients (false). Both give bit-identical weights.
-   */
-  overlap?: boolean;
-  /** Size of a bucket of gradients sent together when overlapping, in MiB (> 0). Default 4. */
-  bucketMB?: number;
-  /**
-   * ZeRO (docs/zero.md): each rank keeps 1/N of the optimizer state ('optimizer'), and of the averaged
-   * gradients ('gradients'), and of the weights of `model` ('weights': a layer's weights are allgathered when
-   * the layer runs; docs/zero-weights.md). Default 'none'.
-   */
-  shard?: Shard;
-  /** The model whose weights shard: 'weights' shards (a built tf.LayersModel, before model.fit); only with it. */
-  model?: unknown;
-}
-
-const OPTIONS = knownOptions<DistributedOptimizerOptions>({ compression: true, backwardPassesPerStep: true, op: true, overlap: true, bucketMB: true, shard: true, model: true }, '');
-
-/** Default bucketMB: see docs/tfjs.md for the measurement behind it. */
-export const DEFAULT_BUCKET_MB = 4;
-
-/** Where the time of applyGradients went, summed over calls (milliseconds). */
-export interface DistributedOptimizerStats {
-  /** applyGradients calls that ran an allreduce and an update. */
-  steps: number;
-  /** Reading gradients back (dataSync), accumulating, converting and submitting them. */
-  submitMs: number;
-  /** Blocked in Work.wait(): the communication that nothing hid. */
-  waitMs: number;
-  /** The inner optimizer's update. */
-  applyMs: number;
-  /** Backward passes run through computeGradients (minimize, fit, trainOnBatch): their time. */
-  backwardMs: number;
-  /**
-   * Communication in flight while a backward pass still ran: from its first bucket's start to the
-   * pass's end. An upper bound of the communication the pass hid.
-   */
-  hiddenMs: number;
-  /** Communication nothing hid: blocked after the backward pass (the same figure as waitMs). */
-  exposedMs: number;
-}
 
 /** tfjs-core's NamedTensor (not exported from its index). */
 type NamedTensor = { name: string; tensor: tf.Tensor };
 type Gradients = tf.NamedTensorMap | NamedTensor[];
-type Entry = { name: string; tensor: tf.Tensor | null | undefined };
-
-function invalid(option: string, expected: string, received: unknown): Error {
-  const shown = typeof received === 'string' ? `'${received}'` : String(received);
-  return new TypeError(`DistributedOptimizer: option '${option}' must be ${expected}; received ${shown}`);
-}
 
 export class DistributedOptimizer extends tf.Optimizer {
   /** The wrapped optimizer; it owns the learning rate, slots and iteration count. */
@@ -135,32 +82,14 @@ export class DistributedOptimizer extends tf.Optimizer {
       throw new TypeError(`DistributedOptimizer: argument 'optimizer' must be a tf.train optimizer; received ${optimizer === null ? 'null' : typeof optimizer}`);
     }
     checkSameTfjs(optimizer, 'Optimizer', "DistributedOptimizer: argument 'optimizer'");
-    if (options === null || typeof options !== 'object') throw invalid('options', 'an object', options);
-    checkOptionKeys('DistributedOptimizer', options, OPTIONS);
-    const {
-      compression = 'none', backwardPassesPerStep = 1, op = 'avg', overlap = true, bucketMB = DEFAULT_BUCKET_MB,
-    } = options;
-    if (compression !== 'none' && compression !== 'fp16' && compression !== 'bf16') {
-      throw invalid('compression', "'none', 'fp16' or 'bf16'", compression);
-    }
-    if (typeof backwardPassesPerStep !== 'number' || !Number.isInteger(backwardPassesPerStep) || backwardPassesPerStep < 1) {
-      throw invalid('backwardPassesPerStep', 'an integer >= 1', backwardPassesPerStep);
-    }
-    if (op !== 'avg' && op !== 'sum') throw invalid('op', "'avg' or 'sum'", op);
-    if (typeof overlap !== 'boolean') throw invalid('overlap', 'true or false', overlap);
-    if (typeof bucketMB !== 'number' || !Number.isFinite(bucketMB) || bucketMB <= 0) {
-      throw invalid('bucketMB', 'a finite number > 0', bucketMB);
-    }
+    const { compression, backwardPassesPerStep, op, overlap, bucketMB, shard } = checkOptions(options);
     this.optimizer = optimizer;
     this.overlap = overlap;
     this.bucketMB = bucketMB;
     this.compression = compression;
     this.backwardPassesPerStep = backwardPassesPerStep;
     this.op = op;
-    this.shard = shardOf(options.shard);
-    if (options.model !== undefined && this.shard !== 'weights') {
-      throw new HoraError('ERR_INVALID_ARGUMENT', "DistributedOptimizer: option 'model' is used with shard: 'weights' only; received a model without it");
-    }
+    this.shard = shard;
     this.zero = this.shard === 'optimizer' || this.shard === 'gradients' ? new ShardedUpdate(this, optimizer, this.shard, bucketMB * 1024 * 1024) : null;
     if (this.shard === 'weights') {
       const shards = new WeightShards(this, options.model as ConstructorParameters<typeof WeightShards>[1]);
@@ -294,7 +223,7 @@ export class DistributedOptimizer extends tf.Optimizer {
         this.accumulated = null;
         this.passes = 0;
       }
-      if (errors.length > 0) throw this.explain(errors, pass.step, entries);
+      if (errors.length > 0) throw explainFailure(errors, pass.step, entries);
       if (!this.plan) this.plan = planBuckets(pass.step.arrivals, this.bucketMB * 1024 * 1024);
       averaged = entries.map((e) => (e.tensor ? results.get(e.name) ?? null : null));
       if (weighted) divideBy(averaged, samples ? samples() : carried ?? 0);
@@ -328,7 +257,7 @@ export class DistributedOptimizer extends tf.Optimizer {
       const samples = weighted ? this.submitSamples(step) : null;
       const { results, errors, carried } = step.complete(this.stepCount());
       t2 = performance.now();
-      if (errors.length > 0) throw this.explain(errors, step, entries);
+      if (errors.length > 0) throw explainFailure(errors, step, entries);
       averaged = entries.map((e, i) => ((sums ? sums[i] : e.tensor) ? results.get(e.name) ?? null : null));
       if (weighted) divideBy(averaged, samples ? samples() : carried ?? 0);
     }
@@ -449,19 +378,6 @@ export class DistributedOptimizer extends tf.Optimizer {
     }
   }
 
-  /** The error for failed buckets; a mismatch is explained by the variables (and shapes) each rank sent. */
-  private explain(errors: unknown[], step: BucketedStep, entries: Entry[]): unknown {
-    const mismatch = errors.find((e) => e instanceof HoraError && e.code === 'ERR_MISMATCH') as HoraError | undefined;
-    if (!mismatch) return errors[0];
-    try {
-      const shapes = new Map(entries.map((e) => [e.name, e.tensor ? e.tensor.shape : null]));
-      const layout = step.sentLayout().map((bucket) => bucket.map((v) => ({ ...v, shape: shapes.get(v.name) ?? [v.count] })));
-      return new HoraError('ERR_MISMATCH', `DistributedOptimizer: ${describeDifference(gatherLayouts(layout))}. Engine: ${mismatch.message}`, mismatch.rank, mismatch.peer);
-    } catch {
-      return mismatch;
-    }
-  }
-
   /** backwardPassesPerStep > 1: every pass of a step must have the same gradients. */
   private checkSameVariables(entries: Entry[]): void {
     const names = this.accumulated?.names ?? [];
@@ -553,94 +469,6 @@ export class DistributedOptimizer extends tf.Optimizer {
 /** The shape of the registered variable of this name, where there is one (its gradient has that shape). */
 function variableShape(name: string): readonly number[] | undefined {
   return tf.engine().registeredVariables[name]?.shape;
-}
-
-/** A variable as a bucket carried it, with its gradient's shape. */
-type SentShape = SentVariable & { shape: number[] };
-
-/**
- * Every rank's bucket contents, for an error message: two allgathers (lengths, then the layouts as JSON
- * padded to the longest), which every rank runs because every rank saw the same bucket fail.
- */
-function gatherLayouts(mine: SentShape[][]): SentShape[][][] {
-  const bytes = new TextEncoder().encode(JSON.stringify(mine));
-  const lengths = hora.allgather(Int32Array.of(bytes.length), { name: 'tfjs gradient names: lengths' }).wait();
-  const longest = Math.max(...lengths);
-  const padded = new Uint8Array(longest);
-  padded.set(bytes);
-  const all = hora.allgather(padded, { name: 'tfjs gradient names' }).wait();
-  const decoder = new TextDecoder();
-  return Array.from(lengths, (n, r) => JSON.parse(decoder.decode(all.subarray(r * longest, r * longest + n))) as SentShape[][]);
-}
-
-/**
- * What differs between the ranks' buckets, most telling first: a variable whose shape differs (the ranks
- * built different models), then variables some ranks have no gradient for, else the packing itself.
- */
-function describeDifference(perRank: SentShape[][][]): string {
-  const byRank = perRank.map((buckets) => new Map(buckets.flat().map((v) => [v.name, v])));
-  const names = [...new Set(perRank.flatMap((buckets) => buckets.flat().map((v) => v.name)))];
-  const shapeText = (v: SentShape) => `${JSON.stringify(v.shape)} (${v.count} values)`;
-  for (const name of names) {
-    const seen = new Map<string, number[]>(); // shape text -> ranks
-    byRank.forEach((vars, r) => {
-      const v = vars.get(name);
-      if (v) seen.set(shapeText(v), [...(seen.get(shapeText(v)) ?? []), r]);
-    });
-    if (seen.size > 1) {
-      const sides = [...seen].map(([shape, ranks]) => `${shape} on rank${ranks.length > 1 ? 's' : ''} ${ranks.join(', ')}`);
-      const others = names.filter((n) => n !== name && new Set(byRank.filter((m) => m.has(n)).map((m) => shapeText(m.get(n) as SentShape))).size > 1);
-      return `the ranks' variables differ in shape: '${name}' is ${sides.join(' and ')}` +
-        (others.length > 0 ? ` (and ${others.length} more: ${others.join(', ')})` : '') +
-        ', so no bucket was averaged. Every rank must build the same model, with the same layer sizes';
-    }
-  }
-  const lacks: string[] = [];
-  byRank.forEach((vars, r) => {
-    const missing = names.filter((n) => !vars.has(n));
-    if (missing.length > 0) lacks.push(`rank ${r} has no gradient for ${missing.join(', ')}`);
-  });
-  const advice = 'Every rank must compute a gradient for every variable it trains, every step (a branch that ' +
-    "some ranks' loss does not use gives those ranks no gradient for its variables)";
-  if (lacks.length > 0) {
-    return `the ranks computed gradients for different variables, so no bucket was averaged: ${lacks.join('; ')} (which other ranks have). ${advice}`;
-  }
-  const listed = perRank.map((b, r) => `rank ${r}: ${JSON.stringify(b.map((bucket) => bucket.map((v) => v.name)))}`).join('; ');
-  return `the ranks computed gradients for the same variables, packed differently, so no bucket was averaged: ${listed}. ${advice}`;
-}
-
-/** sum += weight x values (a weight of 0 adds nothing, not even a NaN of a pass over no samples). */
-function addWeighted(sum: Float32Array, values: ArrayLike<number>, weight: number): void {
-  if (weight === 0) return;
-  if (weight === 1) for (let i = 0; i < sum.length; i++) sum[i] += values[i];
-  else for (let i = 0; i < sum.length; i++) sum[i] += weight * values[i];
-}
-
-/** A weighted step's averaged sums divided by the averaged count; zeros where no rank had a sample. */
-function divideBy(averaged: Array<Float32Array | null>, count: number): void {
-  for (const a of averaged) {
-    if (!a) continue;
-    if (count === 0) a.fill(0);
-    else for (let i = 0; i < a.length; i++) a[i] /= count;
-  }
-}
-
-/** Indices of the entries in the order of their names: the same on every rank whatever order they came in. */
-function byName(entries: Entry[]): number[] {
-  return entries.map((_, i) => i).sort((a, b) => (entries[a].name < entries[b].name ? -1 : entries[a].name > entries[b].name ? 1 : a - b));
-}
-
-function checkFloat32(e: Entry): void {
-  if (e.tensor && e.tensor.dtype !== 'float32') {
-    throw new TypeError(`DistributedOptimizer: gradient '${e.name}' has dtype ${e.tensor.dtype}; only float32 gradients can be averaged`);
-  }
-}
-
-/** A float32 copy of one gradient (null where the variable got none). */
-function readGradient(e: Entry): Float32Array | null {
-  if (!e.tensor) return null;
-  checkFloat32(e);
-  return Float32Array.from(e.tensor.dataSync() as Float32Array);
 }
 
 /** Sets an optimizer's learning rate the way its class expects (SGD caches it in a tensor). */
