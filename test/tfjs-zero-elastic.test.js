@@ -95,19 +95,22 @@ function checkEnd(t, r, base, survivors, tolerance = 1e-5) {
   t.same(r.leaked, [], 'no /dev/shm/hora-* segment is left');
 }
 
-t.test("shard 'optimizer', a worker SIGKILLed mid-epoch: its block is lost, the two reload the last checkpoint and finish", async (t) => {
-  const base = await baseline(t);
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const r = await job(['-np', '3', '--min-np', '2'], { ZERO_SHARD: 'optimizer', ZE_CKPT: dir, ZE_EVERY: '2', ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
-  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 finish');
-  for (const x of r.results) {
-    t.equal(x.size, 2, 'in a world of 2');
-    t.equal(x.resets, 1, 'one reset');
-    t.equal(x.reshards.length, 1, 'one reshard, from the checkpoint');
-  }
-  checkEnd(t, r, base, [0, 2]);
-});
+// A lost worker's blocks exist on no other rank: the two survivors reload the last checkpoint and finish.
+for (const [shard, lost] of [['optimizer', 'its block is lost'], ['weights', "its blocks of the weights and of Adam's moments are lost"]]) {
+  t.test(`shard '${shard}', a worker SIGKILLed mid-epoch: ${lost}, the two reload the last checkpoint and finish`, async (t) => {
+    const base = await baseline(t);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
+    t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const r = await job(['-np', '3', '--min-np', '2'], { ZERO_SHARD: shard, ZE_CKPT: dir, ZE_EVERY: '2', ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
+    t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 finish');
+    for (const x of r.results) {
+      t.equal(x.size, 2, 'in a world of 2');
+      t.equal(x.resets, 1, 'one reset');
+      t.equal(x.reshards.length, 1, 'one reshard, from the checkpoint');
+    }
+    checkEnd(t, r, base, [0, 2]);
+  });
+}
 
 t.test("shard 'gradients', a worker lost then refilled: the checkpoint after the loss, then the blocks resharded 2 -> 3 in memory when the new worker joins", async (t) => {
   const base = await baseline(t);
@@ -156,20 +159,6 @@ for (const shardMode of ['optimizer', 'weights', 'none']) t.test(`shard '${shard
   const d = worst(floats(r.results[0].weights), floats(base.results[0].weights));
   t.ok(d < 1e-5, `within 1e-5 of the uninterrupted unsharded run (relative difference ${d})`);
   t.same(r.orphans, [], 'no worker process is left');
-});
-
-t.test("shard 'weights', a worker SIGKILLed mid-epoch: its blocks of the weights and of Adam's moments are lost, the two reload the last checkpoint and finish", async (t) => {
-  const base = await baseline(t);
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hora-zero-elastic-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const r = await job(['-np', '3', '--min-np', '2'], { ZERO_SHARD: 'weights', ZE_CKPT: dir, ZE_EVERY: '2', ELASTIC_KILL_AT: '1:1:5', ELASTIC_NO_REFILL: '3' });
-  t.same(r.results.map((x) => x.workerId).sort(), [0, 2], 'workers 0 and 2 finish');
-  for (const x of r.results) {
-    t.equal(x.size, 2, 'in a world of 2');
-    t.equal(x.resets, 1, 'one reset');
-    t.equal(x.reshards.length, 1, 'one reshard, from the checkpoint');
-  }
-  checkEnd(t, r, base, [0, 2]);
 });
 
 t.test("shard 'weights' with SGD, a worker lost then refilled: the checkpoint after the loss, then the weights' and optimizer's blocks resharded 2 -> 3 in memory at the join, within 1e-6", async (t) => {
