@@ -72,6 +72,12 @@ export class PassRounds {
    * the ranks that have data; 0 on a rank in joinEpoch); the pass's weight in its step.
    */
   private agree(round: Float64Array, samples: number | null): number {
+    if (round.length !== 3 * hora.size()) {
+      // A rank in hora.join() serves the round with nothing: every rank that took part got the same short round.
+      throw new HoraError('ERR_MISMATCH', `DistributedOptimizer (shard: '${this.shard}'): the round of a pass brought ${round.length / 3} of ${hora.size()} ranks: ` +
+        'a rank took no part (it joined: hora.join()). A sharded optimizer needs every rank in every step; at the end of a rank\'s data call ' +
+        'joinEpoch(model, optimizer) (model.fit and fitDataset do), which serves the other ranks\' steps, not hora.join()');
+    }
     const size = round.length / 3;
     let stepping = 0, counted = 0, total = 0, last = -1;
     for (let r = 0; r < size; r++) {
