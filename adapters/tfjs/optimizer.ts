@@ -323,7 +323,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     // Sharded weights: the pass's round with the other ranks, now (zero-weights.ts startPass).
     if (this.weightShards) this.weightShards.startPass(samples);
     else if (this.rounds) {
-      // Sharded state: the round now; the count the pass weighs with comes from it (0 on no rank here: this one steps).
+      // Sharded state: the round now; the count the pass weighs with comes from it (here, where this rank steps: `samples`).
       this.rounds.startPass(samples);
       this.nextSamples = this.rounds.passCount(samples);
     } else this.nextSamples = samples;
