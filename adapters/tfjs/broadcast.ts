@@ -64,18 +64,26 @@ export async function broadcastOptimizer(optimizer: tf.Optimizer, root = 0): Pro
  * copies the model's weights, and the optimizer's state when given, from the rank that joined last (it took
  * every step; a rank that joined earlier skipped the updates of the steps it served). Resolves to that rank.
  * model.fit and fitDataset with a DistributedOptimizer do this by themselves at each epoch's end; a custom
- * loop calls it after its last batch of each epoch, on every rank. With sharded weights (a DistributedOptimizer
- * with shard: 'weights', which it needs then) a rank serves the others' steps with shadow steps instead, and
- * every rank takes every step (docs/zero-weights.md, "Uneven data"); nothing is copied.
+ * loop calls it after its last batch of each epoch, on every rank. With a sharded DistributedOptimizer (shard
+ * 'optimizer', 'gradients' or 'weights'; sharded weights need it) a rank serves the others' steps with shadow
+ * steps instead, and every rank takes every step (docs/zero.md and docs/zero-weights.md, "Uneven data"); only
+ * stages 1 and 2 copy the model's weights (the untrained ones differ), never the optimizer's state.
  */
 export async function joinEpoch(model: ModelWithWeights, optimizer?: tf.Optimizer): Promise<number> {
   const shard = (optimizer as { shard?: string } | undefined)?.shard;
-  // Sharded weights: every rank's blocks serve every step, so a rank out of data serves the others' passes
-  // with passes of its own on zeros (zero-weights.ts), not with hora.join(), and every rank takes every step.
-  const joinWeightShards = (optimizer as { joinWeightShards?: () => Promise<number> | null } | undefined)?.joinWeightShards;
-  if (shard === 'weights' && typeof joinWeightShards === 'function') {
-    const joined = joinWeightShards.call(optimizer);
-    if (joined) return joined;
+  // Sharded (weights, or optimizer state): every rank's blocks serve every step, so a rank out of data serves
+  // the others' passes with passes of its own on zeros (zero-rounds.ts), not with hora.join(), and every rank
+  // takes every step: the trained weights are alike everywhere. With sharded state (stages 1 and 2) the weights
+  // that are not trained (batch normalization's statistics, which a pass on zeros moves) come from the rank
+  // that stepped last, as after hora.join().
+  const joinShards = (optimizer as { joinShards?: (model: unknown) => Promise<number> | null } | undefined)?.joinShards;
+  if (shard !== undefined && shard !== 'none' && typeof joinShards === 'function') {
+    const joined = joinShards.call(optimizer, model);
+    if (joined) {
+      const last = await joined;
+      if (shard !== 'weights' && hora.size() > 1) await broadcastModel(model, last);
+      return last;
+    }
   }
   if (isWeightSharded(model)) {
     throw new HoraError('ERR_INVALID_ARGUMENT', "joinEpoch: argument 'optimizer' must be the DistributedOptimizer that shards the model's weights " +

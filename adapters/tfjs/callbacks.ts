@@ -144,7 +144,9 @@ function stepsPerEpoch(params: Record<string, unknown> | undefined): number | un
  * before the user's callbacks) it joins (hora.join()): a rank with fewer batches than the others takes part
  * in their remaining steps with zeros and a count of 0, so the last, uneven global batches average over the
  * samples that exist; the epoch ends on every rank together when the last rank's data ends, and the ranks
- * that joined early take the weights and optimizer state of the last to join (joinEpoch()).
+ * that joined early take the weights and optimizer state of the last to join (joinEpoch()). With a sharded
+ * optimizer (shard 'optimizer', 'gradients' or 'weights') the rank serves the others' steps with shadow steps
+ * instead (joinEpoch; zero-rounds.ts).
  */
 export class SampleCountCallback extends tfl.Callback {
   async onBatchBegin(batch: number, logs?: Logs): Promise<void> {

@@ -42,6 +42,8 @@ import { checkOptions } from './optimizer-options';
 import type { Compression, DistributedOptimizerOptions, DistributedOptimizerStats } from './optimizer-options';
 import { Shard, ShardedUpdate } from './zero';
 import { WeightShards } from './zero-weights';
+import { PassRounds } from './zero-rounds';
+import type { Model } from './zero-layers';
 
 /** tfjs-core's NamedTensor (not exported from its index). */
 type NamedTensor = { name: string; tensor: tf.Tensor };
@@ -57,6 +59,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   readonly bucketMB: number;
   readonly shard: Shard;
   private readonly zero: ShardedUpdate | null; // zero.ts, where shard is 'optimizer' or 'gradients'
+  /** Uneven data with shard 'optimizer' or 'gradients': each pass's round, joinEpoch's shadow passes (zero-rounds.ts); else null. */
+  private readonly rounds: PassRounds | null = null;
   readonly stats: DistributedOptimizerStats = { steps: 0, submitMs: 0, waitMs: 0, applyMs: 0, backwardMs: 0, hiddenMs: 0, exposedMs: 0 };
   /** Measurement only (HORA_TFJS_SKIP_ALLREDUCE=1): no allreduce, each rank trains on its own gradients. */
   private readonly skip = readTfjsSkipAllreduce();
@@ -91,6 +95,8 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.op = op;
     this.shard = shard;
     this.zero = this.shard === 'optimizer' || this.shard === 'gradients' ? new ShardedUpdate(this, optimizer, this.shard, bucketMB * 1024 * 1024) : null;
+    // A step needs every rank's block of the state: a rank whose data has ended serves the others' steps (zero-rounds.ts).
+    if (this.zero) this.rounds = new PassRounds(this, null);
     if (this.shard === 'weights') {
       const shards = new WeightShards(this, options.model as ConstructorParameters<typeof WeightShards>[1]);
       this.weightShards = shards;
@@ -105,6 +111,8 @@ export class DistributedOptimizer extends tf.Optimizer {
   computeGradients(f: () => tf.Scalar, varList?: tf.Variable[]): { value: tf.Scalar; grads: tf.NamedTensorMap } {
     const k = this.backwardPassesPerStep;
     this.inFlight = null;
+    // Sharded state, uneven data: a pass no setSampleCount began agrees its round here, and takes its count from it.
+    if (this.rounds) this.nextSamples = this.rounds.passCount(this.nextSamples);
     // Sharded weights: their gradients are reduced inside the pass (zero-weights.ts).
     if (!this.overlap || this.passes + 1 < k || this.weightShards) {
       // Sharded weights, uneven data: a pass no setSampleCount began agrees its round here (zero-weights.ts).
@@ -184,6 +192,11 @@ export class DistributedOptimizer extends tf.Optimizer {
       : Object.keys(variableGradients).map((name) => ({ name, tensor: (variableGradients as tf.NamedTensorMap)[name] }));
     const pass = this.inFlight;
     this.inFlight = null;
+    // Sharded state: the pass's round (where computeGradients did not run it) gave its count; the next pass agrees anew.
+    if (this.rounds) {
+      this.nextSamples = this.rounds.passCount(this.nextSamples);
+      this.rounds.endPass();
+    }
     // This pass's samples, taken: the step is weighted when its communicating pass was given them.
     const weighted = this.weighs();
     const weight = this.nextSamples ?? 1;
@@ -298,8 +311,9 @@ export class DistributedOptimizer extends tf.Optimizer {
    * fitDataset call it before each batch (SampleCountCallback); a custom loop calls it before each
    * minimize (or applyGradients), on every rank alike: a rank that gives counts where another does not sends
    * one collective more than it, and the step fails with ERR_MISMATCH. A count of 0 contributes nothing.
-   * Consumed by the next applyGradients. With shard: 'weights' it begins the pass: the pass's round with the
-   * other ranks runs here (zero-weights.ts startPass; docs/zero-weights.md, "Uneven data").
+   * Consumed by the next applyGradients. With a sharded optimizer (shard 'optimizer', 'gradients' or 'weights')
+   * it begins the pass: the pass's round with the other ranks runs here (zero-rounds.ts startPass;
+   * docs/zero-weights.md and docs/zero.md, "Uneven data").
    */
   setSampleCount(samples: number | null): void {
     if (samples !== null && (typeof samples !== 'number' || !Number.isInteger(samples) || samples < 0)) {
@@ -308,15 +322,21 @@ export class DistributedOptimizer extends tf.Optimizer {
     }
     // Sharded weights: the pass's round with the other ranks, now (zero-weights.ts startPass).
     if (this.weightShards) this.weightShards.startPass(samples);
-    else this.nextSamples = samples;
+    else if (this.rounds) {
+      // Sharded state: the round now; the count the pass weighs with comes from it (here, where this rank steps: `samples`).
+      this.rounds.startPass(samples);
+      this.nextSamples = this.rounds.passCount(samples);
+    } else this.nextSamples = samples;
   }
 
   /**
-   * @internal joinEpoch with shard: 'weights' (broadcast.ts): serves the other ranks' remaining passes with
-   * shadow passes until no rank steps (zero-weights.ts); resolves to the rank that stepped last.
+   * @internal joinEpoch with a sharded optimizer (broadcast.ts): serves the other ranks' remaining passes with
+   * shadow passes of `model` until no rank steps (zero-rounds.ts); resolves to the rank that stepped last.
+   * null with shard: 'none'.
    */
-  joinWeightShards(): Promise<number> | null {
-    return this.weightShards ? this.weightShards.joinEpoch() : null;
+  joinShards(model: unknown): Promise<number> | null {
+    if (this.weightShards) return this.weightShards.joinEpoch();
+    return this.rounds ? this.rounds.joinEpoch(model as Model) : null;
   }
 
   /** Whether the coming step averages over samples: op 'avg', and a count given for the pass. */
@@ -447,6 +467,7 @@ export class DistributedOptimizer extends tf.Optimizer {
     this.nextSamples = null;
     this.inFlight = null;
     this.weightShards?.discardPartialStep();
+    this.rounds?.endPass();
   }
 
   /**

@@ -257,16 +257,17 @@ export class ShardedUpdate {
   /**
    * Whole arrays of `sizes` elements from an allgather of every rank's blocks of them (rank after rank,
    * each rank's blocks in order). A rank that sent nothing (it joined: hora.join() serves an allgather
-   * with nothing) leaves a hole that no rank can fill: that is an error, on every rank that took part.
+   * with nothing; joinEpoch serves them instead, zero-rounds.ts) leaves a hole that no rank can fill: that is an
+   * error, on every rank that took part.
    */
   private assemble(gathered: Float32Array, sizes: number[], what: string): Float32Array[] {
     const n = this.size;
     const total = sizes.reduce((a, b) => a + b, 0);
     if (gathered.length !== total) {
       const message = `DistributedOptimizer (shard: '${this.mode}'): the allgather of the ${what} brought ${gathered.length} of ${total} values: ` +
-        'a rank took no part (it joined: hora.join(), or the end of its data in model.fit). A sharded optimizer needs every rank in every step, ' +
-        'since each rank alone holds its part of the optimizer state; give every rank the same number of batches (shard(..., {remainder: \'keep\'}) ' +
-        'with equal batch counts), or use shard: \'none\'';
+        'a rank took no part (it joined: hora.join()). A sharded optimizer needs every rank in every step, ' +
+        'since each rank alone holds its part of the optimizer state; at the end of a rank\'s data call joinEpoch(model, optimizer) ' +
+        '(model.fit and fitDataset do), which serves the other ranks\' steps, not hora.join()';
       // Every rank that took part got the same short result, so each throws this; the joined rank learns it
       // when they leave (ERR_PEER_LOST in its join()).
       throw new HoraError('ERR_MISMATCH', message);

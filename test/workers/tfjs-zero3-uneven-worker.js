@@ -1,6 +1,6 @@
 'use strict';
-// Runs inside every rank of a `hora run` job for test/tfjs-zero3-uneven.test.js: DistributedOptimizer with
-// shard: 'weights' (ZeRO stage 3) on uneven data, against the unsharded DistributedOptimizer (which averages an
+// Runs inside every rank of a `hora run` job for test/tfjs-zero3-uneven.test.js and test/tfjs-zero-uneven.test.js:
+// DistributedOptimizer with shard: 'weights' (ZeRO stage 3; env SHARD 'optimizer' or 'gradients': stages 1 and 2) on uneven data, against the unsharded DistributedOptimizer (which averages an
 // uneven step over samples and joins at the epoch's end) on the same ranks and data. The data set of N samples
 // (env N) is split by shard(..., {remainder: 'keep'}), batch B per rank (env B), 2 epochs, shuffle false.
 // Usage: node tfjs-zero3-uneven-worker.js uneven
@@ -14,7 +14,7 @@
 //   early     joinEpoch between setSampleCount and the pass: refused; the pass then runs
 // Reports, per variant: the largest relative difference of each weight (max |a - b| / max |a|, a the unsharded
 // run's), a hash of the sharded run's gathered weights, the steps each took, joinEpoch's results; and what
-// joinEpoch without the optimizer does with a sharded model.
+// joinEpoch without the optimizer does with a sharded model (shard: 'weights' only).
 const crypto = require('node:crypto');
 const tf = require('@tensorflow/tfjs');
 const hora = require('../../dist/ts/index.js');
@@ -24,6 +24,7 @@ const { describeError, prng, runScenarios } = require('../support/worker-util');
 tf.setBackend('cpu');
 
 const EPOCHS = 2;
+const SHARD = process.env.SHARD || 'weights';
 const OPTIMIZERS = { sgd: () => tf.train.sgd(0.1), adam: () => tf.train.adam(0.02) };
 
 function dataSet(n) {
@@ -49,7 +50,7 @@ function buildModel() {
 async function train(variant, sharded, mine, b) {
   const model = buildModel();
   const options = variant === 'fit-k2' ? { backwardPassesPerStep: 2 } : {};
-  const opt = new DistributedOptimizer(OPTIMIZERS[variant === 'fit-adam' ? 'adam' : 'sgd'](), sharded ? { ...options, shard: 'weights', model } : options);
+  const opt = new DistributedOptimizer(OPTIMIZERS[variant === 'fit-adam' ? 'adam' : 'sgd'](), sharded ? { ...options, shard: SHARD, ...(SHARD === 'weights' ? { model } : {}) } : options);
   model.compile({ optimizer: opt, loss: 'meanSquaredError' });
   const joined = [];
   if (variant === 'dataset') {
@@ -104,7 +105,7 @@ async function uneven() {
       steps: { unsharded: a.steps, sharded: s.steps },
       joined: s.joined,
     };
-    if (variant === variants[variants.length - 1]) {
+    if (variant === variants[variants.length - 1] && SHARD === 'weights') {
       // joinEpoch of a sharded model without its optimizer: it cannot serve the others' passes.
       try {
         await joinEpoch(s.model);
@@ -122,7 +123,7 @@ async function misuse(r) {
   const data = dataSet(8);
   const mine = shard(data.x, data.y);
   const model = buildModel();
-  const opt = new DistributedOptimizer(tf.train.sgd(0.1), { shard: 'weights', model });
+  const opt = new DistributedOptimizer(tf.train.sgd(0.1), { shard: SHARD, ...(SHARD === 'weights' ? { model } : {}) });
   const pass = () => opt.minimize(() => tf.losses.meanSquaredError(mine.y, model.predict(mine.x)));
   const out = {};
   try {
