@@ -10,10 +10,9 @@
 const t = require('tap');
 const path = require('node:path');
 const { runScenario } = require('./support/hora-job');
+const { ALL, checkVariants } = require('./support/uneven-checks');
 
 const WORKER = path.join(__dirname, 'workers', 'tfjs-zero3-uneven-worker.js');
-const TOLERANCE = { 'fit-sgd': 1e-6, 'fit-adam': 1e-5, 'fit-k2': 1e-6, dataset: 1e-6, loop: 1e-6, 'loop-nocount': 1e-6 };
-const ALL = ['fit-sgd', 'fit-adam', 'dataset', 'loop', 'loop-nocount'];
 
 const CASES = [
   // [shard, ranks, samples, per-rank samples, batch per rank, batches per rank, variants]
@@ -28,22 +27,10 @@ const CASES = [
 for (const [shardMode, np, n, parts, b, batches, variants] of CASES) {
   t.test(`shard: '${shardMode}', ${np} ranks, ${n} samples (${parts.join(' + ')}), batch ${b}: ends where the unsharded optimizer ends`, async (t) => {
     const { results } = await runScenario(t, np, WORKER, 'uneven', { N: String(n), B: String(b), VARIANTS: variants.join(','), SHARD: shardMode });
-    const most = Math.max(...batches) * 2; // 2 epochs, in passes
     for (const [rank, r] of results.entries()) {
       if (!t.ok(r && r.variants, `rank ${rank} reported`, { r })) continue;
       t.equal(r.samples, parts[rank], `rank ${rank}: shard kept ${parts[rank]} samples`);
-      for (const v of variants) {
-        const got = r.variants[v];
-        t.ok(got.moved > 0.05, `rank ${rank}, ${v}: training moved the weights (${got.moved.toFixed(3)})`);
-        t.ok(got.relative.every((d) => d <= TOLERANCE[v]), `rank ${rank}, ${v}: every weight within ${TOLERANCE[v]} relative of the unsharded run`, { relative: got.relative });
-        t.equal(got.hash, results[0] && results[0].variants[v].hash, `rank ${rank}, ${v}: weights bit-identical to rank 0's`);
-        const k = v === 'fit-k2' ? 2 : 1;
-        t.equal(got.steps.sharded, most / k, `rank ${rank}, ${v}: took every step (${batches[rank] * 2 / k} of its own data, the rest shadow steps)`);
-        if (v.startsWith('loop')) {
-          const last = batches.lastIndexOf(Math.max(...batches));
-          t.same(got.joined, [last, last], `rank ${rank}, ${v}: joinEpoch resolved to rank ${last}, the last with data, each epoch`);
-        }
-      }
+      checkVariants(t, results, rank, r, variants, batches);
     }
   });
 }

@@ -10,10 +10,9 @@
 const t = require('tap');
 const path = require('node:path');
 const { runScenario } = require('./support/hora-job');
+const { ALL, checkVariants } = require('./support/uneven-checks');
 
 const WORKER = path.join(__dirname, 'workers', 'tfjs-zero3-uneven-worker.js');
-const TOLERANCE = { 'fit-sgd': 1e-6, 'fit-adam': 1e-5, 'fit-k2': 1e-6, dataset: 1e-6, loop: 1e-6, 'loop-nocount': 1e-6 };
-const ALL = ['fit-sgd', 'fit-adam', 'dataset', 'loop', 'loop-nocount'];
 
 const CASES = [
   // [ranks, samples, per-rank samples, batch per rank, batches per rank, variants]
@@ -29,22 +28,10 @@ const CASES = [
 for (const [np, n, parts, b, batches, variants] of CASES) {
   t.test(`${np} ranks, ${n} samples (${parts.join(' + ')}), batch ${b}: shard: 'weights' ends where the unsharded optimizer ends`, async (t) => {
     const { results } = await runScenario(t, np, WORKER, 'uneven', { N: String(n), B: String(b), VARIANTS: variants.join(',') });
-    const most = Math.max(...batches) * 2; // 2 epochs, in passes
     for (const [rank, r] of results.entries()) {
       if (!t.ok(r && r.variants, `rank ${rank} reported`, { r })) continue;
       t.equal(r.samples, parts[rank], `rank ${rank}: shard kept ${parts[rank]} samples`);
-      for (const v of variants) {
-        const got = r.variants[v];
-        t.ok(got.moved > 0.05, `rank ${rank}, ${v}: training moved the weights (${got.moved.toFixed(3)})`);
-        t.ok(got.relative.every((d) => d <= TOLERANCE[v]), `rank ${rank}, ${v}: every weight within ${TOLERANCE[v]} relative of the unsharded run`, { relative: got.relative });
-        t.equal(got.hash, results[0] && results[0].variants[v].hash, `rank ${rank}, ${v}: gathered weights bit-identical to rank 0's`);
-        const k = v === 'fit-k2' ? 2 : 1;
-        t.equal(got.steps.sharded, most / k, `rank ${rank}, ${v}: took every step (${batches[rank] * 2 / k} of its own data, the rest shadow steps)`);
-        if (v.startsWith('loop')) {
-          const last = batches.lastIndexOf(Math.max(...batches));
-          t.same(got.joined, [last, last], `rank ${rank}, ${v}: joinEpoch resolved to rank ${last}, the last with data, each epoch`);
-        }
-      }
+      checkVariants(t, results, rank, r, variants, batches);
       t.equal(r.noOptimizer && r.noOptimizer.code, 'ERR_INVALID_ARGUMENT', `rank ${rank}: joinEpoch of a sharded model without its optimizer is refused`, { got: r.noOptimizer });
       t.match(r.noOptimizer && r.noOptimizer.message, /joinEpoch: argument 'optimizer' must be the DistributedOptimizer that shards the model's weights .*received undefined/,
         `rank ${rank}: naming the argument`);
