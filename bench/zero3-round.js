@@ -49,7 +49,7 @@ async function worker() {
     const roundUs = [];
     for (let i = 0; i < rounds; i++) {
       const t0 = performance.now();
-      hora.allgather(Float64Array.of(1, batch, 1), { name: 'zero3 step' }).wait();
+      hora.allgather(Float64Array.of(1, batch, 1), { name: 'zero round' }).wait();
       roundUs.push((performance.now() - t0) * 1000);
     }
     out.push({ params: 4 * d * (d + 1), step: median(stepMs), round: median(roundUs) });

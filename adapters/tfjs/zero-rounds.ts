@@ -13,8 +13,8 @@ import { HoraError } from '../../ts/internal';
 import type { ShardingOwner } from './zero-blocks';
 import type { Model } from './zero-layers';
 
-/** The name of a pass's round (PassRounds.startPass). */
-const ROUND = 'zero3 step';
+/** The name of a pass's round (PassRounds.startPass), in every sharded mode. */
+const ROUND = 'zero round';
 
 /** One DistributedOptimizer's rounds with the other ranks, a pass each, and this rank's scale and weight of the pass agreed. */
 export class PassRounds {
@@ -170,7 +170,6 @@ export class PassRounds {
       xs.forEach((x) => x.dispose());
     }
   }
-
 
   /** The pass applied (or was forgotten): its weight in its step; the next pass agrees anew. */
   endPass(): number {

@@ -215,8 +215,9 @@ Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
 }
 
 // collective(id, code, root, data, out, name): a batch of one host collective (not a message, not a
-// device item, not an invalid call), positional; an alltoall's splits take root's place. A small collective waited at once costs a microsecond or
-// two in all, and reading a dozen properties of an item object through Node-API was a good part of that.
+// device item, not an invalid call), positional; an alltoall's splits take root's place. A small
+// collective waited at once costs a microsecond or two in all, and reading a dozen properties of an item
+// object through Node-API was a good part of that.
 // The manner of waiting is in code (ts/native.ts Manner):
 // - kWaitNow: handed in and waited for in one call, for a wait() on a collective alone in its batch;
 //   returns what result() would, or for plain success the nanoseconds it took. The work is never tracked
@@ -277,8 +278,8 @@ Napi::Value CommunicatorWrap::WaitHere(Napi::Env env, const std::shared_ptr<Work
 }
 
 // The collective of collective(), from arguments 1 to 5: code (ts/native.ts packCode: the item's code,
-// then flags), root (an alltoall's splits), data, out and name. Five arguments and no more: Node-API copies up to six into the
-// call's frame, more into a heap array of their own. The flags say which of data, out and name are there,
+// then flags), root (an alltoall's splits), data, out and name. Five arguments and no more: Node-API
+// copies up to six into the call's frame, more into a heap array of their own. The flags say which of data, out and name are there,
 // so an absent one costs no call to ask. Returns the code.
 int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
   Napi::Env env = info.Env();
