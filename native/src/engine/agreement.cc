@@ -107,6 +107,23 @@ void combine(Message* out, const Message* lower, const Message* higher) {
   result.splitsSum = lower->splitsSum + higher->splitsSum;
 }
 
+// combine() of two messages without a verdict, neither a join, that propose the same collective, into
+// mine: what combine() leaves in its out, less the copies of whole messages.
+void mergeAgreeing(Message* mine, const Message& theirs) {
+  const Message& a = *mine;
+  const bool aLater = a.lastJoinedAt > theirs.lastJoinedAt || (a.lastJoinedAt == theirs.lastJoinedAt && a.lastJoiner > theirs.lastJoiner);
+  const uint32_t contributors = a.contributors + theirs.contributors, rootsLive = a.rootsLive + theirs.rootsLive;
+  const int32_t lastJoiner = aLater ? a.lastJoiner : theirs.lastJoiner;
+  const uint64_t lastJoinedAt = aLater ? a.lastJoinedAt : theirs.lastJoinedAt;
+  const uint64_t splitsSum = a.splitsSum + theirs.splitsSum;
+  if (theirs.proposer < mine->proposer) *mine = theirs;
+  mine->contributors = contributors;
+  mine->rootsLive = rootsLive;
+  mine->lastJoiner = lastJoiner;
+  mine->lastJoinedAt = lastJoinedAt;
+  mine->splitsSum = splitsSum;
+}
+
 // A factor as JS would print it: the fewest digits that read back as the same double.
 std::string shortest(double v) {
   char buf[32];
@@ -221,25 +238,32 @@ Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* pa
   SendOp sends[2] = {{ctx.pair(partner), wire, 0}, {ctx.pair(partner), payload, out.payloadBytes}};
   int numSends = 0;
   if (send) {
+    // A message without a verdict is its head, sent straight from out; what the pair does not take now
+    // goes on from a copy (out may change before it is sent: decide() merges the partner's message in).
+    const bool whole = out.state != 0;
     size_t n = kHeadBytes;
-    memcpy(wire, &out, kHeadBytes);
-    if (out.state != 0) {
+    const uint8_t* head = reinterpret_cast<const uint8_t*>(&out);
+    if (whole) {
+      memcpy(wire, &out, kHeadBytes);
       memcpy(wire + n, out.text, sizeof(out.text));
       n += sizeof(out.text);
+      head = wire;
     }
     numSends = 1;
     sends[0].len = n;
+    size_t taken = 0;
     if (out.payloadBytes > 0 && out.payloadBytes <= kCoalesceBytes) {
       // One gathered write, straight from the payload's buffer; what does not fit now goes on below.
-      size_t taken = 0;
-      HORA_RETURN_IF_ERROR(sends[0].pair->trySendTwo(wire, n, payload, out.payloadBytes, &taken));
-      const size_t headTaken = taken < n ? taken : n;
-      sends[0].done = headTaken;
-      sends[1].done = taken - headTaken;
-      numSends = sends[1].done < sends[1].len ? 2 : 1;
-    } else if (out.payloadBytes > 0) {
-      numSends = 2;
+      HORA_RETURN_IF_ERROR(sends[0].pair->trySendTwo(head, n, payload, out.payloadBytes, &taken));
+    } else {
+      HORA_RETURN_IF_ERROR(sends[0].pair->trySend(head, n, &taken));
+      if (out.payloadBytes > 0) numSends = 2;
     }
+    const size_t headTaken = taken < n ? taken : n;
+    sends[0].done = headTaken;
+    sends[1].done = taken - headTaken;
+    if (sends[1].done < sends[1].len) numSends = 2;
+    if (!whole && headTaken < n) memcpy(wire + headTaken, head + headTaken, n - headTaken);
   }
   RecvOp head{ctx.pair(partner), reinterpret_cast<uint8_t*>(in), kHeadBytes};
   HORA_RETURN_IF_ERROR(ctx.progress(sends, numSends, &head, recv ? 1 : 0));
@@ -284,11 +308,19 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
   // their combination still agrees, and the sizes match (which agreement implies).
   auto mergeWith = [&](bool theyAreLower) {
     return [&, theyAreLower](const Message& m) {
-      Message combined;
-      combine(&combined, theyAreLower ? &m : msg, theyAreLower ? msg : &m);
-      bool reduce = msg->state == 0 && m.state == 0 && combined.state == 0 && m.payloadBytes == mine && mine > 0;
-      combined.payloadBytes = mine;
-      *msg = combined;
+      bool reduce;
+      if (msg->state == 0 && m.state == 0 && !isJoin(msg->proposal) && !isJoin(m.proposal) &&
+          sameCollective(msg->proposal, m.proposal)) {
+        // The usual case, two messages that agree: combine() without its copies, in place.
+        mergeAgreeing(msg, m);
+        reduce = m.payloadBytes == mine && mine > 0;
+      } else {
+        Message combined;
+        combine(&combined, theyAreLower ? &m : msg, theyAreLower ? msg : &m);
+        reduce = msg->state == 0 && m.state == 0 && combined.state == 0 && m.payloadBytes == mine && mine > 0;
+        *msg = combined;
+      }
+      msg->payloadBytes = mine;
       return reduce ? Take::kReduce : Take::kDiscard;
     };
   };

@@ -14,13 +14,18 @@ namespace hora {
 // once costs about two microseconds, of which the queue (four more lockings, a task and its vector) took
 // a few percent (docs/notes/2026-11-26-small-collectives-run-at-once.md). Larger ones, where that is
 // nothing, take the queue as before.
-void Communicator::runNow(const std::shared_ptr<Work>& work) {
+//
+// The engine is claimed without the lock. Only the JS thread queues tasks and posts messages, and it is
+// here: a queue found empty (no task queued, none being taken: takeTask() marks the engine busy first)
+// stays empty, and no message starts, until this returns. The communication thread then has nothing to
+// run and nothing to be told; the exchange on running_ settles a task it may still be finishing.
+void Communicator::runNow(std::shared_ptr<Work>& work) {
   bool here = false;
-  if (work->count * dtypeSize(work->dtype) <= kSmallAllreduceBytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!running_ && queue_.empty() && !p2p_.busy()) {
-      running_ = true;
-      waitedFor_ = work.get();
+  if (work->count * dtypeSize(work->dtype) <= kSmallAllreduceBytes && queued_.load(std::memory_order_acquire) == 0 &&
+      !p2p_.busy()) {
+    bool idle = false;
+    if (running_.compare_exchange_strong(idle, true, std::memory_order_acquire)) {
+      waitedFor_.store(work.get(), std::memory_order_relaxed);
       here = true;
     }
   }
@@ -33,15 +38,20 @@ void Communicator::runNow(const std::shared_ptr<Work>& work) {
   runClaimed(work);
 }
 
-void Communicator::runClaimed(const std::shared_ptr<Work>& work) {
+// Releases the engine without the lock: the claim (runNow(), or runIfReady() under the lock) found the queue
+// empty, and only this thread fills it, so nothing was queued meanwhile and nobody waits for the engine.
+void Communicator::runClaimed(std::shared_ptr<Work>& work) {
   if (options_.timeline) work->times.enqueued = monotonicNanos();
-  runHere_.batch.assign(1, work);
-  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
-  runTask(runHere_, lock);
+  // Moved in and out rather than copied: no count of references to change, twice per call.
+  runHere_.batch.resize(1);
+  runHere_.batch[0].swap(work);
+  claimed_.store(runHere_.batch[0].get(), std::memory_order_relaxed);
+  runTask(runHere_, nullptr);
+  claimed_.store(nullptr, std::memory_order_relaxed);
+  work.swap(runHere_.batch[0]);
   runHere_.batch.clear();
-  waitedFor_ = nullptr;
-  // Tasks queued meanwhile (by another thread) are the communication thread's; it may be asleep.
-  if (!queue_.empty()) queueCv_.notify_one();
+  waitedFor_.store(nullptr, std::memory_order_relaxed);
+  running_.store(false, std::memory_order_release);
 }
 
 // An awaited collective goes to the communication thread, and its completion comes back: on two cores shared
@@ -60,7 +70,7 @@ bool Communicator::runsWithoutWaiting(Work& w) {
   return partnerMessageArrived(ctx_);
 }
 
-bool Communicator::runIfReady(const std::shared_ptr<Work>& work) {
+bool Communicator::runIfReady(std::shared_ptr<Work>& work) {
   if (ctx_.size() != 2) return false;
   applyAlgorithmChoice(*work);
   {
@@ -91,7 +101,7 @@ void Communicator::waitFor(const std::shared_ptr<Work>& work) {
     if (!running_ && !queue_.empty() && !queue_.front().stop) {
       Task task = takeTask();
       lock.unlock();
-      runTask(task, lock);
+      runTask(task, &lock);
       // Later tasks are the communication thread's once this caller is done; it may be asleep.
       if (work->completed && !queue_.empty()) queueCv_.notify_one();
       continue;

@@ -95,11 +95,12 @@ class Communicator {
   void waitFor(const std::shared_ptr<Work>& work);
   // submit({work}, true) and waitFor(work) in one: a collective of at most 64 KiB, when the engine is
   // idle, nothing is queued and no message is moving, the caller runs at once, without the queue.
-  void runNow(const std::shared_ptr<Work>& work);
+  // work is lent to the engine meanwhile (empty until the call returns).
+  void runNow(std::shared_ptr<Work>& work);
   // For a collective about to be queued and awaited: runs it at once on the calling thread when that
   // cannot wait on a peer (runsWithoutWaiting), and returns true; its completion posts no callback (the
   // caller takes the result). Otherwise does nothing and returns false.
-  bool runIfReady(const std::shared_ptr<Work>& work);
+  bool runIfReady(std::shared_ptr<Work>& work);
   bool isDone(const std::shared_ptr<Work>& work);
   // Spins up to micros for work to complete on the communication thread; true when it has, and then
   // its completion posted no callback (the caller takes the result). Does nothing when oversubscribed.
@@ -125,7 +126,7 @@ class Communicator {
 
   void serve();
   Task takeTask();
-  void runTask(Task& task, std::unique_lock<std::mutex>& lock);
+  void runTask(Task& task, std::unique_lock<std::mutex>* lock);
   void runConnect(Task& task);
   void runBatch(std::vector<std::shared_ptr<Work>>& batch);
   size_t runFused(std::vector<std::shared_ptr<Work>>& batch, size_t begin, size_t end);
@@ -151,8 +152,8 @@ class Communicator {
   // engine idle.
   bool runsWithoutWaiting(Work& w);
   // Runs work on the calling thread, which has claimed the engine for it (running_ and waitedFor_ set),
-  // then releases the engine.
-  void runClaimed(const std::shared_ptr<Work>& work);
+  // then releases the engine. work is lent to the engine's task meanwhile (empty until it returns).
+  void runClaimed(std::shared_ptr<Work>& work);
   bool fusable(const Work& w) const;
   // Failures after which the connections can no longer be trusted to be in step.
   static bool isFatal(Code c);
@@ -181,13 +182,20 @@ class Communicator {
   std::condition_variable doneCv_;
   std::deque<Task> queue_;
   std::atomic<int> queued_{0};  // tasks in queue_, readable without the lock
-  std::atomic<int> messageWaiters_{0};
-  std::atomic<uint64_t> completions_{0};  // works completed so far, readable without the lock (spinFor)  // JS-thread wait()s moving messages themselves (waitForMessage)
+  std::atomic<int> messageWaiters_{0};     // JS-thread wait()s moving messages themselves (waitForMessage)
+  std::atomic<uint64_t> completions_{0};  // works completed so far, readable without the lock (spinFor)
   const Work* awaited_ = nullptr;  // the work a JS-thread waitFor() sleeps on, if any (under mutex_)
   // runClaimed()'s task of one, kept to save an allocation per call (only the JS thread calls it).
   Task runHere_;
-  const Work* waitedFor_ = nullptr;  // the work a waitFor() is in progress for; its caller takes the result (under mutex_)
-  bool running_ = false;  // a task is being run, by the communication thread or by a blocked waitFor()
+  // The work runClaimed() runs, while it runs (else nullptr): complete() finishes it without the lock.
+  // Written by the claiming thread only; complete() on another thread (a message's) never matches it.
+  std::atomic<const Work*> claimed_{nullptr};
+  // The work a waitFor() is in progress for; its caller takes the result. Written by the JS thread, under
+  // mutex_ except on the claimed path (runNow(): see there).
+  std::atomic<const Work*> waitedFor_{nullptr};
+  // A task is being run, by the communication thread, by a blocked waitFor() or by a claimed caller. Set and
+  // cleared under mutex_, except on runNow()'s claimed path, which only the thread that queues tasks takes.
+  std::atomic<bool> running_{false};
   std::atomic<bool> keepOnClose_{false};  // close() hands the connections over: the thread does not hang up
   std::atomic<bool> topologyReady_{false};  // connected: the world's pairs are all in place
   std::thread thread_;
