@@ -35,6 +35,12 @@ std::shared_ptr<void> holdBackingStore(napi_env env, napi_value view) {
       napi_is_arraybuffer(env, buffer, &isArrayBuffer) != napi_ok || !isArrayBuffer) {
     return nullptr;
   }
+  return holdArrayBuffer(buffer);
+}
+
+std::shared_ptr<void> holdArrayBuffer(napi_value buffer) {
+  const GetBackingStoreFn fn = getBackingStore();
+  if (fn == nullptr) return nullptr;
   // A napi_value is the address of a V8 handle, which is what a v8::Local holds and what its operator->
   // gives as the object's `this`: Node's Node-API converts one to the other by copying the bits
   // (src/js_native_api_v8.h, V8LocalValueFromJsValue).

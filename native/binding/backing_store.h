@@ -28,5 +28,7 @@ bool canHoldBackingStores();
 // nullptr when the view's buffer is a SharedArrayBuffer (its memory lives as long as the JS side's
 // reference), or when canHoldBackingStores() is false. Call on the JS thread.
 std::shared_ptr<void> holdBackingStore(napi_env env, napi_value view);
+// The same for an ArrayBuffer already known to be one (not a SharedArrayBuffer): its napi_value.
+std::shared_ptr<void> holdArrayBuffer(napi_value arrayBuffer);
 
 }  // namespace hora::binding

@@ -63,7 +63,8 @@ class CommunicatorWrap : public Napi::ObjectWrap<CommunicatorWrap> {
   inline Napi::Value RunHere(Napi::Env env, std::shared_ptr<hora::Work>&& w);
   inline std::shared_ptr<hora::Work> Untracked(Napi::Env env, const Napi::Value& idValue);
   inline Napi::Value WaitHere(Napi::Env env, const std::shared_ptr<hora::Work>& w);
-  inline int32_t FillOne(const Napi::CallbackInfo& info, hora::Work* w);
+  // dataBuffer (optional): the ArrayBuffer behind the data array, as elementsOf() gives it.
+  inline int32_t FillOne(const Napi::CallbackInfo& info, hora::Work* w, napi_value* dataBuffer = nullptr);
   Napi::Value Message(const Napi::CallbackInfo& info);
   inline int32_t FillMessage(const Napi::CallbackInfo& info, hora::Work* w);
   inline void ReadGroup(Napi::Env env, const Napi::Value& id, hora::Work* w);

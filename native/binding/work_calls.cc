@@ -89,7 +89,9 @@ void readPeer(const Napi::Value& peer, const Napi::Value& tag, Work* w) {
 // node_api_is_sharedarraybuffer (Node 18 to 22) answers napi_get_arraybuffer_info only for an ArrayBuffer,
 // and napi_invalid_arg for a SharedArrayBuffer. Such a view is bounded by its own type instead, which
 // costs the type tests only there.
-size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data) {
+//
+// arrayBuffer (optional): the ArrayBuffer behind v, for holdArrayBuffer(); nullptr for a SharedArrayBuffer.
+size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data, napi_value* arrayBuffer = nullptr) {
   napi_env env = v.Env();
   size_t length = 0, offset = 0, bufferBytes = 0;
   void* first = nullptr;
@@ -97,7 +99,9 @@ size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data) {
   if (napi_get_typedarray_info(env, v, nullptr, &length, &first, &buffer, &offset) != napi_ok) {
     throw Napi::TypeError::New(env, "native: expected a TypedArray");
   }
-  if (napi_get_arraybuffer_info(env, buffer, nullptr, &bufferBytes) != napi_ok) {
+  const bool isArrayBuffer = napi_get_arraybuffer_info(env, buffer, nullptr, &bufferBytes) == napi_ok;
+  if (arrayBuffer != nullptr) *arrayBuffer = isArrayBuffer ? buffer : nullptr;
+  if (!isArrayBuffer) {
     napi_typedarray_type type;
     if (napi_get_typedarray_info(env, v, &type, nullptr, nullptr, nullptr, nullptr) != napi_ok) {
       throw Napi::TypeError::New(env, "native: expected a TypedArray");
@@ -118,7 +122,9 @@ size_t elementsOf(const Napi::Value& v, size_t dtypeBytes, uint8_t** data) {
 // A host item's arrays: data (read or reduced in place; its count in elements of the work's dtype, so the
 // code is decoded first) and out (a reducescatter's block). Holding their memory while the work is pending
 // (holdBackingStore) is the way in's: when it is pending differs by way in.
-void readData(const Napi::Value& v, Work* w) { w->count = elementsOf(v, hora::dtypeSize(w->dtype), &w->data); }
+void readData(const Napi::Value& v, Work* w, napi_value* arrayBuffer = nullptr) {
+  w->count = elementsOf(v, hora::dtypeSize(w->dtype), &w->data, arrayBuffer);
+}
 
 void readOut(const Napi::Value& v, Work* w) {
   viewOf(v, &w->out, &w->outBytes);
@@ -227,12 +233,13 @@ Napi::Value CommunicatorWrap::Submit(const Napi::CallbackInfo& info) {
 //   could not wait on a peer), else undefined: it is queued, and completes through the callback.
 Napi::Value CommunicatorWrap::Collective(const Napi::CallbackInfo& info) {
   auto w = Untracked(info.Env(), info[0]);
-  const int32_t code = FillOne(info, w.get());
+  napi_value dataBuffer = nullptr;
+  const int32_t code = FillOne(info, w.get(), &dataBuffer);
   if (code & kWaitNow) return RunHere(info.Env(), std::move(w));
   const bool willWait = code & kWillWait;
   if (!willWait && comm_->runIfReady(w)) return ResultOf(info.Env(), *w);
   // Pending from here while JavaScript runs: its arrays' memory is held until JS takes the result.
-  if (code & kHasData) w->keepAlive[0] = hora::binding::holdBackingStore(info.Env(), info[3]);
+  if (dataBuffer != nullptr) w->keepAlive[0] = hora::binding::holdArrayBuffer(dataBuffer);
   if (code & kHasOut) w->keepAlive[1] = hora::binding::holdBackingStore(info.Env(), info[4]);
   Adopt(info.Env(), w);
   comm_->submit({std::move(w)}, willWait);
@@ -281,7 +288,7 @@ Napi::Value CommunicatorWrap::WaitHere(Napi::Env env, const std::shared_ptr<Work
 // then flags), root (an alltoall's splits), data, out and name. Five arguments and no more: Node-API
 // copies up to six into the call's frame, more into a heap array of their own. The flags say which of data, out and name are there,
 // so an absent one costs no call to ask. Returns the code.
-int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
+int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w, napi_value* dataBuffer) {
   Napi::Env env = info.Env();
   const int32_t code = int32Or(info[1], -1);
   decodeCode(env, code, w);
@@ -291,7 +298,7 @@ int32_t CommunicatorWrap::FillOne(const Napi::CallbackInfo& info, Work* w) {
   // The third argument is the root of the kinds that have one, and an alltoall's splits (it has no root).
   readRoot([&] { return info[2]; }, w);
   if (w->kind == hora::Kind::kAlltoall) readSplits(info[2], w);
-  if (code & kHasData) readData(info[3], w);
+  if (code & kHasData) readData(info[3], w, dataBuffer);
   if (code & kHasOut) readOut(info[4], w);
   if (code & kHasName) readName(info[5], w);
   return code;
