@@ -18,19 +18,29 @@ namespace {
 Status runAlltoall(Context& ctx, Work& w, bool singleCopy) {
   const int p = ctx.size(), r = ctx.rank();
   const size_t elem = dtypeSize(w.dtype);
-  std::vector<uint64_t> send(p, 0);
-  if (w.kind == Kind::kAlltoall || r == w.root) send.assign(w.splits.begin(), w.splits.begin() + p);
+  // The thread's, its arrays kept between calls: a small alltoall allocated them anew each time.
+  thread_local AlltoallOptions o;
+  o.sendBytes.assign(p, 0);
+  o.recvBytes.assign(p, 0);
+  if (w.kind == Kind::kAlltoall || r == w.root) {
+    for (int q = 0; q < p; ++q) o.sendBytes[q] = w.splits[q] * elem;
+  }
   uint64_t total = 0;
   if (w.kind == Kind::kAlltoall && w.splits.size() == 2 * static_cast<size_t>(p)) {
-    w.gatheredCounts.assign(w.splits.begin() + p, w.splits.end());
-    for (uint64_t c : w.gatheredCounts) {
+    for (int q = 0; q < p; ++q) {
+      const uint64_t c = w.splits[p + q];
       if (c > (uint64_t(1) << 40) / elem) return Status(Code::kInvalidArgument, "recvSplits of " + std::to_string(c) + " elements is past 2^40 bytes");
+      o.recvBytes[q] = c * elem;
       total += c;
     }
+    // Into out, the counts that came are the recvSplits the caller gave (ts/alltoall.ts): no result carries them.
+    if (!w.outGiven) w.gatheredCounts.assign(w.splits.begin() + p, w.splits.end());
   } else {
+    std::vector<uint64_t> send(p, 0);
+    if (w.kind == Kind::kAlltoall || r == w.root) send.assign(w.splits.begin(), w.splits.begin() + p);
     HORA_RETURN_IF_ERROR(alltoallCounts(ctx, send, w.kind == Kind::kScatter ? w.root : -1, elem, &w.gatheredCounts, &total));
+    for (int q = 0; q < p; ++q) o.recvBytes[q] = w.gatheredCounts[q] * elem;
   }
-  AlltoallOptions o;
   o.singleCopy = singleCopy;
   o.input = w.data;
   if (w.kind == Kind::kAlltoall && w.outGiven) {
@@ -43,12 +53,6 @@ Status runAlltoall(Context& ctx, Work& w, bool singleCopy) {
   } else {
     w.gathered.resize(total * elem);
     o.output = w.gathered.data();
-  }
-  o.sendBytes.resize(p);
-  o.recvBytes.resize(p);
-  for (int q = 0; q < p; ++q) {
-    o.sendBytes[q] = send[q] * elem;
-    o.recvBytes[q] = w.gatheredCounts[q] * elem;
   }
   return alltoall(ctx, o);
 }

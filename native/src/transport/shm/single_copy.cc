@@ -1,8 +1,10 @@
 #include "transport/shm/single_copy.h"
 
+#include <pthread.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <random>
 
 namespace hora {
@@ -19,12 +21,25 @@ const uint64_t* cookie() {
   return &value;
 }
 
+// This process's id, read once (a system call each time otherwise) and again in a child after fork().
+std::atomic<uint32_t> cachedPid{0};
+
+uint32_t pid() {
+  uint32_t v = cachedPid.load(std::memory_order_relaxed);
+  if (v != 0) return v;
+  static const int forgetInChild = pthread_atfork(nullptr, nullptr, [] { cachedPid.store(0, std::memory_order_relaxed); });
+  (void)forgetInChild;
+  v = static_cast<uint32_t>(getpid());
+  cachedPid.store(v, std::memory_order_relaxed);
+  return v;
+}
+
 }  // namespace
 
 ReadOffer makeOffer(const uint8_t* data, size_t bytes, OfferMode mode) {
   ReadOffer o;
   o.mode = static_cast<uint32_t>(mode);
-  o.pid = static_cast<uint32_t>(getpid());
+  o.pid = pid();
   o.address = reinterpret_cast<uintptr_t>(data);
   o.bytes = bytes;
   o.cookieAddress = reinterpret_cast<uintptr_t>(cookie());
