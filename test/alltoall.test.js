@@ -137,6 +137,24 @@ for (const np of [2, 3]) {
   }
 }
 
+// Two ranks with recvSplits make the first round in the agreement's messages: a block below 16 KiB itself, a
+// larger one on one host as its offer, none over TCP past that (both directions then take the usual rounds).
+for (const [what, scenario, env] of SINGLE) {
+  t.test(`p=2 ${what}: the first round in the agreement: every pair of block kinds; a wrong recvSplits leaves out untouched`, async (t) => {
+    const { results, job } = await runScenario(t, 2, WORKER, scenario === 'single' ? 'ride' : 'ride-rank1-off', env);
+    if (!everyRankReported(t, results, job)) return;
+    for (const [rank, r] of results.entries()) {
+      t.equal(Object.keys(r.checks).length, 5 * 5 * 4 + 1, `rank ${rank} ran every case`);
+      for (const [name, got] of Object.entries(r.checks)) t.same(got, { ok: true }, `rank ${rank}: ${name}`);
+      for (const [n, m] of Object.entries(r.mismatched)) {
+        t.equal(m.code, 'ERR_MISMATCH', `rank ${rank}, blocks of ${n}: ERR_MISMATCH`, { got: m });
+        t.match(m.message, /rank 0 sends \d+ elements to rank 1 \(its options\.splits\), but rank 1 expects \d+ from it/, `rank ${rank}, blocks of ${n}: names both counts`);
+        t.ok(m.untouched, `rank ${rank}, blocks of ${n}: out untouched`);
+      }
+    }
+  });
+}
+
 t.test('p=3: a rank killed while 8 MiB blocks are read from its memory: ERR_PEER_LOST on the others, no hang', async (t) => {
   const { results, job } = await runScenario(t, 3, WORKER, 'killcopy', {}, { exitZero: false });
   t.not(job.code, 0, 'hora run exits non-zero');

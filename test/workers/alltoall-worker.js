@@ -21,9 +21,13 @@
 //               while one is on its way (a timer, the engine mid-copy or waiting for an answer); the others'
 //               alltoall in flight is ERR_PEER_LOST
 //   elastic     under `hora run -np 2 --min-np 2`: refused outside hora.elastic.run, working inside it
+//   ride        2 ranks, recvSplits given (the first round rides on the agreement): blocks of every kind each
+//               way (empty, small, just under and at the single-copy bound, large), into out and not, twice
+//               each; then rank 1's recvSplits one element off, with out given: ERR_MISMATCH, out untouched.
+//               As ride-rank1-off, rank 1 runs with HORA_SHM_SINGLE_COPY=0
 // After each failing call every rank runs one more alltoall, which must succeed: nothing was lost.
-// 'single-rank1-off': rank 1 alone turns the single copy off (read at init).
-if (process.argv[2] === 'single-rank1-off' && process.env.HORA_RANK === '1') process.env.HORA_SHM_SINGLE_COPY = '0';
+// 'single-rank1-off' and 'ride-rank1-off': rank 1 alone turns the single copy off (read at init).
+if (/-rank1-off$/.test(process.argv[2] || '') && process.env.HORA_RANK === '1') process.env.HORA_SHM_SINGLE_COPY = '0';
 const hora = require('../../dist/ts/index.js');
 const { describeError, outcome, runScenarios, lastRankDies } = require('../support/worker-util');
 
@@ -234,6 +238,35 @@ async function single(r, p) {
   return { checks };
 }
 
+async function ride(r, p) {
+  const checks = {};
+  const KiB16 = 4096;  // float32 elements in 16 KiB
+  const sizes = [0, 3, KiB16 - 1, KiB16, 3 * KiB16 + 5];
+  for (const a of sizes) {
+    for (const b of sizes) {
+      // Rank 0 sends rank 1 a elements, rank 1 sends rank 0 b; each keeps 2 for itself.
+      const splits = (s, q) => (s === q ? 2 : s === 0 ? a : b);
+      const c = alltoallCase(Float32Array, Number, r, p, splits);
+      const into = new Float32Array(c.want.length).fill(-1);
+      for (const round of [1, 2]) {
+        checks[`${a}/${b} ${round}`] = await check(() => hora.alltoall(c.x, { splits: c.sendSplits, recvSplits: c.recvSplits }).wait(), c.want, c.recvSplits);
+        checks[`${a}/${b} ${round} out`] = await check(() => hora.alltoall(c.x, { splits: c.sendSplits, recvSplits: c.recvSplits, out: into }), c.want, c.recvSplits);
+      }
+    }
+  }
+  const mismatched = {};
+  for (const n of [3, KiB16 + 1]) {
+    const c = alltoallCase(Float32Array, Number, r, p, () => n);
+    const wrong = c.recvSplits.slice();
+    if (r === 1) wrong[0] += 1;
+    const into = new Float32Array(wrong.reduce((s, v) => s + v, 0)).fill(-7);
+    const got = await outcome(() => hora.alltoall(c.x, { splits: c.sendSplits, recvSplits: wrong, out: into }));
+    mismatched[n] = { code: got.code, message: got.message, untouched: into.every((v) => v === -7) };
+  }
+  checks.after = await after(r, p);
+  return { checks, mismatched };
+}
+
 async function killcopy(r, p) {
   const n = 1 << 21;  // 8 MiB of float32 per block
   const x = new Float32Array(n * p).fill(r);
@@ -264,4 +297,4 @@ async function elastic(r) {
   return { outside, inside, r };
 }
 
-runScenarios(hora, { values, bad, out, recv, one, kill, single, 'single-rank1-off': single, killcopy, elastic }, { noShutdown: ['kill', 'killcopy'] });
+runScenarios(hora, { values, bad, out, recv, one, kill, single, 'single-rank1-off': single, killcopy, elastic, ride, 'ride-rank1-off': ride }, { noShutdown: ['kill', 'killcopy'] });

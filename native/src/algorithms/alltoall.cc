@@ -59,6 +59,12 @@ Scratch& scratch() {
 
 }  // namespace
 
+AlltoallRide alltoallRide(Context& ctx, int peer, size_t bytes) {
+  if (bytes == 0) return AlltoallRide::kNone;
+  if (bytes < shm::kSingleCopyMinBytes) return AlltoallRide::kBlock;
+  return ctx.usesSharedMemory(peer) ? AlltoallRide::kOffer : AlltoallRide::kNone;
+}
+
 Status alltoall(Context& ctx, const AlltoallOptions& o) {
   const int p = ctx.size(), r = ctx.rank();
   Scratch& s = scratch();
@@ -97,35 +103,48 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
   for (int first = 1; first < p; first += window) {
     sends.clear();
     recvs.clear();
-    bool onlyOffers = true;
-    for (int k = first; k < p && k < first + window; ++k) {
-      const int to = wrapRank(r + k, p), from = wrapRank(r - k, p), i = k - first;
-      const uint8_t* block = o.input + sendAt[to];
-      if (offered(to, o.sendBytes[to])) {
-        const bool read = o.singleCopy && ctx.pair(to)->offersSingleCopy();
-        offersOut[i] = shm::makeOffer(block, o.sendBytes[to], read ? shm::OfferMode::kRead : shm::OfferMode::kRing);
-        sends.push_back(SendOp{ctx.pair(to), reinterpret_cast<const uint8_t*>(&offersOut[i]), sizeof(shm::ReadOffer)});
-      } else if (o.sendBytes[to] > 0) {
-        sends.push_back(SendOp{ctx.pair(to), block, o.sendBytes[to]});
-        onlyOffers = false;
+    if (o.firstRound != nullptr && p == 2) {
+      // The first round came in the agreement (AlltoallFirstRound): a block below the offers' bound, or the
+      // offers, both ways, by the same rule as offered() here.
+      const int peer = 1 - r;
+      if (offered(peer, o.recvBytes[peer])) {
+        memcpy(&offersIn[0], o.firstRound->came, sizeof(shm::ReadOffer));
+      } else if (o.recvBytes[peer] > 0) {
+        memcpy(o.output + recvAt[peer], o.firstRound->came, o.recvBytes[peer]);
       }
-      if (offered(from, o.recvBytes[from])) {
-        recvs.push_back(RecvOp{ctx.pair(from), reinterpret_cast<uint8_t*>(&offersIn[i]), sizeof(shm::ReadOffer)});
-      } else if (o.recvBytes[from] > 0) {
-        recvs.push_back(RecvOp{ctx.pair(from), o.output + recvAt[from], o.recvBytes[from]});
-      }
-    }
-    if (sends.empty() && recvs.empty()) continue;
-    if (!selfCopied && onlyOffers && !sends.empty()) {
-      // The offers first, then the copy while the peers' offers come. An offer takes one slot and waits
-      // for nobody: of this rank's messages at most its agreement's can still be unread on the pair's
-      // ring (shm/ring.h kSlots), since every earlier exchange ended with the peer's reply.
-      HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), nullptr, 0));
+      if (offered(peer, o.sendBytes[peer])) offersOut[0] = o.firstRound->sent;
       copySelf();
-      if (!recvs.empty()) HORA_RETURN_IF_ERROR(ctx.progress(nullptr, 0, recvs.data(), static_cast<int>(recvs.size())));
     } else {
-      copySelf();
-      HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size())));
+      bool onlyOffers = true;
+      for (int k = first; k < p && k < first + window; ++k) {
+        const int to = wrapRank(r + k, p), from = wrapRank(r - k, p), i = k - first;
+        const uint8_t* block = o.input + sendAt[to];
+        if (offered(to, o.sendBytes[to])) {
+          const bool read = o.singleCopy && ctx.pair(to)->offersSingleCopy();
+          offersOut[i] = shm::makeOffer(block, o.sendBytes[to], read ? shm::OfferMode::kRead : shm::OfferMode::kRing);
+          sends.push_back(SendOp{ctx.pair(to), reinterpret_cast<const uint8_t*>(&offersOut[i]), sizeof(shm::ReadOffer)});
+        } else if (o.sendBytes[to] > 0) {
+          sends.push_back(SendOp{ctx.pair(to), block, o.sendBytes[to]});
+          onlyOffers = false;
+        }
+        if (offered(from, o.recvBytes[from])) {
+          recvs.push_back(RecvOp{ctx.pair(from), reinterpret_cast<uint8_t*>(&offersIn[i]), sizeof(shm::ReadOffer)});
+        } else if (o.recvBytes[from] > 0) {
+          recvs.push_back(RecvOp{ctx.pair(from), o.output + recvAt[from], o.recvBytes[from]});
+        }
+      }
+      if (sends.empty() && recvs.empty()) continue;
+      if (!selfCopied && onlyOffers && !sends.empty()) {
+        // The offers first, then the copy while the peers' offers come. An offer takes one slot and waits
+        // for nobody: of this rank's messages at most its agreement's can still be unread on the pair's
+        // ring (shm/ring.h kSlots), since every earlier exchange ended with the peer's reply.
+        HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), nullptr, 0));
+        copySelf();
+        if (!recvs.empty()) HORA_RETURN_IF_ERROR(ctx.progress(nullptr, 0, recvs.data(), static_cast<int>(recvs.size())));
+      } else {
+        copySelf();
+        HORA_RETURN_IF_ERROR(ctx.progress(sends.data(), static_cast<int>(sends.size()), recvs.data(), static_cast<int>(recvs.size())));
+      }
     }
     // The offers that came: read each (or refuse it), answer; and wait for the answers to this rank's. The
     // blocks that follow through the rings (offers of kRing) go after every answer, in both ends' arrays:

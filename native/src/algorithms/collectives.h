@@ -11,6 +11,7 @@
 #include "common/types.h"
 #include "reduce/reduce.h"
 #include "transport/context.h"
+#include "transport/shm/single_copy.h"
 
 namespace hora {
 
@@ -50,6 +51,25 @@ Status allgather(Context& ctx, const AllgatherOptions& opts);
 // (mine from this rank), bounded (a count past 2^40 bytes is an error) and summed.
 Status allgatherCounts(Context& ctx, uint64_t mine, size_t elementBytes, std::vector<uint64_t>* counts, uint64_t* total);
 
+// A two-rank alltoall whose receive counts are known before its agreement (recvSplits) makes its first round
+// in the agreement's messages (engine/agreement.h, Swap): one exchange fewer. What rides, by the size of the
+// block each rank sends the other (the same rule on both ends, which both know both sizes):
+// - kBlock: a block below shm::kSingleCopyMinBytes, itself;
+// - kOffer: a larger one between ranks of one host, its offer (a kRead offer, or kRing: the block follows
+//   through the ring, as in the first round it stands for);
+// - kNone: an empty block (nothing to send), or a larger one over TCP, which then takes the usual rounds, as
+//   does the other direction (the round rides both ways or not at all).
+enum class AlltoallRide : uint8_t { kNone, kBlock, kOffer };
+AlltoallRide alltoallRide(Context& ctx, int peer, size_t bytes);
+
+// The first round of a two-rank alltoall as the agreement made it: this rank's offer, and what came from the
+// partner (its block, or its offer).
+struct AlltoallFirstRound {
+  bool done = false;
+  shm::ReadOffer sent;
+  alignas(64) uint8_t came[shm::kSingleCopyMinBytes];
+};
+
 struct AlltoallOptions {
   const uint8_t* input = nullptr;     // this rank's blocks, one for each rank in rank order (sendBytes[q] for rank q)
   std::vector<size_t> sendBytes;      // bytes to each rank (size entries)
@@ -60,6 +80,8 @@ struct AlltoallOptions {
   // reading the sender's memory (transport/shm/single_copy.h); false: neither offered nor read, every
   // block goes through the rings (HORA_SHM_SINGLE_COPY=0).
   bool singleCopy = true;
+  // Two ranks: the first round, when the agreement made it (AlltoallFirstRound::done); nullptr: none.
+  const AlltoallFirstRound* firstRound = nullptr;
 };
 Status alltoall(Context& ctx, const AlltoallOptions& opts);
 // The first step of an alltoall whose ranks do not know what comes to them: each rank tells each other

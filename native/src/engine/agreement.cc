@@ -298,12 +298,19 @@ Status exchange(Context& ctx, int partner, const Message& out, const uint8_t* pa
 // Reduction order does not matter for identical results: every kernel is commutative bit for bit. Scaled
 // (prescaleFactor, postscaleFactor), the steps scale as recursiveDoubling's do (algorithms/recursive_doubling.h):
 // an operand still a rank's own input by pre, and the last round finishes.
-Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DType dtype, const Scaling& scaling) {
+//
+// swap (two ranks, whose one step is the exchange below; payload is then swap->out, and nothing is reduced):
+// the partner's payload goes to swap->in instead, when it has swap->inBytes and the two messages agree.
+Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DType dtype, const Scaling& scaling,
+                   Swap* swap = nullptr) {
   const int size = ctx.size(), rank = ctx.rank();
   if (size == 1) return Status::ok();
   const RecursiveDoublingSchedule plan(size);
   Message theirs;
   const uint32_t mine = msg->payloadBytes;
+  // What a partner's payload must measure to be taken, and where it goes.
+  const uint32_t expected = swap != nullptr ? swap->inBytes : mine;
+  uint8_t* into = swap != nullptr ? swap->in : payload;
   // Merging messages and deciding on the payload go together: reduce only when both sides agreed so far,
   // their combination still agrees, and the sizes match (which agreement implies).
   auto mergeWith = [&](bool theyAreLower) {
@@ -313,14 +320,19 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
           sameCollective(msg->proposal, m.proposal)) {
         // The usual case, two messages that agree: combine() without its copies, in place.
         mergeAgreeing(msg, m);
-        reduce = m.payloadBytes == mine && mine > 0;
+        reduce = m.payloadBytes == expected && expected > 0 && (swap == nullptr || msg->splitsSum == 0);
       } else {
         Message combined;
         combine(&combined, theyAreLower ? &m : msg, theyAreLower ? msg : &m);
-        reduce = msg->state == 0 && m.state == 0 && combined.state == 0 && m.payloadBytes == mine && mine > 0;
+        reduce = msg->state == 0 && m.state == 0 && combined.state == 0 && m.payloadBytes == expected && expected > 0 &&
+                 swap == nullptr;
         *msg = combined;
       }
       msg->payloadBytes = mine;
+      if (reduce && swap != nullptr) {
+        swap->came = true;
+        return Take::kCopy;
+      }
       return reduce ? Take::kReduce : Take::kDiscard;
     };
   };
@@ -358,7 +370,7 @@ Status disseminate(Context& ctx, Message* msg, uint8_t* payload, ReduceOp op, DT
       step = scaledStep(scaling, mask == 1 && !plan.foldsIn(rank), mask == 1 && !plan.foldsIn(partner), mask * 2 >= plan.pof2,
                         op, size);
     }
-    HORA_RETURN_IF_ERROR(exchange(ctx, partner, *msg, payload, &theirs, true, true, payload, op, dtype,
+    HORA_RETURN_IF_ERROR(exchange(ctx, partner, *msg, payload, &theirs, true, true, into, op, dtype,
                                   scaled ? &step : nullptr, mergeWith(newPartner < newRank)));
     finish(newPartner < newRank, theirs);
   }
@@ -406,7 +418,7 @@ bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen) {
 }
 
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload,
-             const Layout* layout, size_t* alike, const std::vector<uint64_t>* splits, Joined* joined) {
+             const Layout* layout, size_t* alike, const std::vector<uint64_t>* splits, Joined* joined, Swap* swap) {
   size_t ignored = 0;
   if (alike == nullptr) alike = &ignored;
   *alike = 0;
@@ -430,6 +442,13 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
       payload = work;
     }
   }
+  if (swap != nullptr && (payload != nullptr || ctx.size() != 2)) swap = nullptr;
+  if (swap != nullptr) {
+    swap->came = false;
+    msg.payloadBytes = swap->outBytes;
+    // Only sent: the partner's bytes go to swap->in.
+    payload = const_cast<uint8_t*>(swap->out);
+  }
   const bool joinedHere = isJoin(mine);
   msg.contributors = joinedHere ? 0 : 1;
   msg.rootsLive = hasRoot(mine.kind) && mine.root == ctx.rank() ? 1 : 0;
@@ -444,7 +463,7 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
   Scaling scaling;
   scaling.pre = mine.prescale;
   scaling.post = mine.postscale;
-  HORA_RETURN_IF_ERROR(disseminate(ctx, &msg, payload, static_cast<ReduceOp>(mine.op), static_cast<DType>(mine.dtype), scaling));
+  HORA_RETURN_IF_ERROR(disseminate(ctx, &msg, payload, static_cast<ReduceOp>(mine.op), static_cast<DType>(mine.dtype), scaling, swap));
   // A group of one combines nothing: its payload is scaled alone.
   if (ctx.size() == 1 && payload != nullptr && scaling.active()) scaleAlone(static_cast<DType>(mine.dtype), payload, mine.count, scaling);
   msg.text[sizeof(msg.text) - 1] = '\0';

@@ -63,6 +63,18 @@ struct Proposal {
   double postscale = 1;
 };
 
+// Bytes that two ranks swap in their agreement's messages, each taken only when the agreement holds (a
+// two-rank alltoall's first round: algorithms/collectives.h AlltoallFirstRound). out travels as the
+// message's payload; the partner's payload goes to in when it has inBytes, the agreement holds, and no
+// rank has joined; came then says so.
+struct Swap {
+  const uint8_t* out = nullptr;
+  uint32_t outBytes = 0;
+  uint8_t* in = nullptr;
+  uint32_t inBytes = 0;
+  bool came = false;
+};
+
 // What the ranks of an agreed collective learn of joined ranks (hora.join()); agree() fills it on success.
 struct Joined {
   uint32_t contributors = 0;  // ranks whose proposal was not kJoin; the group's size when none has joined
@@ -112,13 +124,15 @@ Proposal proposalForRun(const Layout& run, uint64_t seq, uint64_t totalCount);
 // splitsDigest() is part of), read again only when the splits of the ranks do not match, for a second round
 // that names the first rank and count that differ; nullptr or any other collective: no check.
 //
+// swap: two ranks only, and no payload: bytes swapped in the messages (see Swap).
+//
 // joined: filled when the agreement succeeds. While some rank has joined (contributors below the size) a
-// payload did not ride along (it is left as it was), and alike is 0. A broadcast whose root has joined, a
+// payload did not ride along (it is left as it was), nor did a swap's, and alike is 0. A broadcast whose root has joined, a
 // collective on GPU memory, and a prescaleFactor with op min, max or prod fail with ERR_INVALID_ARGUMENT on
 // every rank while a rank has joined (the joined ranks' agree() returns the same).
 Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReason, uint8_t* payload = nullptr,
              const Layout* layout = nullptr, size_t* alike = nullptr, const std::vector<uint64_t>* splits = nullptr,
-             Joined* joined = nullptr);
+             Joined* joined = nullptr, Swap* swap = nullptr);
 // chosen: the allreduce's algorithm when already chosen (Work::chosen), else kAuto, and then the choice is
 // made here, only if the rest fits, and stored there; nullptr: chosen here and forgotten.
 bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen = nullptr);

@@ -361,6 +361,36 @@ void Communicator::runBatch(std::vector<std::shared_ptr<Work>>& batch) {
   }
 }
 
+// A two-rank alltoall with recvSplits: what of its first round its agreement's messages carry (see
+// algorithms/collectives.h AlltoallRide), into swap; false when the round does not ride.
+bool Communicator::swapsFirstRound(Context& ctx, const Work& w, const Proposal& proposal, Swap* swap) {
+  firstRound_.done = false;
+  if (ctx.size() != 2 || w.kind != Kind::kAlltoall || !proposal.recvSplits || proposal.kind != static_cast<uint8_t>(Kind::kAlltoall) ||
+      w.device >= 0) {
+    return false;
+  }
+  const int r = ctx.rank(), peer = 1 - r;
+  const size_t elem = dtypeSize(w.dtype);
+  const size_t sendBytes = w.splits[peer] * elem, recvBytes = w.splits[2 + peer] * elem;
+  const AlltoallRide out = alltoallRide(ctx, peer, sendBytes), in = alltoallRide(ctx, peer, recvBytes);
+  if ((sendBytes > 0 && out == AlltoallRide::kNone) || (recvBytes > 0 && in == AlltoallRide::kNone) || sendBytes + recvBytes == 0) {
+    return false;
+  }
+  const uint8_t* block = w.data + (peer == 0 ? 0 : w.splits[0] * elem);
+  if (out == AlltoallRide::kBlock) {
+    swap->out = block;
+    swap->outBytes = static_cast<uint32_t>(sendBytes);
+  } else if (out == AlltoallRide::kOffer) {
+    const bool read = options_.shmSingleCopy && ctx.pair(peer)->offersSingleCopy();
+    firstRound_.sent = shm::makeOffer(block, sendBytes, read ? shm::OfferMode::kRead : shm::OfferMode::kRing);
+    swap->out = reinterpret_cast<const uint8_t*>(&firstRound_.sent);
+    swap->outBytes = sizeof(shm::ReadOffer);
+  }
+  swap->in = firstRound_.came;
+  swap->inBytes = static_cast<uint32_t>(in == AlltoallRide::kBlock ? recvBytes : in == AlltoallRide::kOffer ? sizeof(shm::ReadOffer) : 0);
+  return true;
+}
+
 Status Communicator::execute(Work& w) {
   if (w.kind == Kind::kJoin) return runJoin(w);
   Group& g = groupOf(w);
@@ -396,9 +426,13 @@ Status Communicator::execute(Work& w) {
     // A rank has joined: the payload did not ride along, and the allreduce runs below.
     if (agreed.isOk()) w.times.algorithm = nullptr;
   } else {
-    Status agreed = agree(ctx, proposal, w.invalidReason, nullptr, &layout, &alike, &w.splits, &joined);
+    Swap swap;
+    const bool swaps = swapsFirstRound(ctx, w, proposal, &swap);
+    Status agreed = agree(ctx, proposal, w.invalidReason, nullptr, &layout, &alike, &w.splits, &joined, swaps ? &swap : nullptr);
     stamp(&w.times.negotiateEnd);
     if (!agreed.isOk() && alike == 0) return agreed;
+    // Every rank reads the same verdict: the round came both ways, or the alltoall makes it itself.
+    firstRound_.done = swaps && agreed.isOk() && joined.contributors == static_cast<uint32_t>(p) && (swap.inBytes == 0 || swap.came);
   }
   if (w.device >= 0 && w.kind != Kind::kBarrier && w.kind != Kind::kInvalid) return runOnDevice(ctx, w);
   return runOnHost(ctx, w, joined);

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/collectives.h"
 #include "cuda/collectives.h"
 #include "engine/agreement.h"
 #include "engine/group.h"
@@ -134,6 +135,7 @@ class Communicator {
   Status execute(Work& w);
   Status runOnDevice(Context& ctx, Work& w);
   Status runOnHost(Context& ctx, Work& w, const Joined& joined);
+  bool swapsFirstRound(Context& ctx, const Work& w, const Proposal& proposal, Swap* swap);
   // hora.join() (engine/agreement.h): proposes "joined" at each agreement of w's group, running the live
   // ranks' collectives with a neutral contribution, until every rank has joined.
   Status runJoin(Work& w);
@@ -168,6 +170,9 @@ class Communicator {
   void takeKernelTime(WorkTimes* t);
 
   CommunicatorOptions options_;
+  // A two-rank alltoall's first round, made in its agreement (execute()) and read by its run (kinds.cc); only
+  // the thread that has claimed the engine touches it.
+  AlltoallFirstRound firstRound_;
   Completion onComplete_;
   Context ctx_;
   Group world_;  // the world as a group: ctx_ and its sequence of collectives

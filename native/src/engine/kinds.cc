@@ -15,7 +15,8 @@ namespace {
 
 // An agreed alltoall or scatter: the counts (exchanged, or the recvSplits the agreement checked), the
 // output sized by them, then the pairwise exchange (algorithms/alltoall.cc) into it.
-Status runAlltoall(Context& ctx, Work& w, bool singleCopy) {
+// firstRound: a two-rank alltoall's first round, when its agreement made it (else nullptr).
+Status runAlltoall(Context& ctx, Work& w, bool singleCopy, const AlltoallFirstRound* firstRound) {
   const int p = ctx.size(), r = ctx.rank();
   const size_t elem = dtypeSize(w.dtype);
   // The thread's, its arrays kept between calls: a small alltoall allocated them anew each time.
@@ -42,6 +43,7 @@ Status runAlltoall(Context& ctx, Work& w, bool singleCopy) {
     for (int q = 0; q < p; ++q) o.recvBytes[q] = w.gatheredCounts[q] * elem;
   }
   o.singleCopy = singleCopy;
+  o.firstRound = firstRound;
   o.input = w.data;
   if (w.kind == Kind::kAlltoall && w.outGiven) {
     // The caller's array (ts/alltoall.ts sized it by recvSplits, which the agreement checked).
@@ -191,7 +193,7 @@ Status Communicator::runOnHost(Context& ctx, Work& w, const Joined& joined) {
     }
     case Kind::kAlltoall:
     case Kind::kScatter:
-      return runAlltoall(ctx, w, options_.shmSingleCopy);
+      return runAlltoall(ctx, w, options_.shmSingleCopy, firstRound_.done ? &firstRound_ : nullptr);
     case Kind::kBarrier:
     case Kind::kInvalid:
       return Status::ok();
