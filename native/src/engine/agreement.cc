@@ -390,28 +390,38 @@ bool partnerMessageArrived(Context& ctx) {
   const uint8_t* data = nullptr;
   size_t avail = 0;
   if (!pair->peek(kHeadBytes, &data, &avail).isOk() || avail < kHeadBytes) return false;
-  Message head;
-  memcpy(static_cast<void*>(&head), data, kHeadBytes);
-  if (head.payloadBytes > kSmallAllreduceBytes) return false;
+  // The three fields this needs, read where they lie (a whole Message made and filled cost more than the rest).
+  uint32_t payloadBytes = 0;
+  uint8_t kind = 0, state = 0;
+  memcpy(&payloadBytes, data + offsetof(Message, payloadBytes), sizeof payloadBytes);
+  memcpy(&kind, data + offsetof(Message, proposal) + offsetof(Proposal, kind), sizeof kind);
+  memcpy(&state, data + offsetof(Message, state), sizeof state);
+  if (payloadBytes > kSmallAllreduceBytes) return false;
   // A partner that has joined (hora.join()) turns a small allreduce into an agreement and an allreduce, and
   // the second waits on the partner: it goes to the communication thread.
-  if (isJoin(head.proposal)) return false;
-  const size_t whole = kHeadBytes + (head.state != 0 ? sizeof(head.text) : 0) + head.payloadBytes;
+  if (kind == static_cast<uint8_t>(Kind::kJoin)) return false;
+  const size_t whole = kHeadBytes + (state != 0 ? sizeof(Message::text) : 0) + payloadBytes;
   return pair->peek(whole, &data, &avail).isOk() && avail >= whole;
 }
 
 bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen) {
-  if (p.kind != static_cast<uint8_t>(Kind::kAllreduce) || p.count == 0 || p.onDevice) return false;
-  if (p.count * dtypeSize(static_cast<DType>(p.dtype)) > kSmallAllreduceBytes) return false;
+  return carriesPayload(static_cast<Kind>(p.kind), p.count, static_cast<DType>(p.dtype), p.onDevice != 0,
+                        static_cast<Algorithm>(p.algorithm), ctx, chosen);
+}
+
+bool carriesPayload(Kind kind, uint64_t count, DType dtype, bool onDevice, Algorithm algorithm, const Context& ctx,
+                    Algorithm* chosen) {
+  if (kind != Kind::kAllreduce || count == 0 || onDevice) return false;
+  if (count * dtypeSize(dtype) > kSmallAllreduceBytes) return false;
   // The exchange is recursive doubling: it carries the payload when that is the algorithm this
   // allreduce would run anyway (the same choice on every rank: the topology is the same everywhere).
   Algorithm mine = Algorithm::kAuto;
   if (chosen == nullptr) chosen = &mine;
   if (*chosen == Algorithm::kAuto) {
     AllreduceOptions o;
-    o.count = p.count;
-    o.dtype = static_cast<DType>(p.dtype);
-    o.algorithm = static_cast<Algorithm>(p.algorithm);
+    o.count = count;
+    o.dtype = dtype;
+    o.algorithm = algorithm;
     *chosen = chooseAllreduceAlgorithm(ctx, o);
   }
   return *chosen == Algorithm::kRecursiveDoubling;

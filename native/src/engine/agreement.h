@@ -136,6 +136,9 @@ Status agree(Context& ctx, const Proposal& mine, const std::string& invalidReaso
 // chosen: the allreduce's algorithm when already chosen (Work::chosen), else kAuto, and then the choice is
 // made here, only if the rest fits, and stored there; nullptr: chosen here and forgotten.
 bool carriesPayload(const Proposal& p, const Context& ctx, Algorithm* chosen = nullptr);
+// The same from the fields it reads, for a caller that has no proposal to hand.
+bool carriesPayload(Kind kind, uint64_t count, DType dtype, bool onDevice, Algorithm algorithm, const Context& ctx,
+                    Algorithm* chosen);
 // Whether the next agreement would finish without waiting on a peer: a world of two ranks, whose partner's
 // whole message for it (head, text, payload) has arrived, and has not joined (hora.join()). Takes nothing from the stream (TCP may read
 // bytes into the pair's buffer); call only while no collective runs, as it uses the pair one would read.

@@ -63,7 +63,7 @@ bool Communicator::runsWithoutWaiting(Work& w) {
   // Before the connect task has run there is no partner to hear from, and no topology to choose by.
   if (w.group != nullptr || w.device >= 0 || !broken_.isOk() || !topologyReady_.load(std::memory_order_acquire)) return false;
   if (w.kind == Kind::kAllreduce) {
-    if (w.count == 0 || !carriesPayload(proposalFor(w, 0, 1, w.count), ctx_, &w.chosen)) return false;
+    if (!carriesPayload(w.kind, w.count, w.dtype, w.device >= 0, w.algorithm, ctx_, &w.chosen)) return false;
   } else if (w.kind != Kind::kBarrier) {
     return false;
   }
