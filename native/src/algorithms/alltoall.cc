@@ -65,6 +65,11 @@ AlltoallRide alltoallRide(Context& ctx, int peer, size_t bytes) {
   return ctx.usesSharedMemory(peer) ? AlltoallRide::kOffer : AlltoallRide::kNone;
 }
 
+shm::ReadOffer alltoallOffer(Context& ctx, int peer, const uint8_t* block, size_t bytes, bool singleCopy) {
+  const bool read = singleCopy && ctx.pair(peer)->offersSingleCopy();
+  return shm::makeOffer(block, bytes, read ? shm::OfferMode::kRead : shm::OfferMode::kRing);
+}
+
 Status alltoall(Context& ctx, const AlltoallOptions& o) {
   const int p = ctx.size(), r = ctx.rank();
   Scratch& s = scratch();
@@ -89,7 +94,7 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
   };
   // A block of kSingleCopyMinBytes or more between ranks of one host is offered instead (both ends know
   // its size, so both know that an offer, not the block, comes first); see "Single copy" above.
-  auto offered = [&](int q, size_t bytes) { return bytes >= shm::kSingleCopyMinBytes && ctx.usesSharedMemory(q); };
+  auto offered = [&](int q, size_t bytes) { return alltoallRide(ctx, q, bytes) == AlltoallRide::kOffer; };
   const int window = kAlltoallWindow;
   std::vector<SendOp>& sends = s.sends;
   std::vector<SendOp>& later = s.later;
@@ -120,8 +125,7 @@ Status alltoall(Context& ctx, const AlltoallOptions& o) {
         const int to = wrapRank(r + k, p), from = wrapRank(r - k, p), i = k - first;
         const uint8_t* block = o.input + sendAt[to];
         if (offered(to, o.sendBytes[to])) {
-          const bool read = o.singleCopy && ctx.pair(to)->offersSingleCopy();
-          offersOut[i] = shm::makeOffer(block, o.sendBytes[to], read ? shm::OfferMode::kRead : shm::OfferMode::kRing);
+          offersOut[i] = alltoallOffer(ctx, to, block, o.sendBytes[to], o.singleCopy);
           sends.push_back(SendOp{ctx.pair(to), reinterpret_cast<const uint8_t*>(&offersOut[i]), sizeof(shm::ReadOffer)});
         } else if (o.sendBytes[to] > 0) {
           sends.push_back(SendOp{ctx.pair(to), block, o.sendBytes[to]});

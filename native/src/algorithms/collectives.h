@@ -61,6 +61,8 @@ Status allgatherCounts(Context& ctx, uint64_t mine, size_t elementBytes, std::ve
 //   does the other direction (the round rides both ways or not at all).
 enum class AlltoallRide : uint8_t { kNone, kBlock, kOffer };
 AlltoallRide alltoallRide(Context& ctx, int peer, size_t bytes);
+// The offer of a block for rank peer: kRead when singleCopy is on and the pair still offers, else kRing.
+shm::ReadOffer alltoallOffer(Context& ctx, int peer, const uint8_t* block, size_t bytes, bool singleCopy);
 
 // The first round of a two-rank alltoall as the agreement made it: this rank's offer, and what came from the
 // partner (its block, or its offer).

@@ -55,13 +55,26 @@ bool differInNameOnly(const Proposal& a, const Proposal& b) {
 bool joinAgrees(const Proposal& a, const Proposal& b) { return a.seq == b.seq && a.group == b.group; }
 
 // The join counters of two disjoint sets of ranks, combined (the same on both sides: sums and a maximum).
-void mergeJoinCounters(Message* out, const Message& a, const Message& b) {
-  out->contributors = a.contributors + b.contributors;
-  out->rootsLive = a.rootsLive + b.rootsLive;
+struct JoinCounters {
+  uint32_t contributors, rootsLive;
+  int32_t lastJoiner;
+  uint64_t lastJoinedAt;
+};
+
+JoinCounters joinCounters(const Message& a, const Message& b) {
   const bool aLater = a.lastJoinedAt > b.lastJoinedAt || (a.lastJoinedAt == b.lastJoinedAt && a.lastJoiner > b.lastJoiner);
-  out->lastJoiner = aLater ? a.lastJoiner : b.lastJoiner;
-  out->lastJoinedAt = aLater ? a.lastJoinedAt : b.lastJoinedAt;
+  return {a.contributors + b.contributors, a.rootsLive + b.rootsLive, aLater ? a.lastJoiner : b.lastJoiner,
+          aLater ? a.lastJoinedAt : b.lastJoinedAt};
 }
+
+void setJoinCounters(Message* out, const JoinCounters& c) {
+  out->contributors = c.contributors;
+  out->rootsLive = c.rootsLive;
+  out->lastJoiner = c.lastJoiner;
+  out->lastJoinedAt = c.lastJoinedAt;
+}
+
+void mergeJoinCounters(Message* out, const Message& a, const Message& b) { setJoinCounters(out, joinCounters(a, b)); }
 
 void setText(Message* m, const std::string& s) {
   size_t n = s.size() < sizeof(m->text) - 1 ? s.size() : sizeof(m->text) - 1;
@@ -110,17 +123,10 @@ void combine(Message* out, const Message* lower, const Message* higher) {
 // combine() of two messages without a verdict, neither a join, that propose the same collective, into
 // mine: what combine() leaves in its out, less the copies of whole messages.
 void mergeAgreeing(Message* mine, const Message& theirs) {
-  const Message& a = *mine;
-  const bool aLater = a.lastJoinedAt > theirs.lastJoinedAt || (a.lastJoinedAt == theirs.lastJoinedAt && a.lastJoiner > theirs.lastJoiner);
-  const uint32_t contributors = a.contributors + theirs.contributors, rootsLive = a.rootsLive + theirs.rootsLive;
-  const int32_t lastJoiner = aLater ? a.lastJoiner : theirs.lastJoiner;
-  const uint64_t lastJoinedAt = aLater ? a.lastJoinedAt : theirs.lastJoinedAt;
-  const uint64_t splitsSum = a.splitsSum + theirs.splitsSum;
+  const JoinCounters counters = joinCounters(*mine, theirs);
+  const uint64_t splitsSum = mine->splitsSum + theirs.splitsSum;
   if (theirs.proposer < mine->proposer) *mine = theirs;
-  mine->contributors = contributors;
-  mine->rootsLive = rootsLive;
-  mine->lastJoiner = lastJoiner;
-  mine->lastJoinedAt = lastJoinedAt;
+  setJoinCounters(mine, counters);
   mine->splitsSum = splitsSum;
 }
 

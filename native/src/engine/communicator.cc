@@ -381,8 +381,7 @@ bool Communicator::swapsFirstRound(Context& ctx, const Work& w, const Proposal& 
     swap->out = block;
     swap->outBytes = static_cast<uint32_t>(sendBytes);
   } else if (out == AlltoallRide::kOffer) {
-    const bool read = options_.shmSingleCopy && ctx.pair(peer)->offersSingleCopy();
-    firstRound_.sent = shm::makeOffer(block, sendBytes, read ? shm::OfferMode::kRead : shm::OfferMode::kRing);
+    firstRound_.sent = alltoallOffer(ctx, peer, block, sendBytes, options_.shmSingleCopy);
     swap->out = reinterpret_cast<const uint8_t*>(&firstRound_.sent);
     swap->outBytes = sizeof(shm::ReadOffer);
   }
