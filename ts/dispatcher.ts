@@ -34,6 +34,8 @@ export interface GroupCall {
 }
 
 const SUCCESS: NativeResult = Object.freeze({});
+/** What submit() hangs its flush on (see there). */
+const SETTLED = Promise.resolve();
 /** How long an awaited small collective is watched for before the event loop sleeps (Dispatcher.spinFor). */
 const SPIN_MICROS = 50;
 const SPIN_MAX_BYTES = 64 * 1024;
@@ -233,7 +235,10 @@ export class Dispatcher implements WorkDriver {
       this.flushScheduled = true;
       if (!this.flushQueued) {
         this.flushQueued = true;
-        queueMicrotask(this.flushLater);
+        // A reaction to a settled promise rather than queueMicrotask(): the same place in the microtask
+        // queue, without the async resource Node makes for each queueMicrotask() (about 50 ns of an
+        // awaited small collective's 3 µs on this machine).
+        SETTLED.then(this.flushLater);
       }
     }
     return work;

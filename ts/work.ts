@@ -60,10 +60,11 @@ export class Work<T = unknown> implements PromiseLike<T> {
       this.onAwait = OnAwait.Nothing;
       (this.driver as WorkDriver).awaited(this.id, what === OnAwait.Spin);
     }
+    // Settled already (a small collective's spin, above, usually settles it): no executor or listener to make.
+    if (this.state === 'fulfilled') return Promise.resolve(this.value as T).then(onFulfilled, onRejected);
+    if (this.state === 'rejected') return Promise.reject(this.error).then(onFulfilled, onRejected);
     return new Promise<T>((resolve, reject) => {
-      const settle = () => (this.state === 'fulfilled' ? resolve(this.value as T) : reject(this.error));
-      if (this.state !== 'pending') settle();
-      else (this.listeners ??= []).push(settle);
+      (this.listeners ??= []).push(() => (this.state === 'fulfilled' ? resolve(this.value as T) : reject(this.error)));
     }).then(onFulfilled, onRejected);
   }
 
