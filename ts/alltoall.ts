@@ -50,34 +50,40 @@ export function planAlltoall(w: Scope, x: Tensor, options: AlltoallOptions | und
   const dtype = hostDtypeOf(c, x, o.dtype, w.self);
   const name = nameOf(c, o.name, w.self);
   // Empty splits mean equal parts and empty recvSplits none, as Horovod's and torch's empty split lists do.
-  const send = isEmpty(o.splits) ? equalParts(c, x.length, w.size, w.self) : countsOf(c, 'splits', o.splits, w.size, w.self);
-  if (!isEmpty(o.splits)) sumsTo(c, send, x.length, o.splits, w.self);
+  // The item's splits: what this rank sends each rank, then (known here) what it receives from each.
+  const p = w.size;
+  const knowsRecv = !isEmpty(o.recvSplits) || o.out !== undefined;
+  const splits = new Float64Array(knowsRecv ? 2 * p : p);
+  if (isEmpty(o.splits)) equalParts(c, x.length, p, w.self, splits, 0);
+  else sumsTo(c, countsInto(c, 'splits', o.splits, w.self, splits, 0, p), x.length, o.splits, w.self);
   const out = o.out === undefined ? null : outOf(c, x, o.out, w.self);
-  let recv = isEmpty(o.recvSplits) ? null : countsOf(c, 'recvSplits', o.recvSplits, w.size, w.self);
-  if (out) {
-    if (recv) {
-      sumsTo(c, recv, out.length, o.recvSplits, w.self, 'options.recvSplits', 'options.out.length');
-    } else {
-      if (out.length % w.size !== 0) {
-        throw invalidArgument(c, 'options.out', `an array whose length divides by the ${w.size} ranks when recvSplits is not given ` +
-          `(it is cut into equal parts)`, out, w.self);
-      }
-      recv = new Array<number>(w.size).fill(out.length / w.size);
+  if (!isEmpty(o.recvSplits)) {
+    const sum = countsInto(c, 'recvSplits', o.recvSplits, w.self, splits, p, p);
+    if (out) sumsTo(c, sum, out.length, o.recvSplits, w.self, 'options.recvSplits', 'options.out.length');
+  } else if (out) {
+    if (out.length % p !== 0) {
+      throw invalidArgument(c, 'options.out', `an array whose length divides by the ${p} ranks when recvSplits is not given ` +
+        `(it is cut into equal parts)`, out, w.self);
     }
+    splits.fill(out.length / p, p);
   }
   const Ctor = x.constructor as new (buffer: ArrayBuffer) => Tensor;
   const item = nativeItem(NativeKind.Alltoall, NativeOp.Sum, dtype, 0, name, x, out);
-  item.splits = recv ? send.concat(recv) : send;
+  item.splits = splits;
   // A world of one checks its recvSplits here, as the agreement would (the plan's error rejects the Work).
-  if (w.size === 1 && recv && recv[0] !== x.length) {
+  if (p === 1 && knowsRecv && splits[1] !== x.length) {
     throw new HoraError('ERR_MISMATCH', `hora.${c}: rank ${w.self} sends ${x.length} elements to rank ${w.self} (its options.splits), ` +
-      `but expects ${recv[0]} from it (its options.recvSplits)`, w.self);
+      `but expects ${splits[1]} from it (its options.recvSplits)`, w.self);
   }
   if (out) {
     const local = (): AlltoallResult<Tensor> => ((out as Float32Array).set(x as Float32Array), { data: out, splits: [x.length] });
     // What came is what recvSplits said (the agreement checked it), so the addon hands back plain success.
-    const came = recv!;
-    return { item, finish: () => ({ data: out, splits: came.slice() }), keep: [x, out], local, value: undefined, lends: Lend.Reads };
+    const finish = (): AlltoallResult<Tensor> => {
+      const came = new Array<number>(p);
+      for (let i = 0; i < p; i++) came[i] = splits[p + i];
+      return { data: out, splits: came };
+    };
+    return { item, finish, keep: [x, out], local, value: undefined, lends: Lend.Reads };
   }
   const local = (): AlltoallResult<Tensor> => ({ data: x.slice(), splits: [x.length] });
   const finish = (r: NativeResult): AlltoallResult<Tensor> => ({ data: new Ctor(r.gathered as ArrayBuffer), splits: r.counts ?? [] });
@@ -93,8 +99,9 @@ export function planScatter(w: Scope, x: Tensor, options: ScatterOptions | undef
   const name = nameOf(c, o.name, w.self);
   const item = nativeItem(NativeKind.Scatter, NativeOp.Sum, dtype, root, name, x, null);
   if (w.rank === root) {
-    const splits = isEmpty(o.splits) ? equalParts(c, x.length, w.size, w.self) : countsOf(c, 'splits', o.splits, w.size, w.self);
-    if (!isEmpty(o.splits)) sumsTo(c, splits, x.length, o.splits, w.self);
+    const splits = new Float64Array(w.size);
+    if (isEmpty(o.splits)) equalParts(c, x.length, w.size, w.self, splits, 0);
+    else sumsTo(c, countsInto(c, 'splits', o.splits, w.self, splits, 0, w.size), x.length, o.splits, w.self);
     item.splits = splits;
   }
   const Ctor = x.constructor as new (buffer: ArrayBuffer) => Tensor;
@@ -130,36 +137,39 @@ function isEmpty(v: unknown): boolean {
   return v === undefined || ((Array.isArray(v) || ArrayBuffer.isView(v)) && (v as ArrayLike<unknown>).length === 0);
 }
 
-/** size equal parts of n elements. */
-function equalParts(c: string, n: number, size: number, rank: number): number[] {
+/** size equal parts of n elements, written to into[at ...]. */
+function equalParts(c: string, n: number, size: number, rank: number, into: Float64Array, at: number): void {
   if (n % size !== 0) {
     throw invalidArgument(c, 'options.splits', `given when x.length (${n}) does not divide by the ${size} ranks (equal parts need it to)`,
       undefined, rank);
   }
-  return new Array<number>(size).fill(n / size);
+  into.fill(n / size, at, at + size);
 }
 
-/** options[key]: an array (or typed array) of size counts of elements, each a non-negative integer. */
-function countsOf(c: string, key: string, v: unknown, size: number, rank: number): number[] {
+/**
+ * options[key]: an array (or typed array) of size counts of elements, each a non-negative integer, written
+ * to into[at ...]. Returns their sum.
+ */
+function countsInto(c: string, key: string, v: unknown, rank: number, into: Float64Array, at: number, size: number): number {
   const arrayLike = Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView) && !(v instanceof BigInt64Array) &&
     !(v instanceof BigUint64Array));
   if (!arrayLike || (v as ArrayLike<unknown>).length !== size) {
     throw invalidArgument(c, `options.${key}`, `an array of ${size} counts of elements, one for each rank (or empty)`, v, rank);
   }
   const a = v as ArrayLike<unknown>;
-  const out = new Array<number>(size);
+  let sum = 0;
   for (let i = 0; i < size; i++) {
     const n = a[i];
     if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) {
       throw invalidArgument(c, `options.${key}[${i}]`, 'a non-negative integer count of elements', n, rank);
     }
-    out[i] = n;
+    into[at + i] = n;
+    sum += n;
   }
-  return out;
+  return sum;
 }
 
-function sumsTo(c: string, counts: number[], n: number, given: unknown, rank: number, key = 'options.splits', length = 'x.length'): void {
-  const sum = counts.reduce((a, b) => a + b, 0);
+function sumsTo(c: string, sum: number, n: number, given: unknown, rank: number, key = 'options.splits', length = 'x.length'): void {
   if (sum !== n) {
     throw new HoraError('ERR_INVALID_ARGUMENT', `hora.${c}: argument '${key}' must sum to ${length} (${n}); ` +
       `received ${describeValue(given)} that sums to ${sum}`, rank);
